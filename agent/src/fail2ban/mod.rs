@@ -1,0 +1,9 @@
+//! Driver for fail2ban: its control-socket protocol (a strict pickle subset) and typed commands.
+
+pub mod client;
+pub mod pickle;
+pub mod socket;
+
+pub use client::JailStatus;
+pub use pickle::{PickleError, Value};
+pub use socket::{Fail2banError, Fail2banSocket};

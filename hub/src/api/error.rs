@@ -1,0 +1,237 @@
+//! `ApiError`, the only error type that becomes an HTTP response: every failure is an RFC 9457
+//! `application/problem+json` body with a stable `code`. 5xx details are logged here, never sent.
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Request};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use utoipa::ToSchema;
+
+use crate::fleet::{AgentErrorKind, FleetError};
+use crate::store::StoreError;
+
+/// An RFC 9457 problem document.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Problem {
+    /// A URI naming the kind of problem: `urn:banhub:problem:<code>`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Short, human-readable summary of the kind of problem.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// What went wrong this time, in words an operator can act on.
+    pub detail: String,
+    /// Stable machine-readable code, e.g. `agent_offline`.
+    pub code: String,
+    /// The request field at fault, for validation errors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+/// Everything a handler can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    NotFound(String),
+    /// A field that parsed but breaks a rule (422).
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    /// A body or parameter that could not be read at all.
+    #[error("{detail}")]
+    Malformed { status: StatusCode, detail: String },
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Fleet(#[from] FleetError),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn invalid(field: &str, message: impl std::fmt::Display) -> Self {
+        Self::Invalid {
+            field: field.to_owned(),
+            message: message.to_string(),
+        }
+    }
+
+    fn parts(&self) -> (StatusCode, &'static str, &'static str) {
+        use AgentErrorKind as K;
+        match self {
+            Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", "Not found"),
+            Self::Invalid { .. } => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_field",
+                "Invalid field",
+            ),
+            Self::Malformed { status, .. } => match *status {
+                StatusCode::PAYLOAD_TOO_LARGE => (
+                    *status,
+                    "payload_too_large",
+                    "Request body too large",
+                ),
+                StatusCode::UNSUPPORTED_MEDIA_TYPE => (
+                    *status,
+                    "unsupported_media_type",
+                    "Unsupported media type",
+                ),
+                _ => (StatusCode::BAD_REQUEST, "bad_request", "Malformed request"),
+            },
+            Self::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
+            Self::Fleet(e) => match e {
+                FleetError::UnknownServer => (StatusCode::NOT_FOUND, "unknown_server", "Unknown server"),
+                FleetError::NotEnrolled => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "agent_not_enrolled",
+                    "No agent enrolled",
+                ),
+                FleetError::Offline | FleetError::SessionEnded => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "agent_offline",
+                    "Agent offline",
+                ),
+                FleetError::Timeout(_) => (
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "agent_timeout",
+                    "Agent did not answer in time",
+                ),
+                FleetError::Agent { kind, .. } => match kind {
+                    K::Fail2banUnavailable => (
+                        StatusCode::BAD_GATEWAY,
+                        "fail2ban_unavailable",
+                        "fail2ban unreachable on the host",
+                    ),
+                    K::Fail2banError => (
+                        StatusCode::BAD_GATEWAY,
+                        "fail2ban_error",
+                        "fail2ban refused the command",
+                    ),
+                    K::InvalidArgument => (
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "agent_refused_argument",
+                        "The agent refused an argument",
+                    ),
+                    K::Unsupported => (
+                        StatusCode::NOT_IMPLEMENTED,
+                        "agent_unsupported",
+                        "The agent is too old for this command",
+                    ),
+                    K::Expired => (
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "agent_timeout",
+                        "Agent did not answer in time",
+                    ),
+                    K::Internal => (
+                        StatusCode::BAD_GATEWAY,
+                        "agent_error",
+                        "The agent failed",
+                    ),
+                },
+                FleetError::Protocol(_) => (StatusCode::BAD_GATEWAY, "agent_error", "The agent failed"),
+                FleetError::Store(StoreError::NameTaken(_)) => {
+                    (StatusCode::CONFLICT, "name_taken", "Name already in use")
+                }
+                FleetError::Store(_) => (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "Internal error",
+                ),
+            },
+            Self::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal error",
+            ),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        Self::Fleet(FleetError::Store(e))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code, title) = self.parts();
+        // Internal failures are logged in full and described only vaguely: their details may
+        // name tables, paths or secrets. Agent and fail2ban failures are the operator's business.
+        let detail = if code == "internal" {
+            tracing::error!(error = %self, "request failed");
+            "the hub could not complete this request; the details are in its log".to_owned()
+        } else {
+            self.to_string()
+        };
+        let field = match &self {
+            Self::Invalid { field, .. } => Some(field.clone()),
+            _ => None,
+        };
+        problem(status, code, title, detail, field)
+    }
+}
+
+/// A problem+json response.
+pub fn problem(
+    status: StatusCode,
+    code: &str,
+    title: &str,
+    detail: String,
+    field: Option<String>,
+) -> Response {
+    let body = Problem {
+        kind: format!("urn:banhub:problem:{code}"),
+        title: title.to_owned(),
+        status: status.as_u16(),
+        detail,
+        code: code.to_owned(),
+        field,
+    };
+    let mut response = (status, axum::Json(body)).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
+}
+
+/// `axum::Json` whose rejections are problem documents too.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiJson<T>(pub T);
+
+impl<T, S> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(value)) => Ok(Self(value)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+fn json_rejection(rejection: JsonRejection) -> ApiError {
+    let status = rejection.status();
+    let detail = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => "the request body is larger than this hub accepts".to_owned(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+            "send the body as JSON with `Content-Type: application/json`".to_owned()
+        }
+        _ => rejection.body_text(),
+    };
+    ApiError::Malformed { status, detail }
+}
+
+impl<T: Serialize> IntoResponse for ApiJson<T> {
+    fn into_response(self) -> Response {
+        axum::Json(self.0).into_response()
+    }
+}

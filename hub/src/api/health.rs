@@ -1,0 +1,79 @@
+//! `/healthz` (the process answers), `/readyz` (and its database does), `/metrics` (Prometheus).
+
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::error::{ApiJson, Problem, problem};
+use crate::app::AppState;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Health {
+    status: &'static str,
+    version: &'static str,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Readiness {
+    status: &'static str,
+    database: &'static str,
+    agents_online: usize,
+}
+
+/// The process is up.
+#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, body = Health)))]
+async fn healthz() -> ApiJson<Health> {
+    ApiJson(Health {
+        status: "ok",
+        version: env!("CARGO_PKG_VERSION"),
+    })
+}
+
+/// The hub can serve: its database answers.
+#[utoipa::path(get, path = "/readyz", tag = "health",
+    responses((status = 200, body = Readiness), (status = 503, body = Problem)))]
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.store.ping().await {
+        Ok(()) => ApiJson(Readiness {
+            status: "ready",
+            database: state.store.backend_name(),
+            agents_online: state.fleet.online_count(),
+        })
+        .into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness check: the database does not answer");
+            problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database_unavailable",
+                "Database unavailable",
+                "the hub's database does not answer".to_owned(),
+                None,
+            )
+        }
+    }
+}
+
+/// Metrics in the Prometheus/OpenMetrics text format.
+#[utoipa::path(get, path = "/metrics", tag = "health",
+    responses((status = 200, content_type = "application/openmetrics-text", body = String)))]
+async fn metrics(State(state): State<AppState>) -> Response {
+    let mut response = state.metrics.render().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    response
+}

@@ -1,0 +1,81 @@
+//! The HTTP API: one `router()` per resource under `/api`, the health and metrics endpoints, and the
+//! OpenAPI document generated from the handlers (`/api/openapi.json`, browsable at `/api/docs`).
+
+mod error;
+mod health;
+mod servers;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_swagger_ui::SwaggerUi;
+
+pub use error::{ApiError, ApiJson, Problem, problem};
+
+use crate::app::AppState;
+use crate::metrics::HttpLabels;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "banhub",
+        description = "Manage fail2ban on a fleet of hosts. Errors are RFC 9457 problem documents \
+                       (`application/problem+json`) with a stable `code`."
+    ),
+    tags((name = "servers", description = "Registered fail2ban hosts and their agents"),
+         (name = "health", description = "Liveness, readiness and metrics"))
+)]
+struct ApiDoc;
+
+/// The OpenAPI document of every route.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_routes().split_for_parts().1
+}
+
+fn api_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(servers::router())
+        .merge(health::router())
+}
+
+/// The whole HTTP surface of the hub.
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.config.http.body_limit_bytes;
+    let (routes, doc) = api_routes().split_for_parts();
+    routes
+        .merge(SwaggerUi::new("/api/docs").url("/api/openapi.json", doc))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(state.clone(), count_requests))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+async fn not_found() -> Response {
+    problem(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "Not found",
+        "no such endpoint; the API is described at /api/openapi.json".to_owned(),
+        None,
+    )
+}
+
+async fn count_requests(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let method = request.method().as_str().to_owned();
+    let response = next.run(request).await;
+    state
+        .metrics
+        .http_requests
+        .get_or_create(&HttpLabels {
+            method,
+            status: response.status().as_u16(),
+        })
+        .inc();
+    response
+}

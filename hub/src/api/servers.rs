@@ -1,0 +1,265 @@
+//! `/api/servers`: list, add (with an enrollment token), delete (revoke), and test servers.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::error::{ApiError, ApiJson, Problem};
+use crate::app::AppState;
+use crate::domain::{Labels, NewServer, ServerId, ServerName, ServerStatus};
+use crate::fleet::{FleetError, IssuedToken, PingReport, ServerView};
+
+/// Who asks, until operator authentication exists.
+const REQUESTED_BY: &str = "api";
+const MAX_DESCRIPTION: usize = 1024;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_servers, create_server))
+        .routes(routes!(get_server, delete_server))
+        .routes(routes!(test_server))
+        .routes(routes!(new_enrollment_token))
+}
+
+/// Body of `POST /api/servers`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateServer {
+    /// Unique name: letters, digits, `.`, `_`, `@`, `-`; at most 64 characters.
+    name: String,
+    #[serde(default)]
+    description: String,
+    /// `key=value` labels for grouping servers.
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum StatusDto {
+    /// Created, no agent enrolled yet.
+    Pending,
+    Online,
+    Offline,
+}
+
+/// A registered fail2ban host.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerDto {
+    id: String,
+    name: String,
+    description: String,
+    labels: BTreeMap<String, String>,
+    status: StatusDto,
+    created_at: DateTime<Utc>,
+    enrolled_at: Option<DateTime<Utc>>,
+    /// Last time the agent was seen alive (now, while online).
+    last_seen_at: Option<DateTime<Utc>>,
+    /// When the current session started, while online.
+    connected_at: Option<DateTime<Utc>>,
+    agent_id: Option<String>,
+    agent_version: Option<String>,
+    fail2ban_version: Option<String>,
+    hostname: Option<String>,
+    /// Address the agent connects from.
+    address: Option<String>,
+}
+
+impl From<ServerView> for ServerDto {
+    fn from(view: ServerView) -> Self {
+        let s = view.server;
+        let session = view.session;
+        let online = session.is_some();
+        Self {
+            id: s.id.to_string(),
+            name: s.name.to_string(),
+            description: s.description,
+            labels: s.labels.into_map(),
+            status: match view.status {
+                ServerStatus::Pending => StatusDto::Pending,
+                ServerStatus::Online => StatusDto::Online,
+                ServerStatus::Offline => StatusDto::Offline,
+            },
+            created_at: s.created_at,
+            enrolled_at: s.enrolled_at,
+            last_seen_at: if online { Some(Utc::now()) } else { s.last_seen_at },
+            connected_at: session.as_ref().map(|i| i.connected_at),
+            agent_id: s.agent_id.map(|a| a.to_string()),
+            agent_version: session
+                .as_ref()
+                .map(|i| i.agent_version.clone())
+                .or(s.agent_version),
+            fail2ban_version: session
+                .as_ref()
+                .map(|i| i.fail2ban_version.clone())
+                .or(s.fail2ban_version),
+            hostname: session.as_ref().map(|i| i.hostname.clone()).or(s.hostname),
+            address: session.map(|i| i.address).or(s.last_address),
+        }
+    }
+}
+
+/// A one-time enrollment token and the command that uses it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnrollmentDto {
+    /// Shown once; the hub keeps only a hash of its secret.
+    token: String,
+    expires_at: DateTime<Utc>,
+    /// Run this on the fail2ban host.
+    command: String,
+}
+
+impl From<IssuedToken> for EnrollmentDto {
+    fn from(t: IssuedToken) -> Self {
+        Self {
+            command: format!("banhub-agent enroll {}", t.token),
+            token: t.token,
+            expires_at: t.expires_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CreatedServer {
+    server: ServerDto,
+    enrollment: EnrollmentDto,
+}
+
+/// The result of a connection test.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TestResult {
+    /// fail2ban's answer: `pong`.
+    reply: String,
+    /// Hub → agent → fail2ban → back, in milliseconds.
+    round_trip_ms: f64,
+    /// Time fail2ban took to answer the agent, in milliseconds.
+    fail2ban_latency_ms: f64,
+    agent_version: String,
+    fail2ban_version: String,
+}
+
+impl From<PingReport> for TestResult {
+    fn from(p: PingReport) -> Self {
+        Self {
+            reply: "pong".to_owned(),
+            round_trip_ms: p.round_trip.as_secs_f64() * 1000.0,
+            fail2ban_latency_ms: p.fail2ban_latency.as_secs_f64() * 1000.0,
+            agent_version: p.agent_version,
+            fail2ban_version: p.fail2ban_version,
+        }
+    }
+}
+
+fn server_id(raw: &str) -> Result<ServerId, ApiError> {
+    ServerId::parse(raw).map_err(|_| ApiError::Fleet(FleetError::UnknownServer))
+}
+
+fn new_server(body: CreateServer) -> Result<NewServer, ApiError> {
+    let name = ServerName::parse(&body.name).map_err(|e| ApiError::invalid("name", e))?;
+    if body.description.chars().count() > MAX_DESCRIPTION
+        || body
+            .description
+            .chars()
+            .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return Err(ApiError::invalid(
+            "description",
+            format!("must be at most {MAX_DESCRIPTION} characters without control characters"),
+        ));
+    }
+    let labels = Labels::parse(body.labels).map_err(|e| ApiError::invalid("labels", e))?;
+    Ok(NewServer {
+        name,
+        description: body.description,
+        labels,
+    })
+}
+
+/// Every registered server with its live status.
+#[utoipa::path(get, path = "/api/servers", tag = "servers",
+    responses((status = 200, body = Vec<ServerDto>)))]
+async fn list_servers(State(state): State<AppState>) -> Result<ApiJson<Vec<ServerDto>>, ApiError> {
+    let servers = state.fleet.list().await?;
+    Ok(ApiJson(servers.into_iter().map(ServerDto::from).collect()))
+}
+
+/// Registers a server and returns its one-time enrollment token.
+#[utoipa::path(post, path = "/api/servers", tag = "servers", request_body = CreateServer,
+    responses((status = 201, body = CreatedServer),
+              (status = 409, description = "Name already in use", body = Problem),
+              (status = 422, description = "A field breaks its rule", body = Problem)))]
+async fn create_server(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<CreateServer>,
+) -> Result<(StatusCode, ApiJson<CreatedServer>), ApiError> {
+    let (view, token) = state.fleet.create_server(new_server(body)?).await?;
+    Ok((
+        StatusCode::CREATED,
+        ApiJson(CreatedServer {
+            server: view.into(),
+            enrollment: token.into(),
+        }),
+    ))
+}
+
+/// One server.
+#[utoipa::path(get, path = "/api/servers/{id}", tag = "servers",
+    params(("id" = String, Path, description = "Server id")),
+    responses((status = 200, body = ServerDto), (status = 404, body = Problem)))]
+async fn get_server(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<ApiJson<ServerDto>, ApiError> {
+    Ok(ApiJson(state.fleet.get(server_id(&id)?).await?.into()))
+}
+
+/// Deletes a server: its agent's certificate is revoked and its live session cut.
+#[utoipa::path(delete, path = "/api/servers/{id}", tag = "servers",
+    params(("id" = String, Path, description = "Server id")),
+    responses((status = 204), (status = 404, body = Problem)))]
+async fn delete_server(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state.fleet.delete_server(server_id(&id)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Round trip through the server's agent to fail2ban's `ping`.
+#[utoipa::path(post, path = "/api/servers/{id}/test", tag = "servers",
+    params(("id" = String, Path, description = "Server id")),
+    responses((status = 200, body = TestResult),
+              (status = 404, body = Problem),
+              (status = 502, description = "fail2ban unreachable or failing on the host", body = Problem),
+              (status = 503, description = "Agent offline or not enrolled", body = Problem),
+              (status = 504, description = "Agent did not answer in time", body = Problem)))]
+async fn test_server(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<ApiJson<TestResult>, ApiError> {
+    let report = state.fleet.ping(server_id(&id)?, REQUESTED_BY).await?;
+    Ok(ApiJson(report.into()))
+}
+
+/// Issues a new one-time enrollment token for an existing server, e.g. after its host was rebuilt.
+/// Enrolling with it replaces (and revokes) the server's current agent.
+#[utoipa::path(post, path = "/api/servers/{id}/enrollment-token", tag = "servers",
+    params(("id" = String, Path, description = "Server id")),
+    responses((status = 201, body = EnrollmentDto), (status = 404, body = Problem)))]
+async fn new_enrollment_token(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, ApiJson<EnrollmentDto>), ApiError> {
+    let token = state.fleet.issue_token(server_id(&id)?).await?;
+    Ok((StatusCode::CREATED, ApiJson(token.into())))
+}

@@ -1,0 +1,219 @@
+//! Start-up and the hub's two listeners: `App::build` opens the store and the CA and binds both
+//! sockets; `App::run` serves HTTP and gRPC until the shutdown token is cancelled.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::fleet::{Fleet, FleetParts};
+use crate::metrics::Metrics;
+use crate::pki::{Ca, PkiError, RevocationList, server_tls_config};
+use crate::store::{Store, StoreError};
+
+/// What every HTTP handler can reach.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub store: Store,
+    pub fleet: Fleet,
+    pub metrics: Metrics,
+}
+
+/// Why the hub could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot create or use the data directory {path}: {source}")]
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open the database: {0}")]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Pki(#[from] PkiError),
+    #[error("cannot listen on {addr} ({what}): {source}; is another process using it?")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(
+        "http.listen is {0}, which is not a loopback address; banhub does not authenticate operators \
+         yet, so its API only listens on loopback (e.g. 127.0.0.1:8080). Put an authenticating reverse \
+         proxy in front of it to reach it from elsewhere"
+    )]
+    UnauthenticatedRemote(SocketAddr),
+}
+
+/// A hub with its listeners bound, ready to [`run`](App::run).
+#[derive(Debug)]
+pub struct App {
+    state: AppState,
+    http: TcpListener,
+    grpc: TcpListener,
+    grpc_tls: rustls::ServerConfig,
+    shutdown: CancellationToken,
+}
+
+/// Where the hub is listening, as written to `<data_dir>/listening.json`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Listening {
+    pub http: SocketAddr,
+    pub grpc: SocketAddr,
+    pub pid: u32,
+}
+
+impl App {
+    /// Opens the store and the CA and binds both listeners. Nothing is served until [`App::run`].
+    pub async fn build(config: Config) -> Result<Self, StartError> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        if !config.http.listen.ip().is_loopback() {
+            return Err(StartError::UnauthenticatedRemote(config.http.listen));
+        }
+        create_private_dir(&config.data_dir)?;
+        let store = Store::connect(&config.database_url(), config.database.max_connections).await?;
+        let ca = Ca::load_or_create(&config.data_dir.join("ca"))?;
+        let revocations = RevocationList::default();
+        revocations.replace_all(store.revoked_serials().await?);
+
+        let http = bind("HTTP", config.http.listen).await?;
+        let grpc = bind("gRPC", config.grpc.listen).await?;
+        let grpc_addr = grpc.local_addr().map_err(|source| StartError::Bind {
+            what: "gRPC",
+            addr: config.grpc.listen,
+            source,
+        })?;
+        let advertise = config.grpc_advertise(grpc_addr);
+        let (hub_cert, hub_key) = ca.issue_hub_cert(&[])?;
+        let grpc_tls = server_tls_config(ca.cert_der(), &hub_cert, &hub_key, revocations.clone())?;
+
+        let shutdown = CancellationToken::new();
+        let metrics = Metrics::default();
+        let fleet = Fleet::new(FleetParts {
+            store: store.clone(),
+            ca,
+            revocations,
+            metrics: metrics.clone(),
+            agents: config.agents.clone(),
+            token_ttl: Duration::from_secs(config.enrollment.token_ttl_secs),
+            advertise,
+            shutdown: shutdown.clone(),
+        });
+        tracing::info!(
+            database = store.backend_name(),
+            data_dir = %config.data_dir.display(),
+            agents_dial = fleet.advertise(),
+            "hub ready to serve"
+        );
+        Ok(Self {
+            state: AppState {
+                config: Arc::new(config),
+                store,
+                fleet,
+                metrics,
+            },
+            http,
+            grpc,
+            grpc_tls,
+            shutdown,
+        })
+    }
+
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.local_addr().ok()
+    }
+
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc.local_addr().ok()
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until `stop` is cancelled, then drains agent sessions and finishes open requests.
+    pub async fn run(self, stop: CancellationToken) -> anyhow::Result<()> {
+        let Self {
+            state,
+            http,
+            grpc,
+            grpc_tls,
+            shutdown,
+        } = self;
+        let listening = Listening {
+            http: http.local_addr()?,
+            grpc: grpc.local_addr()?,
+            pid: std::process::id(),
+        };
+        let marker = state.config.data_dir.join("listening.json");
+        write_atomically(&marker, &serde_json::to_vec(&listening)?)?;
+        tracing::info!(http = %listening.http, grpc = %listening.grpc, "listening");
+
+        // One token stops everything: the caller's, or a listener failing.
+        let forward = {
+            let shutdown = shutdown.clone();
+            async move {
+                stop.cancelled().await;
+                shutdown.cancel();
+            }
+        };
+        tokio::spawn(forward);
+
+        let fleet = state.fleet.clone();
+        let grpc_task = {
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                let result = fleet.serve_grpc(grpc, grpc_tls, shutdown.clone()).await;
+                shutdown.cancel();
+                result
+            })
+        };
+        let router = crate::api::router(state);
+        let http_result = axum::serve(
+            http,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+        .await;
+        shutdown.cancel();
+        let grpc_result = grpc_task.await;
+        let _ = std::fs::remove_file(&marker);
+        http_result?;
+        grpc_result??;
+        tracing::info!("hub stopped");
+        Ok(())
+    }
+}
+
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { what, addr, source })
+}
+
+fn create_private_dir(path: &Path) -> Result<(), StartError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let err = |source| StartError::DataDir {
+        path: path.to_owned(),
+        source,
+    };
+    if !path.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}

@@ -1,0 +1,313 @@
+//! The hub's typed configuration: defaults in code, then a TOML file, then `BANHUB_…` environment
+//! variables (`__` between levels), then command-line flags.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+/// Longest allowed enrollment token lifetime: 30 days.
+pub const MAX_TOKEN_TTL_SECS: u64 = 30 * 24 * 3600;
+
+/// Everything the hub can be told at start-up.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Directory for the SQLite database, the internal CA and other state. Created if missing.
+    pub data_dir: PathBuf,
+    pub http: HttpConfig,
+    pub grpc: GrpcConfig,
+    pub database: DatabaseConfig,
+    pub enrollment: EnrollmentConfig,
+    pub agents: AgentsConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Address of the REST API and web UI.
+    pub listen: SocketAddr,
+    /// Largest request body accepted, in bytes.
+    pub body_limit_bytes: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct GrpcConfig {
+    /// Address of the agent gateway (mutual TLS).
+    pub listen: SocketAddr,
+    /// `host:port` that agents dial, written into enrollment tokens. Empty: the listen address, or this
+    /// machine's host name when listening on every interface.
+    pub advertise: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `postgres://…` for PostgreSQL, `sqlite://…` for a given SQLite file; empty: SQLite in the data dir.
+    pub url: String,
+    /// Largest number of pooled connections.
+    pub max_connections: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct EnrollmentConfig {
+    /// How long an enrollment token stays valid, in seconds.
+    pub token_ttl_secs: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentsConfig {
+    /// How often hub and agent send heartbeats, in milliseconds. A side silent for three intervals is
+    /// dropped.
+    pub heartbeat_interval_ms: u32,
+    /// Deadline given to commands sent to agents, in milliseconds.
+    pub command_timeout_ms: u64,
+    /// Validity of agent client certificates, in days.
+    pub certificate_days: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `tracing` filter directives; `RUST_LOG` overrides.
+    pub filter: String,
+    /// `text` or `json`.
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("banhub-data"),
+            http: HttpConfig::default(),
+            grpc: GrpcConfig::default(),
+            database: DatabaseConfig::default(),
+            enrollment: EnrollmentConfig::default(),
+            agents: AgentsConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            body_limit_bytes: 256 * 1024,
+        }
+    }
+}
+
+impl Default for GrpcConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([0, 0, 0, 0], 50051)),
+            advertise: String::new(),
+        }
+    }
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            max_connections: 16,
+        }
+    }
+}
+
+impl Default for EnrollmentConfig {
+    fn default() -> Self {
+        Self {
+            token_ttl_secs: 24 * 3600,
+        }
+    }
+}
+
+impl Default for AgentsConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval_ms: 10_000,
+            command_timeout_ms: 10_000,
+            certificate_days: 365,
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            filter: "info,sqlx=warn,h2=warn,sea_orm=warn,sea_orm_migration=warn".to_owned(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// A configuration that could not be loaded, with what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration file {path} does not exist")]
+    MissingFile { path: PathBuf },
+    #[error("invalid configuration: {0}")]
+    Parse(Box<figment::Error>),
+    #[error("invalid configuration: {field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+impl Config {
+    /// Loads defaults, then `file` (if given), then `BANHUB_…` variables, then `overrides`.
+    pub fn load(file: Option<&Path>, overrides: Figment) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            if !path.exists() {
+                return Err(ConfigError::MissingFile {
+                    path: path.to_owned(),
+                });
+            }
+            figment = figment.merge(Toml::file(path));
+        }
+        let config: Config = figment
+            .merge(Env::prefixed("BANHUB_").split("__").ignore(&["config"]))
+            .merge(overrides)
+            .extract()
+            .map_err(|e| ConfigError::Parse(Box::new(e)))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, reason: &str| {
+            Err(ConfigError::Invalid {
+                field,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.data_dir.as_os_str().is_empty() {
+            return invalid("data_dir", "must not be empty");
+        }
+        if self.http.body_limit_bytes < 1024 {
+            return invalid("http.body_limit_bytes", "must be at least 1024");
+        }
+        let url = &self.database.url;
+        let known_scheme = ["postgres://", "postgresql://", "sqlite:"]
+            .iter()
+            .any(|scheme| url.starts_with(scheme));
+        if !url.is_empty() && !known_scheme {
+            return invalid(
+                "database.url",
+                "must start with postgres://, postgresql:// or sqlite: (or be empty for SQLite in the data dir)",
+            );
+        }
+        if self.database.max_connections == 0 {
+            return invalid("database.max_connections", "must be at least 1");
+        }
+        if !(1..=MAX_TOKEN_TTL_SECS).contains(&self.enrollment.token_ttl_secs) {
+            return invalid(
+                "enrollment.token_ttl_secs",
+                "must be between 1 and 2592000 seconds (30 days)",
+            );
+        }
+        if self.agents.heartbeat_interval_ms < 100 {
+            return invalid("agents.heartbeat_interval_ms", "must be at least 100");
+        }
+        if self.agents.command_timeout_ms < 100 {
+            return invalid("agents.command_timeout_ms", "must be at least 100");
+        }
+        if !(1..=3650).contains(&self.agents.certificate_days) {
+            return invalid("agents.certificate_days", "must be between 1 and 3650");
+        }
+        if !self.grpc.advertise.is_empty() && !self.grpc.advertise.contains(':') {
+            return invalid(
+                "grpc.advertise",
+                "must be host:port, e.g. hub.example.com:50051",
+            );
+        }
+        Ok(())
+    }
+
+    /// The database URL actually used: the configured one, or SQLite in the data directory.
+    pub fn database_url(&self) -> String {
+        if self.database.url.is_empty() {
+            format!(
+                "sqlite://{}?mode=rwc",
+                self.data_dir.join("banhub.db").display()
+            )
+        } else {
+            self.database.url.clone()
+        }
+    }
+
+    /// The `host:port` agents dial.
+    pub fn grpc_advertise(&self, bound: SocketAddr) -> String {
+        if !self.grpc.advertise.is_empty() {
+            return self.grpc.advertise.clone();
+        }
+        if bound.ip().is_unspecified() {
+            let host = hostname::get()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "localhost".to_owned());
+            format!("{host}:{}", bound.port())
+        } else {
+            bound.to_string()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_config_start_uses_sqlite_in_the_data_dir() {
+        let config = Config::load(None, Figment::new()).expect("defaults are valid");
+        assert!(config.database_url().starts_with("sqlite://"));
+        assert!(config.database_url().contains("banhub-data"));
+        assert!(config.http.listen.ip().is_loopback());
+    }
+
+    #[test]
+    fn file_then_overrides_apply_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("banhub.toml");
+        std::fs::write(
+            &path,
+            "data_dir = \"/srv/banhub\"\n[http]\nlisten = \"127.0.0.1:9000\"\n",
+        )
+        .expect("write");
+        let overrides = Figment::from(Serialized::default("http.listen", "127.0.0.1:9100"));
+        let config = Config::load(Some(&path), overrides).expect("valid");
+        assert_eq!(config.data_dir, PathBuf::from("/srv/banhub"));
+        assert_eq!(config.http.listen.port(), 9100);
+    }
+
+    #[test]
+    fn bad_values_say_which_field() {
+        let overrides = Figment::from(Serialized::default("database.url", "mysql://x"));
+        let err = Config::load(None, overrides).expect_err("refused");
+        assert!(err.to_string().contains("database.url"), "{err}");
+        let unknown = Figment::from(Serialized::default("http.lisen", "x"));
+        assert!(Config::load(None, unknown).is_err());
+    }
+
+    #[test]
+    fn missing_file_is_reported() {
+        let err = Config::load(Some(Path::new("/nonexistent/banhub.toml")), Figment::new())
+            .expect_err("refused");
+        assert!(matches!(err, ConfigError::MissingFile { .. }));
+    }
+}

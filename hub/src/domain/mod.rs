@@ -1,0 +1,9 @@
+//! Domain types and rules that know nothing of HTTP, gRPC or SQL: identifiers and validated names.
+
+mod names;
+mod server;
+
+pub use names::{NameError, ServerName};
+pub use server::{
+    AgentFacts, AgentId, IdError, LabelError, Labels, NewServer, Server, ServerId, ServerStatus,
+};

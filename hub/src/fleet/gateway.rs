@@ -1,0 +1,279 @@
+//! `AgentGateway.Session`: one long-lived bidirectional stream per agent, over mutual TLS.
+//!
+//! Each session is one task whose `select!` lists every trigger: frames from the agent, commands to
+//! send, the heartbeat tick (which also notices a silent agent), and the stop signal (replacement,
+//! revocation, shutdown). The registry entry is removed on every exit path.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use banhub_proto::v1::agent_gateway_server::AgentGateway;
+use banhub_proto::v1::{
+    AgentFrame, CommandResult, Drain, Heartbeat, Hello, HubFrame, Welcome, agent_frame, hub_frame,
+};
+use futures::Stream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
+
+use super::Fleet;
+use super::sessions::{Registration, SessionInfo};
+use crate::domain::{AgentFacts, AgentId, Server};
+use crate::pki::agent_from_cert;
+
+/// How long an agent may take to send its hello after the stream opens.
+const HELLO_DEADLINE: Duration = Duration::from_secs(10);
+/// How often a live session refreshes the server's "last seen" time in the store.
+const SEEN_WRITE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// The tonic service; a thin shell around [`Fleet`].
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    pub(super) fleet: Fleet,
+}
+
+type FrameStream = Pin<Box<dyn Stream<Item = Result<HubFrame, Status>> + Send>>;
+
+/// The agent behind a request, from its verified client certificate alone.
+pub(super) fn peer_agent<T>(request: &Request<T>) -> Result<(AgentId, String), Status> {
+    let certs = request.peer_certs().ok_or_else(|| {
+        Status::unauthenticated(
+            "a client certificate is required; enroll this agent with `banhub-agent enroll <token>`",
+        )
+    })?;
+    let leaf = certs
+        .first()
+        .ok_or_else(|| Status::unauthenticated("no client certificate was presented"))?;
+    agent_from_cert(leaf).map_err(Status::unauthenticated)
+}
+
+#[tonic::async_trait]
+impl AgentGateway for Gateway {
+    type SessionStream = FrameStream;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<AgentFrame>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        let (agent, serial) = peer_agent(&request)?;
+        let address = request
+            .remote_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let fleet = &self.fleet;
+        let store = fleet.store();
+        if !store
+            .cert_is_current(agent, &serial)
+            .await
+            .map_err(internal)?
+        {
+            return Err(Status::permission_denied(
+                "this agent's certificate was revoked or replaced; enroll the agent again",
+            ));
+        }
+        let server = store
+            .server_of_agent(agent)
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| {
+                Status::permission_denied(
+                    "this agent no longer belongs to a server on this hub; enroll it again",
+                )
+            })?;
+        let mut inbound = request.into_inner();
+        let hello = read_hello(&mut inbound).await?;
+        let facts = AgentFacts {
+            agent_version: clip(&hello.agent_version, 64),
+            fail2ban_version: clip(&hello.fail2ban_version, 64),
+            hostname: clip(&hello.hostname, 255),
+            address,
+        };
+        store
+            .mark_seen(server.id, Some(&facts))
+            .await
+            .map_err(internal)?;
+        let info = SessionInfo {
+            agent_id: agent,
+            connected_at: chrono::Utc::now(),
+            agent_version: facts.agent_version.clone(),
+            fail2ban_version: facts.fail2ban_version.clone(),
+            hostname: facts.hostname.clone(),
+            address: facts.address.clone(),
+            capabilities: hello
+                .capabilities
+                .iter()
+                .take(64)
+                .map(|c| clip(c, 64))
+                .collect(),
+        };
+        let registration = fleet.sessions().register(server.id, info);
+        let (out, out_rx) = mpsc::channel(64);
+        let welcome = HubFrame {
+            body: Some(hub_frame::Body::Welcome(Welcome {
+                protocol_version: banhub_proto::PROTOCOL_VERSION,
+                hub_version: env!("CARGO_PKG_VERSION").to_owned(),
+                server_id: server.id.to_string(),
+                server_name: server.name.to_string(),
+                heartbeat_interval_ms: fleet.heartbeat_interval_ms(),
+            })),
+        };
+        // The channel is empty, so this cannot wait.
+        let _ = out.try_send(Ok(welcome));
+        fleet.metrics().agent_sessions.inc();
+        fleet
+            .metrics()
+            .agents_connected
+            .set(gauge(fleet.sessions().count()));
+        let span = tracing::info_span!("agent", server_id = %server.id, server = %server.name, %agent, session = registration.session_id);
+        let task = SessionTask {
+            fleet: fleet.clone(),
+            server,
+            inbound,
+            out,
+            registration,
+        };
+        tokio::spawn(task.run().instrument(span));
+        Ok(Response::new(Box::pin(ReceiverStream::new(out_rx))))
+    }
+}
+
+fn gauge(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn internal(e: impl std::fmt::Display) -> Status {
+    tracing::error!(error = %e, "agent session failed on the hub side");
+    Status::internal("the hub could not complete this request; see the hub's log")
+}
+
+fn clip(text: &str, max: usize) -> String {
+    text.chars()
+        .filter(|c| !c.is_control())
+        .take(max)
+        .collect()
+}
+
+async fn read_hello(inbound: &mut Streaming<AgentFrame>) -> Result<Hello, Status> {
+    let first = tokio::time::timeout(HELLO_DEADLINE, inbound.message())
+        .await
+        .map_err(|_| Status::deadline_exceeded("no hello from the agent in time"))??;
+    match first.and_then(|f| f.body) {
+        Some(agent_frame::Body::Hello(hello)) => {
+            if hello.protocol_version != banhub_proto::PROTOCOL_VERSION {
+                return Err(Status::failed_precondition(format!(
+                    "this hub speaks protocol version {}, the agent {}; upgrade the older side",
+                    banhub_proto::PROTOCOL_VERSION,
+                    hello.protocol_version
+                )));
+            }
+            Ok(hello)
+        }
+        _ => Err(Status::invalid_argument(
+            "the first frame of a session must be hello",
+        )),
+    }
+}
+
+struct SessionTask {
+    fleet: Fleet,
+    server: Server,
+    inbound: Streaming<AgentFrame>,
+    out: mpsc::Sender<Result<HubFrame, Status>>,
+    registration: Registration,
+}
+
+impl SessionTask {
+    async fn run(mut self) {
+        tracing::info!("agent connected");
+        let end = self.serve().await;
+        let sessions = self.fleet.sessions();
+        sessions.unregister(self.server.id, self.registration.session_id);
+        self.fleet
+            .metrics()
+            .agents_connected
+            .set(gauge(sessions.count()));
+        if let Err(e) = self.fleet.store().mark_seen(self.server.id, None).await {
+            tracing::warn!(error = %e, "could not record when the agent was last seen");
+        }
+        tracing::info!(reason = %end, "agent session ended");
+    }
+
+    /// Runs the session until it ends; returns why.
+    async fn serve(&mut self) -> String {
+        let interval = Duration::from_millis(u64::from(self.fleet.heartbeat_interval_ms()));
+        let silence_limit = interval * 3;
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_heard = Instant::now();
+        let mut last_written = Instant::now();
+        let mut heartbeat_seq = 0u64;
+        let mut pending: HashMap<String, oneshot::Sender<CommandResult>> = HashMap::new();
+        loop {
+            tokio::select! {
+                biased;
+                () = self.registration.stop.cancelled() => {
+                    let drain = self.registration.drain_reason();
+                    let frame = hub_frame::Body::Drain(Drain { reason: drain.reason.clone(), reconnect: drain.reconnect });
+                    // Best effort: the agent may already be gone.
+                    let _ = tokio::time::timeout(Duration::from_secs(1), self.send(frame)).await;
+                    return drain.reason;
+                }
+                message = self.inbound.message() => match message {
+                    Ok(Some(frame)) => {
+                        last_heard = Instant::now();
+                        match frame.body {
+                            Some(agent_frame::Body::Heartbeat(_)) => {}
+                            Some(agent_frame::Body::Result(result)) => {
+                                match pending.remove(&result.id) {
+                                    Some(reply) => { let _ = reply.send(result); }
+                                    None => tracing::debug!(command = %result.id, "result for a command nobody waits for"),
+                                }
+                            }
+                            Some(agent_frame::Body::Hello(_)) => return "protocol error: a second hello".to_owned(),
+                            None => return "protocol error: an empty frame".to_owned(),
+                        }
+                    }
+                    Ok(None) => return "the agent closed the session".to_owned(),
+                    Err(status) => return format!("the stream failed: {}", status.message()),
+                },
+                Some(outgoing) = self.registration.commands.recv() => {
+                    let id = outgoing.command.id.clone();
+                    pending.insert(id, outgoing.reply);
+                    if !self.send(hub_frame::Body::Command(outgoing.command)).await {
+                        return "the agent stopped reading".to_owned();
+                    }
+                }
+                _ = ticker.tick() => {
+                    if last_heard.elapsed() > silence_limit {
+                        return format!("the agent was silent for more than {silence_limit:?}");
+                    }
+                    // Results that will never come must not pile up.
+                    pending.retain(|_, reply| !reply.is_closed());
+                    heartbeat_seq += 1;
+                    let beat = Heartbeat { seq: heartbeat_seq, sent_at_unix_ms: chrono::Utc::now().timestamp_millis() };
+                    if !self.send(hub_frame::Body::Heartbeat(beat)).await {
+                        return "the agent stopped reading".to_owned();
+                    }
+                    if last_written.elapsed() >= SEEN_WRITE_INTERVAL {
+                        last_written = Instant::now();
+                        if let Err(e) = self.fleet.store().mark_seen(self.server.id, None).await {
+                            tracing::warn!(error = %e, "could not record when the agent was last seen");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Queues a frame for the agent; false when the agent is gone or has not read for too long.
+    async fn send(&self, body: hub_frame::Body) -> bool {
+        let limit = Duration::from_millis(u64::from(self.fleet.heartbeat_interval_ms()) * 3);
+        let frame = HubFrame { body: Some(body) };
+        matches!(
+            tokio::time::timeout(limit, self.out.send(Ok(frame))).await,
+            Ok(Ok(()))
+        )
+    }
+}

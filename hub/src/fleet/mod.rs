@@ -1,0 +1,397 @@
+//! The fleet: servers and their agents. Owns the gRPC services agents talk to (enrollment and the
+//! session), the registry of live sessions, command dispatch, and the server lifecycle (create with an
+//! enrollment token, revoke on delete). This is the only module that names protocol types.
+
+mod enrollment;
+mod gateway;
+mod listener;
+mod sessions;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use banhub_proto::token::EnrollmentToken;
+use banhub_proto::v1::agent_gateway_server::AgentGatewayServer;
+use banhub_proto::v1::enrollment_server::EnrollmentServer;
+use banhub_proto::v1::{Command, ErrorCode, Ping, command, command_result};
+use chrono::{DateTime, Utc};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::AgentsConfig;
+use crate::domain::{NewServer, Server, ServerId, ServerStatus};
+use crate::metrics::{CommandLabels, Metrics};
+use crate::pki::{Ca, RevocationList, random_secret};
+use crate::store::{Store, StoreError};
+
+pub use sessions::{DrainReason, SessionInfo};
+use sessions::{SendError, Sessions};
+
+/// A server with what the fleet knows about its agent right now.
+#[derive(Debug, Clone)]
+pub struct ServerView {
+    pub server: Server,
+    pub status: ServerStatus,
+    pub session: Option<SessionInfo>,
+}
+
+/// A freshly issued enrollment token; the only time its secret exists outside the agent.
+#[derive(Debug, Clone)]
+pub struct IssuedToken {
+    pub token: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// The answer to a connection test.
+#[derive(Debug, Clone)]
+pub struct PingReport {
+    /// Hub → agent → fail2ban → back.
+    pub round_trip: Duration,
+    /// The part spent waiting for fail2ban, as the agent measured it.
+    pub fail2ban_latency: Duration,
+    pub agent_version: String,
+    pub fail2ban_version: String,
+}
+
+/// What an agent said went wrong with a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentErrorKind {
+    InvalidArgument,
+    Expired,
+    Fail2banUnavailable,
+    Fail2banError,
+    Unsupported,
+    Internal,
+}
+
+/// Why a fleet operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error("no server with this id")]
+    UnknownServer,
+    #[error("no agent has enrolled for this server yet; run the enroll command on the host")]
+    NotEnrolled,
+    #[error("the server's agent is offline")]
+    Offline,
+    #[error("the agent did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the agent's session ended before it answered")]
+    SessionEnded,
+    #[error("{message}")]
+    Agent {
+        kind: AgentErrorKind,
+        message: String,
+    },
+    #[error("the agent sent an answer that makes no sense: {0}")]
+    Protocol(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<SendError> for FleetError {
+    fn from(e: SendError) -> Self {
+        match e {
+            SendError::Offline => Self::Offline,
+            SendError::Timeout(after) => Self::Timeout(after),
+            SendError::SessionEnded => Self::SessionEnded,
+        }
+    }
+}
+
+struct Inner {
+    store: Store,
+    ca: Ca,
+    revocations: RevocationList,
+    sessions: Sessions,
+    metrics: Metrics,
+    agents: AgentsConfig,
+    token_ttl: Duration,
+    /// `host:port` written into enrollment tokens.
+    advertise: String,
+}
+
+/// The fleet; cheap to clone.
+#[derive(Clone)]
+pub struct Fleet(Arc<Inner>);
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("advertise", &self.0.advertise)
+            .field("sessions", &self.0.sessions.count())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Fleet::new`] needs.
+#[derive(Debug)]
+pub struct FleetParts {
+    pub store: Store,
+    pub ca: Ca,
+    pub revocations: RevocationList,
+    pub metrics: Metrics,
+    pub agents: AgentsConfig,
+    pub token_ttl: Duration,
+    pub advertise: String,
+    pub shutdown: CancellationToken,
+}
+
+impl Fleet {
+    pub fn new(parts: FleetParts) -> Self {
+        Self(Arc::new(Inner {
+            store: parts.store,
+            ca: parts.ca,
+            revocations: parts.revocations,
+            sessions: Sessions::new(parts.shutdown),
+            metrics: parts.metrics,
+            agents: parts.agents,
+            token_ttl: parts.token_ttl,
+            advertise: parts.advertise,
+        }))
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.0.store
+    }
+
+    fn ca(&self) -> &Ca {
+        &self.0.ca
+    }
+
+    fn revocations(&self) -> &RevocationList {
+        &self.0.revocations
+    }
+
+    fn sessions(&self) -> &Sessions {
+        &self.0.sessions
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.0.metrics
+    }
+
+    fn heartbeat_interval_ms(&self) -> u32 {
+        self.0.agents.heartbeat_interval_ms
+    }
+
+    fn certificate_days(&self) -> u32 {
+        self.0.agents.certificate_days
+    }
+
+    /// The `host:port` agents are told to dial.
+    pub fn advertise(&self) -> &str {
+        &self.0.advertise
+    }
+
+    /// Number of agents with a live session.
+    pub fn online_count(&self) -> usize {
+        self.0.sessions.count()
+    }
+
+    /// Serves enrollment and agent sessions on `listener` until `shutdown`.
+    pub async fn serve_grpc(
+        &self,
+        listener: TcpListener,
+        tls: rustls::ServerConfig,
+        shutdown: CancellationToken,
+    ) -> Result<(), tonic::transport::Error> {
+        let incoming = listener::tls_incoming(listener, Arc::new(tls), shutdown.clone());
+        tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .add_service(EnrollmentServer::new(enrollment::EnrollmentService {
+                fleet: self.clone(),
+            }))
+            .add_service(AgentGatewayServer::new(gateway::Gateway {
+                fleet: self.clone(),
+            }))
+            .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
+            .await
+    }
+
+    /// Registers a server and issues its first enrollment token.
+    pub async fn create_server(
+        &self,
+        new: NewServer,
+    ) -> Result<(ServerView, IssuedToken), FleetError> {
+        let server = self.0.store.create_server(new).await?;
+        let token = self.issue_token(server.id).await?;
+        tracing::info!(server_id = %server.id, server = %server.name, "server created");
+        Ok((self.view(server), token))
+    }
+
+    /// Issues a new one-time enrollment token for an existing server (e.g. after rebuilding its host).
+    pub async fn issue_token(&self, server: ServerId) -> Result<IssuedToken, FleetError> {
+        if self.0.store.get_server(server).await?.is_none() {
+            return Err(FleetError::UnknownServer);
+        }
+        let token_id = uuid::Uuid::now_v7().to_string();
+        let secret = random_secret();
+        let ttl = chrono::Duration::from_std(self.0.token_ttl).unwrap_or(chrono::Duration::days(1));
+        let expires_at = Utc::now() + ttl;
+        self.0
+            .store
+            .create_enrollment_token(server, &token_id, &secret, expires_at)
+            .await?;
+        let token = EnrollmentToken {
+            hub_address: self.0.advertise.clone(),
+            ca_fingerprint: self.0.ca.fingerprint().to_owned(),
+            token_id,
+            secret,
+        };
+        Ok(IssuedToken {
+            token: token.encode(),
+            expires_at,
+        })
+    }
+
+    /// Every server with its live status.
+    pub async fn list(&self) -> Result<Vec<ServerView>, FleetError> {
+        let live = self.0.sessions.snapshot();
+        Ok(self
+            .0
+            .store
+            .list_servers()
+            .await?
+            .into_iter()
+            .map(|server| {
+                let session = live.get(&server.id).cloned();
+                Self::view_with(server, session)
+            })
+            .collect())
+    }
+
+    pub async fn get(&self, id: ServerId) -> Result<ServerView, FleetError> {
+        let server = self
+            .0
+            .store
+            .get_server(id)
+            .await?
+            .ok_or(FleetError::UnknownServer)?;
+        Ok(self.view(server))
+    }
+
+    fn view(&self, server: Server) -> ServerView {
+        let session = self.0.sessions.info(server.id);
+        Self::view_with(server, session)
+    }
+
+    fn view_with(server: Server, session: Option<SessionInfo>) -> ServerView {
+        let status = if session.is_some() {
+            ServerStatus::Online
+        } else if server.agent_id.is_none() {
+            ServerStatus::Pending
+        } else {
+            ServerStatus::Offline
+        };
+        ServerView {
+            server,
+            status,
+            session,
+        }
+    }
+
+    /// Deletes a server: its certificates are revoked (refused at the next handshake) and its live
+    /// session is cut now.
+    pub async fn delete_server(&self, id: ServerId) -> Result<(), FleetError> {
+        let revoked = self
+            .0
+            .store
+            .delete_server(id)
+            .await?
+            .ok_or(FleetError::UnknownServer)?;
+        for serial in &revoked {
+            self.0.revocations.revoke(serial);
+        }
+        self.0.sessions.disconnect(
+            id,
+            DrainReason {
+                reason: "this server was removed from the hub".to_owned(),
+                reconnect: false,
+            },
+        );
+        tracing::info!(server_id = %id, certificates = revoked.len(), "server deleted and its agent revoked");
+        Ok(())
+    }
+
+    /// Round trip to the server's agent and on to fail2ban's `ping`.
+    pub async fn ping(&self, id: ServerId, requested_by: &str) -> Result<PingReport, FleetError> {
+        let view = self.get(id).await?;
+        if view.status == ServerStatus::Pending {
+            return Err(FleetError::NotEnrolled);
+        }
+        let started = Instant::now();
+        let outcome = self
+            .call(id, command::Kind::Ping(Ping {}), "ping", requested_by)
+            .await?;
+        let round_trip = started.elapsed();
+        match outcome {
+            command_result::Outcome::Pong(pong) => Ok(PingReport {
+                round_trip,
+                fail2ban_latency: Duration::from_micros(pong.fail2ban_latency_us),
+                agent_version: pong.agent_version,
+                fail2ban_version: pong.fail2ban_version,
+            }),
+            other => Err(FleetError::Protocol(format!(
+                "expected a pong, got {other:?}"
+            ))),
+        }
+    }
+
+    /// Sends one command to the server's agent and returns its successful outcome.
+    async fn call(
+        &self,
+        id: ServerId,
+        kind: command::Kind,
+        label: &'static str,
+        requested_by: &str,
+    ) -> Result<command_result::Outcome, FleetError> {
+        let timeout = Duration::from_millis(self.0.agents.command_timeout_ms);
+        let deadline = Utc::now() + chrono::Duration::from_std(timeout).unwrap_or_default();
+        let command = Command {
+            id: uuid::Uuid::now_v7().to_string(),
+            deadline_unix_ms: deadline.timestamp_millis(),
+            requested_by: requested_by.to_owned(),
+            kind: Some(kind),
+        };
+        let result = self.0.sessions.call(id, command, timeout).await;
+        let outcome = match result {
+            Ok(result) => match result.outcome {
+                Some(command_result::Outcome::Error(e)) => Err(FleetError::Agent {
+                    kind: error_kind(e.code()),
+                    message: e.message,
+                }),
+                Some(outcome) => Ok(outcome),
+                None => Err(FleetError::Protocol("a result without an outcome".to_owned())),
+            },
+            Err(e) => Err(e.into()),
+        };
+        let outcome_label = match &outcome {
+            Ok(_) => "ok",
+            Err(FleetError::Offline) => "offline",
+            Err(FleetError::Timeout(_)) => "timeout",
+            Err(FleetError::Agent { .. }) => "refused",
+            Err(_) => "failed",
+        };
+        self.0
+            .metrics
+            .commands
+            .get_or_create(&CommandLabels {
+                kind: label,
+                outcome: outcome_label,
+            })
+            .inc();
+        outcome
+    }
+}
+
+fn error_kind(code: ErrorCode) -> AgentErrorKind {
+    match code {
+        ErrorCode::InvalidArgument => AgentErrorKind::InvalidArgument,
+        ErrorCode::Expired => AgentErrorKind::Expired,
+        ErrorCode::Fail2banUnavailable => AgentErrorKind::Fail2banUnavailable,
+        ErrorCode::Fail2banError => AgentErrorKind::Fail2banError,
+        ErrorCode::Unsupported => AgentErrorKind::Unsupported,
+        ErrorCode::Unspecified | ErrorCode::Internal => AgentErrorKind::Internal,
+    }
+}

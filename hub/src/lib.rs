@@ -1,0 +1,10 @@
+//! banhub hub: the REST API and web UI, the agent gateway, the store, and the internal CA.
+
+pub mod api;
+pub mod app;
+pub mod config;
+pub mod domain;
+pub mod fleet;
+pub mod metrics;
+pub mod pki;
+pub mod store;

@@ -1,0 +1,65 @@
+//! Prometheus metrics the hub exposes at `/metrics`: what operators graph about the fleet and the API.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CommandLabels {
+    pub kind: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub method: String,
+    pub status: u16,
+}
+
+/// Every metric of the hub; cheap to clone (each metric is an `Arc` inside).
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    pub agents_connected: Gauge,
+    pub agent_sessions: Counter,
+    pub enrollments: Counter,
+    pub commands: Family<CommandLabels, Counter>,
+    pub http_requests: Family<HttpLabels, Counter>,
+}
+
+impl Metrics {
+    /// Renders every metric in the Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut registry = Registry::with_prefix("banhub");
+        registry.register(
+            "agents_connected",
+            "Agents holding a live session with this hub",
+            self.agents_connected.clone(),
+        );
+        registry.register(
+            "agent_sessions",
+            "Agent sessions accepted since start",
+            self.agent_sessions.clone(),
+        );
+        registry.register(
+            "enrollments",
+            "Agents enrolled since start",
+            self.enrollments.clone(),
+        );
+        registry.register(
+            "commands",
+            "Commands sent to agents, by kind and outcome",
+            self.commands.clone(),
+        );
+        registry.register(
+            "http_requests",
+            "HTTP requests answered, by method and status",
+            self.http_requests.clone(),
+        );
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        out
+    }
+}

@@ -1,0 +1,6 @@
+//! sea-orm entities. Times are Unix milliseconds (`i64`) and ids are text, so SQLite and PostgreSQL
+//! store and compare them the same way.
+
+pub mod agent_cert;
+pub mod enrollment_token;
+pub mod server;

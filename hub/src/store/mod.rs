@@ -1,0 +1,397 @@
+//! The store: the only module that names sea-orm. Repository functions take and return domain types.
+//!
+//! SQLite (one WAL file in the data directory) is the embedded default; PostgreSQL is used when a
+//! `postgres://` URL is configured. The same migrations serve both.
+
+mod entities;
+mod migration;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectOptions, ConnectionTrait, Database, DatabaseConnection,
+    DbBackend, EntityTrait, QueryFilter, QueryOrder, Set, Statement, TransactionTrait,
+};
+use sea_orm_migration::MigratorTrait;
+use subtle::ConstantTimeEq;
+
+use crate::domain::{
+    AgentFacts, AgentId, Labels, NewServer, Server, ServerId, ServerName,
+};
+use crate::pki::{SignedAgentCert, sha256_hex};
+use entities::{agent_cert, enrollment_token, server};
+
+/// A store failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Db(#[from] sea_orm::DbErr),
+    #[error("a server named {0:?} already exists")]
+    NameTaken(String),
+    #[error("stored data is inconsistent: {0}")]
+    Corrupt(String),
+}
+
+/// Why an enrollment token was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TokenRefusal {
+    #[error("the enrollment token is unknown or its secret does not match")]
+    Invalid,
+    #[error("the enrollment token has already been used; create a new one on the hub")]
+    Used,
+    #[error("the enrollment token has expired; create a new one on the hub")]
+    Expired,
+}
+
+/// Outcome of an enrollment attempt.
+#[derive(Debug)]
+pub enum EnrollOutcome<E> {
+    Enrolled(Box<Server>, SignedAgentCert, AgentId),
+    Refused(TokenRefusal),
+    SignFailed(E),
+}
+
+/// A handle on the database; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Store {
+    db: DatabaseConnection,
+}
+
+fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+fn to_time(ms: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms).unwrap_or_default()
+}
+
+impl Store {
+    /// Connects and brings the schema up to date.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        let mut options = ConnectOptions::new(url.to_owned());
+        options
+            .max_connections(max_connections)
+            .min_connections(1)
+            .connect_timeout(Duration::from_secs(10))
+            .sqlx_logging(false);
+        let db = Database::connect(options).await?;
+        if db.get_database_backend() == DbBackend::Sqlite {
+            for pragma in [
+                "PRAGMA journal_mode=WAL",
+                "PRAGMA synchronous=NORMAL",
+                "PRAGMA busy_timeout=5000",
+                "PRAGMA foreign_keys=ON",
+            ] {
+                db.execute_raw(Statement::from_string(DbBackend::Sqlite, pragma))
+                    .await?;
+            }
+        }
+        migration::Migrator::up(&db, None).await?;
+        Ok(Self { db })
+    }
+
+    /// `sqlite` or `postgres`.
+    pub fn backend_name(&self) -> &'static str {
+        match self.db.get_database_backend() {
+            DbBackend::Postgres => "postgres",
+            DbBackend::Sqlite => "sqlite",
+            _ => "other",
+        }
+    }
+
+    /// Checks the database answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.db.ping().await.map_err(StoreError::from)
+    }
+
+    pub async fn create_server(&self, new: NewServer) -> Result<Server, StoreError> {
+        let id = ServerId::new();
+        let model = server::ActiveModel {
+            id: Set(id.to_string()),
+            name: Set(new.name.as_str().to_owned()),
+            description: Set(new.description),
+            labels: Set(serde_json::to_string(new.labels.as_map())
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?),
+            created_at: Set(now_ms()),
+            agent_id: Set(None),
+            enrolled_at: Set(None),
+            last_seen_at: Set(None),
+            agent_version: Set(None),
+            fail2ban_version: Set(None),
+            hostname: Set(None),
+            last_address: Set(None),
+        };
+        if server::Entity::find()
+            .filter(server::Column::Name.eq(new.name.as_str()))
+            .one(&self.db)
+            .await?
+            .is_some()
+        {
+            return Err(StoreError::NameTaken(new.name.to_string()));
+        }
+        match model.insert(&self.db).await {
+            Ok(row) => to_server(row),
+            // A concurrent insert of the same name loses on the unique index.
+            Err(e) if is_unique_violation(&e) => Err(StoreError::NameTaken(new.name.to_string())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub async fn list_servers(&self) -> Result<Vec<Server>, StoreError> {
+        server::Entity::find()
+            .order_by_asc(server::Column::Name)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(to_server)
+            .collect()
+    }
+
+    pub async fn get_server(&self, id: ServerId) -> Result<Option<Server>, StoreError> {
+        server::Entity::find_by_id(id.to_string())
+            .one(&self.db)
+            .await?
+            .map(to_server)
+            .transpose()
+    }
+
+    /// The server whose current agent is `agent`, if any.
+    pub async fn server_of_agent(&self, agent: AgentId) -> Result<Option<Server>, StoreError> {
+        server::Entity::find()
+            .filter(server::Column::AgentId.eq(agent.to_string()))
+            .one(&self.db)
+            .await?
+            .map(to_server)
+            .transpose()
+    }
+
+    /// Deletes a server with its tokens and revokes every certificate issued for it. Returns the
+    /// revoked serials, or `None` if there was no such server.
+    pub async fn delete_server(&self, id: ServerId) -> Result<Option<Vec<String>>, StoreError> {
+        let txn = self.db.begin().await?;
+        let Some(row) = server::Entity::find_by_id(id.to_string()).one(&txn).await? else {
+            return Ok(None);
+        };
+        let now = now_ms();
+        agent_cert::Entity::update_many()
+            .col_expr(agent_cert::Column::RevokedAt, Expr::value(now))
+            .filter(agent_cert::Column::ServerId.eq(row.id.clone()))
+            .filter(agent_cert::Column::RevokedAt.is_null())
+            .exec(&txn)
+            .await?;
+        let serials = agent_cert::Entity::find()
+            .filter(agent_cert::Column::ServerId.eq(row.id.clone()))
+            .all(&txn)
+            .await?
+            .into_iter()
+            .map(|c| c.serial)
+            .collect();
+        enrollment_token::Entity::delete_many()
+            .filter(enrollment_token::Column::ServerId.eq(row.id.clone()))
+            .exec(&txn)
+            .await?;
+        server::Entity::delete_by_id(row.id).exec(&txn).await?;
+        txn.commit().await?;
+        Ok(Some(serials))
+    }
+
+    /// Stores a new enrollment token for `server` with the hash of its secret.
+    pub async fn create_enrollment_token(
+        &self,
+        server: ServerId,
+        token_id: &str,
+        secret: &str,
+        expires_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        enrollment_token::ActiveModel {
+            id: Set(token_id.to_owned()),
+            server_id: Set(server.to_string()),
+            secret_hash: Set(sha256_hex(secret.as_bytes())),
+            created_at: Set(now_ms()),
+            expires_at: Set(expires_at.timestamp_millis()),
+            used_at: Set(None),
+        }
+        .insert(&self.db)
+        .await?;
+        Ok(())
+    }
+
+    /// Redeems a token and records the agent it enrolls, in one transaction: the token is marked used,
+    /// `sign` issues the certificate, the server points at the new agent, and older certificates of the
+    /// server are revoked (returned in the outcome through the revocation list the caller keeps).
+    pub async fn enroll<E>(
+        &self,
+        token_id: &str,
+        secret: &str,
+        facts: &AgentFacts,
+        sign: impl FnOnce(&Server, AgentId) -> Result<SignedAgentCert, E>,
+    ) -> Result<(EnrollOutcome<E>, Vec<String>), StoreError> {
+        let txn = self.db.begin().await?;
+        let token = enrollment_token::Entity::find_by_id(token_id.to_owned())
+            .one(&txn)
+            .await?;
+        let Some(token) = token else {
+            return Ok((EnrollOutcome::Refused(TokenRefusal::Invalid), Vec::new()));
+        };
+        let presented = sha256_hex(secret.as_bytes());
+        if !bool::from(presented.as_bytes().ct_eq(token.secret_hash.as_bytes())) {
+            return Ok((EnrollOutcome::Refused(TokenRefusal::Invalid), Vec::new()));
+        }
+        if token.used_at.is_some() {
+            return Ok((EnrollOutcome::Refused(TokenRefusal::Used), Vec::new()));
+        }
+        let now = now_ms();
+        if token.expires_at <= now {
+            return Ok((EnrollOutcome::Refused(TokenRefusal::Expired), Vec::new()));
+        }
+        // Claim the token; a concurrent redemption of the same token updates zero rows.
+        let claimed = enrollment_token::Entity::update_many()
+            .col_expr(enrollment_token::Column::UsedAt, Expr::value(now))
+            .filter(enrollment_token::Column::Id.eq(token.id.clone()))
+            .filter(enrollment_token::Column::UsedAt.is_null())
+            .exec(&txn)
+            .await?;
+        if claimed.rows_affected != 1 {
+            return Ok((EnrollOutcome::Refused(TokenRefusal::Used), Vec::new()));
+        }
+        let Some(server_row) = server::Entity::find_by_id(token.server_id.clone())
+            .one(&txn)
+            .await?
+        else {
+            return Ok((EnrollOutcome::Refused(TokenRefusal::Invalid), Vec::new()));
+        };
+        let server = to_server(server_row.clone())?;
+        let agent = AgentId::new();
+        let cert = match sign(&server, agent) {
+            Ok(cert) => cert,
+            Err(e) => return Ok((EnrollOutcome::SignFailed(e), Vec::new())),
+        };
+        // Older certificates of this server stop working: one agent per server.
+        let old: Vec<String> = agent_cert::Entity::find()
+            .filter(agent_cert::Column::ServerId.eq(server_row.id.clone()))
+            .filter(agent_cert::Column::RevokedAt.is_null())
+            .all(&txn)
+            .await?
+            .into_iter()
+            .map(|c| c.serial)
+            .collect();
+        agent_cert::Entity::update_many()
+            .col_expr(agent_cert::Column::RevokedAt, Expr::value(now))
+            .filter(agent_cert::Column::ServerId.eq(server_row.id.clone()))
+            .filter(agent_cert::Column::RevokedAt.is_null())
+            .exec(&txn)
+            .await?;
+        agent_cert::ActiveModel {
+            serial: Set(cert.serial.clone()),
+            agent_id: Set(agent.to_string()),
+            server_id: Set(server_row.id.clone()),
+            fingerprint: Set(cert.fingerprint.clone()),
+            issued_at: Set(now),
+            not_after: Set(cert.not_after.timestamp_millis()),
+            revoked_at: Set(None),
+        }
+        .insert(&txn)
+        .await?;
+        let mut active: server::ActiveModel = server_row.into();
+        active.agent_id = Set(Some(agent.to_string()));
+        active.enrolled_at = Set(Some(now));
+        active.agent_version = Set(non_empty(&facts.agent_version));
+        active.hostname = Set(non_empty(&facts.hostname));
+        active.last_address = Set(non_empty(&facts.address));
+        let updated = active.update(&txn).await?;
+        txn.commit().await?;
+        Ok((
+            EnrollOutcome::Enrolled(Box::new(to_server(updated)?), cert, agent),
+            old,
+        ))
+    }
+
+    /// Serials of every revoked certificate, for the handshake's revocation list.
+    pub async fn revoked_serials(&self) -> Result<Vec<String>, StoreError> {
+        Ok(agent_cert::Entity::find()
+            .filter(agent_cert::Column::RevokedAt.is_not_null())
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(|c| c.serial)
+            .collect())
+    }
+
+    /// Whether `serial` was issued to `agent` and is still valid.
+    pub async fn cert_is_current(&self, agent: AgentId, serial: &str) -> Result<bool, StoreError> {
+        Ok(agent_cert::Entity::find_by_id(serial.to_owned())
+            .one(&self.db)
+            .await?
+            .is_some_and(|c| c.agent_id == agent.to_string() && c.revoked_at.is_none()))
+    }
+
+    /// Records that the server's agent is alive, with what it reported.
+    pub async fn mark_seen(
+        &self,
+        id: ServerId,
+        facts: Option<&AgentFacts>,
+    ) -> Result<(), StoreError> {
+        let mut update = server::Entity::update_many()
+            .col_expr(server::Column::LastSeenAt, Expr::value(now_ms()))
+            .filter(server::Column::Id.eq(id.to_string()));
+        if let Some(facts) = facts {
+            update = update
+                .col_expr(
+                    server::Column::AgentVersion,
+                    Expr::value(non_empty(&facts.agent_version)),
+                )
+                .col_expr(
+                    server::Column::Fail2banVersion,
+                    Expr::value(non_empty(&facts.fail2ban_version)),
+                )
+                .col_expr(
+                    server::Column::Hostname,
+                    Expr::value(non_empty(&facts.hostname)),
+                )
+                .col_expr(
+                    server::Column::LastAddress,
+                    Expr::value(non_empty(&facts.address)),
+                );
+        }
+        update.exec(&self.db).await?;
+        Ok(())
+    }
+}
+
+fn non_empty(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_owned())
+}
+
+fn is_unique_violation(e: &sea_orm::DbErr) -> bool {
+    matches!(
+        e.sql_err(),
+        Some(sea_orm::SqlErr::UniqueConstraintViolation(_))
+    )
+}
+
+fn to_server(row: server::Model) -> Result<Server, StoreError> {
+    let corrupt = |what: &str| StoreError::Corrupt(format!("server {}: {what}", row.id));
+    let labels: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(&row.labels).map_err(|_| corrupt("labels"))?;
+    Ok(Server {
+        id: ServerId::parse(&row.id).map_err(|_| corrupt("id"))?,
+        name: ServerName::parse(&row.name).map_err(|_| corrupt("name"))?,
+        description: row.description.clone(),
+        labels: Labels::parse(labels).map_err(|_| corrupt("labels"))?,
+        created_at: to_time(row.created_at),
+        agent_id: row
+            .agent_id
+            .as_deref()
+            .map(AgentId::parse)
+            .transpose()
+            .map_err(|_| corrupt("agent id"))?,
+        enrolled_at: row.enrolled_at.map(to_time),
+        last_seen_at: row.last_seen_at.map(to_time),
+        agent_version: row.agent_version,
+        fail2ban_version: row.fail2ban_version,
+        hostname: row.hostname,
+        last_address: row.last_address,
+    })
+}
