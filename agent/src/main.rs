@@ -1,0 +1,248 @@
+//! `banhub-agent`: parses the command line, loads the settings, starts logging and calls the library.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use banhub_agent::enroll::{self, EnrollOptions};
+use banhub_agent::link::{self, LinkExit};
+use banhub_agent::settings::{LogFormat, Settings};
+use clap::{Args, Parser, Subcommand};
+use figment::Figment;
+use figment::providers::Serialized;
+use tokio_util::sync::CancellationToken;
+
+/// Success.
+const EXIT_OK: u8 = 0;
+/// A failure at run time: the hub refused the enrollment, the state directory is unusable, …
+const EXIT_FAILURE: u8 = 1;
+/// Bad usage or configuration (clap uses it too).
+const EXIT_USAGE: u8 = 2;
+/// The hub removed this server: the session was drained without reconnect.
+const EXIT_REMOVED: u8 = 3;
+
+const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0  success, or stopped by SIGINT/SIGTERM
+  1  failure (e.g. the hub refused the enrollment token, the state directory is unusable,
+     the agent is not enrolled)
+  2  bad command line or configuration
+  3  the hub removed this server (its session was drained without reconnect); re-enroll with
+     `banhub-agent enroll --force <TOKEN>` to bring the host back
+
+Every setting is also a config file key and a BANHUB_AGENT_… variable, with `__` between levels,
+e.g. BANHUB_AGENT_FAIL2BAN__SOCKET or BANHUB_AGENT_LINK__BACKOFF_MAX_MS. Precedence: defaults,
+then the config file, then variables, then flags. RUST_LOG overrides log.filter.";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "banhub-agent",
+    version,
+    about = "banhub agent: runs beside fail2ban, dials out to the banhub hub over mutual TLS and \
+             drives fail2ban for it",
+    after_help = EXIT_CODES_HELP
+)]
+struct Cli {
+    /// TOML configuration file. Its keys mirror the BANHUB_AGENT_… variables (e.g. `state_dir`,
+    /// `[fail2ban] socket`, `[link] backoff_max_ms`, `[log] format`).
+    #[arg(long, global = true, env = "BANHUB_AGENT_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// Log format on stderr [config: log.format].
+    #[arg(long, global = true, value_enum, value_name = "FORMAT")]
+    log_format: Option<LogFormat>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Enroll this host with a hub, once, using the one-time token the hub printed when the server
+    /// was added. Creates a key, has the hub sign it, and stores the key, certificate, hub CA and
+    /// identity.json in the state directory.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Enroll(EnrollArgs),
+    /// Keep the session to the hub open and run its commands until stopped (SIGINT/SIGTERM) or until
+    /// the hub removes this server.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+struct EnrollArgs {
+    /// The enrollment token (`bh1.…`). `-` reads it from standard input, which keeps it out of the
+    /// process list.
+    #[arg(value_name = "TOKEN")]
+    token: String,
+
+    /// Directory for the agent's key, certificate, hub CA and identity [config: state_dir; default:
+    /// /var/lib/banhub-agent].
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+
+    /// Replace an existing identity in the state directory (the old certificate stops being used).
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Directory holding the identity written by `enroll` [config: state_dir; default:
+    /// /var/lib/banhub-agent].
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+
+    /// fail2ban's control socket [config: fail2ban.socket; default: /var/run/fail2ban/fail2ban.sock].
+    #[arg(long, value_name = "PATH")]
+    fail2ban_socket: Option<PathBuf>,
+
+    /// fail2ban's configuration directory [config: fail2ban.config_dir; default: /etc/fail2ban].
+    #[arg(long, value_name = "DIR")]
+    fail2ban_config_dir: Option<PathBuf>,
+}
+
+impl Cli {
+    /// The command-line flags as the highest-precedence settings layer.
+    fn overrides(&self) -> Figment {
+        let mut figment = Figment::new();
+        let mut set = |key: &str, value: Option<String>| {
+            if let Some(value) = value {
+                figment = std::mem::take(&mut figment).merge(Serialized::default(key, value));
+            }
+        };
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        set(
+            "log.format",
+            self.log_format.map(|f| match f {
+                LogFormat::Text => "text".to_owned(),
+                LogFormat::Json => "json".to_owned(),
+            }),
+        );
+        match &self.command {
+            Command::Enroll(args) => set("state_dir", path(&args.state_dir)),
+            Command::Run(args) => {
+                set("state_dir", path(&args.state_dir));
+                set("fail2ban.socket", path(&args.fail2ban_socket));
+                set("fail2ban.config_dir", path(&args.fail2ban_config_dir));
+            }
+        }
+        figment
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let settings = match Settings::load(cli.config.as_deref(), cli.overrides()) {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    init_tracing(&settings);
+    banhub_agent::tls::install_crypto_provider();
+    match run(cli.command, &settings) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}
+
+fn run(command: Command, settings: &Settings) -> anyhow::Result<u8> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        match command {
+            Command::Enroll(args) => enroll_command(args, settings).await,
+            Command::Run(_) => run_command(settings).await,
+        }
+    })
+}
+
+async fn enroll_command(args: EnrollArgs, settings: &Settings) -> anyhow::Result<u8> {
+    let token = if args.token == "-" {
+        let mut token = String::new();
+        std::io::stdin()
+            .read_to_string(&mut token)
+            .context("cannot read the token from standard input")?;
+        token
+    } else {
+        args.token
+    };
+    let options = EnrollOptions {
+        state_dir: settings.state_dir.clone(),
+        force: args.force,
+        connect_timeout: Duration::from_millis(settings.link.connect_timeout_ms),
+        hostname: None,
+    };
+    match enroll::enroll(&token, &options).await {
+        Ok(enrolled) => {
+            println!(
+                "Enrolled as agent {} for server \"{}\" ({}); identity stored in {}.\n\
+                 Start the agent with: banhub-agent run --state-dir {}",
+                enrolled.identity.agent_id,
+                enrolled.identity.server_name,
+                enrolled.identity.server_id,
+                enrolled.state_dir.display(),
+                enrolled.state_dir.display(),
+            );
+            Ok(EXIT_OK)
+        }
+        Err(e) => {
+            // The library's message already says what to do; anyhow's chain would repeat it.
+            eprintln!("error: {e}");
+            Ok(EXIT_FAILURE)
+        }
+    }
+}
+
+async fn run_command(settings: &Settings) -> anyhow::Result<u8> {
+    let shutdown = CancellationToken::new();
+    spawn_signal_handler(shutdown.clone())?;
+    match link::run(settings, shutdown).await {
+        Ok(LinkExit::Shutdown) => Ok(EXIT_OK),
+        Ok(LinkExit::Removed { .. }) => Ok(EXIT_REMOVED),
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(EXIT_FAILURE)
+        }
+    }
+}
+
+/// Cancels `shutdown` on the first SIGINT or SIGTERM.
+fn spawn_signal_handler(shutdown: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    tokio::spawn(async move {
+        let name = tokio::select! {
+            _ = terminate.recv() => "SIGTERM",
+            _ = interrupt.recv() => "SIGINT",
+        };
+        tracing::info!(signal = name, "stopping");
+        shutdown.cancel();
+    });
+    Ok(())
+}
+
+fn init_tracing(settings: &Settings) {
+    use tracing_subscriber::EnvFilter;
+    // RUST_LOG wins when it is set and valid; the settings were validated at load.
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&settings.log.filter))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match settings.log.format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -1,0 +1,313 @@
+//! The loopback callback relay: fail2ban's action POSTs `/api/ban` and `/api/unban` here, with the
+//! same paths and body as the hub's own callbacks, and the relay answers `200` only once the event is
+//! durable in the [`Spool`].
+//!
+//! It listens on a loopback address only: the callback secret is the one thing between any local
+//! process and a forged ban event, and there is no reason to offer even that to the network.
+//! Errors are RFC 9457 `application/problem+json` bodies with a stable `code`:
+//!
+//! | status | code                    | when                                                         |
+//! |--------|-------------------------|--------------------------------------------------------------|
+//! | 401    | `bad-callback-secret`   | `X-Callback-Secret` missing or wrong (checked before the body is read) |
+//! | 413    | `body-too-large`        | body over [`MAX_BODY_BYTES`]                                 |
+//! | 400    | `invalid-json`          | body is not a JSON object                                    |
+//! | 400    | `invalid-field`         | a field fails its rule; the member `field` names it          |
+//! | 503    | `spool-unavailable`     | the event could not be made durable; nothing was stored      |
+//! | 404/405| `not-found`/`method-not-allowed` | any other path or method                            |
+
+pub mod payload;
+mod problem;
+pub mod secret;
+
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::spool::{BanEvent, Event, Position, Source, Spool, SpoolError};
+pub use payload::{Callback, PayloadError};
+use problem::Problem;
+pub use secret::{RelaySecret, SECRET_FILE, SecretError};
+
+/// Where the relay listens unless configured otherwise; the action file's `relay_url` default
+/// (`deploy/fail2ban/action.d/banhub.conf`) names the same port.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8721";
+/// The largest callback body accepted. fail2ban's matches are capped well below this.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// The header carrying the shared secret (the spec's `X-Callback-Secret`).
+pub const SECRET_HEADER: &str = "x-callback-secret";
+
+/// Errors starting or running the relay.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error(
+        "the relay must listen on a loopback address (127.0.0.0/8 or ::1), not {0}; fail2ban \
+         calls it from the same host"
+    )]
+    NotLoopback(SocketAddr),
+    #[error("{0:?} is not an address with a port, e.g. 127.0.0.1:8721")]
+    BadAddress(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the relay stopped: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// A socket address that is on the loopback interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopbackAddr(SocketAddr);
+
+impl LoopbackAddr {
+    pub fn new(addr: SocketAddr) -> Result<Self, RelayError> {
+        if addr.ip().is_loopback() {
+            Ok(Self(addr))
+        } else {
+            Err(RelayError::NotLoopback(addr))
+        }
+    }
+
+    pub fn get(self) -> SocketAddr {
+        self.0
+    }
+
+    /// Binds a listener on this address.
+    pub async fn bind(self) -> Result<TcpListener, RelayError> {
+        TcpListener::bind(self.0)
+            .await
+            .map_err(|source| RelayError::Bind {
+                addr: self.0,
+                source,
+            })
+    }
+}
+
+impl Default for LoopbackAddr {
+    fn default() -> Self {
+        Self(SocketAddr::from(([127, 0, 0, 1], 8721)))
+    }
+}
+
+impl FromStr for LoopbackAddr {
+    type Err = RelayError;
+    fn from_str(s: &str) -> Result<Self, RelayError> {
+        let addr = s
+            .parse::<SocketAddr>()
+            .map_err(|_| RelayError::BadAddress(s.to_owned()))?;
+        Self::new(addr)
+    }
+}
+
+/// Counters for delivery diagnostics ("when did the last callback arrive?").
+#[derive(Debug, Default)]
+pub struct RelayStats {
+    accepted: AtomicU64,
+    rejected: AtomicU64,
+    last_accepted_at_ms: AtomicI64,
+}
+
+impl RelayStats {
+    /// Callbacks stored in the spool.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Callbacks refused (any 4xx or 5xx).
+    pub fn rejected(&self) -> u64 {
+        self.rejected.load(Ordering::Relaxed)
+    }
+
+    /// When the last callback was stored, Unix milliseconds.
+    pub fn last_accepted_at_ms(&self) -> Option<i64> {
+        Some(self.last_accepted_at_ms.load(Ordering::Relaxed)).filter(|&ms| ms > 0)
+    }
+}
+
+/// The relay: what its handlers share.
+#[derive(Debug, Clone)]
+pub struct Relay {
+    spool: Spool,
+    secret: Arc<RelaySecret>,
+    /// Used when a callback does not name its host.
+    hostname: Arc<str>,
+    stats: Arc<RelayStats>,
+}
+
+impl Relay {
+    /// A relay that stores into `spool` and accepts `secret`. Callbacks without a `hostname` get
+    /// this machine's name.
+    pub fn new(spool: Spool, secret: RelaySecret) -> Self {
+        let hostname = hostname::get()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_default();
+        Self {
+            spool,
+            secret: Arc::new(secret),
+            hostname: crate::spool::clean_hostname(&hostname).into(),
+            stats: Arc::default(),
+        }
+    }
+
+    /// The counters, shared with the running relay.
+    pub fn stats(&self) -> Arc<RelayStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// The routes, for serving or for testing with `tower::ServiceExt::oneshot`.
+    pub fn router(self) -> Router {
+        Router::new()
+            .route("/api/ban", post(ban))
+            .route("/api/unban", post(unban))
+            .fallback(not_found)
+            .method_not_allowed_fallback(method_not_allowed)
+            .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+            .with_state(self)
+    }
+
+    /// Serves on `listener` until `shutdown` is cancelled, then finishes the requests in flight.
+    /// A listener that is not on a loopback address is refused.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: CancellationToken,
+    ) -> Result<(), RelayError> {
+        let addr = listener.local_addr().map_err(RelayError::Serve)?;
+        LoopbackAddr::new(addr)?;
+        tracing::info!(%addr, "callback relay listening");
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await
+            .map_err(RelayError::Serve)
+    }
+
+    /// Checks, parses and stores one callback.
+    async fn receive(&self, kind: Kind, request: Request) -> Result<Position, Problem> {
+        self.check_secret(request.headers())?;
+        let body = Bytes::from_request(request, &()).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                Problem::too_large(MAX_BODY_BYTES)
+            } else {
+                Problem::bad_body(rejection.body_text())
+            }
+        })?;
+        let callback = payload::parse(&body).map_err(Problem::from)?;
+        let event = self.event(kind, callback);
+        self.spool.append(event).await.map_err(|e| {
+            tracing::error!(error = %e, "could not store a callback in the spool");
+            match e {
+                SpoolError::EventTooLarge { max, .. } => Problem::too_large(max),
+                _ => Problem::spool_unavailable(),
+            }
+        })
+    }
+
+    fn check_secret(&self, headers: &HeaderMap) -> Result<(), Problem> {
+        match headers.get(SECRET_HEADER) {
+            None => Err(Problem::unauthorized("the X-Callback-Secret header is missing")),
+            Some(value) if self.secret.matches(value.as_bytes()) => Ok(()),
+            Some(_) => Err(Problem::unauthorized("the X-Callback-Secret header is wrong")),
+        }
+    }
+
+    fn event(&self, kind: Kind, callback: Callback) -> Event {
+        let ban = BanEvent {
+            ip: callback.ip,
+            jail: callback.jail,
+            hostname: callback
+                .hostname
+                .unwrap_or_else(|| self.hostname.to_string()),
+            failures: callback.failures,
+            logs: callback.logs,
+            ban_time: callback.ban_time,
+            ban_duration: callback.ban_duration,
+            ban_count: callback.ban_count,
+            received_at_ms: crate::spool::now_ms(),
+            source: Source::Action,
+        };
+        match kind {
+            Kind::Ban => Event::Ban(ban),
+            Kind::Unban => Event::Unban(ban),
+        }
+    }
+
+    fn respond(&self, kind: Kind, result: Result<Position, Problem>) -> Response {
+        match result {
+            Ok(position) => {
+                self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .last_accepted_at_ms
+                    .store(crate::spool::now_ms(), Ordering::Relaxed);
+                tracing::debug!(kind = kind.as_str(), seq = position.seq, "stored a callback");
+                axum::Json(position).into_response()
+            }
+            Err(problem) => {
+                self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    kind = kind.as_str(),
+                    status = problem.status.as_u16(),
+                    code = problem.code,
+                    detail = %problem.detail,
+                    "refused a callback"
+                );
+                problem.into_response()
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Ban,
+    Unban,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Ban => "ban",
+            Self::Unban => "unban",
+        }
+    }
+}
+
+async fn ban(State(relay): State<Relay>, request: Request) -> Response {
+    let result = relay.receive(Kind::Ban, request).await;
+    relay.respond(Kind::Ban, result)
+}
+
+async fn unban(State(relay): State<Relay>, request: Request) -> Response {
+    let result = relay.receive(Kind::Unban, request).await;
+    relay.respond(Kind::Unban, result)
+}
+
+async fn not_found() -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "not-found",
+        "the relay serves only POST /api/ban and POST /api/unban",
+    )
+}
+
+async fn method_not_allowed() -> Problem {
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        "use POST",
+    )
+}
+
+#[cfg(test)]
+mod tests;

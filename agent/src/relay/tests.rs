@@ -1,0 +1,295 @@
+//! The relay over real TCP on 127.0.0.1, storing into a real spool.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::task::JoinHandle;
+
+use super::*;
+use crate::spool::{BanDuration, Record, SpoolConfig};
+
+struct Running {
+    base: String,
+    secret: String,
+    spool: Spool,
+    stats: Arc<RelayStats>,
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<(), RelayError>>,
+    client: reqwest::Client,
+    _dir: TempDir,
+}
+
+async fn start() -> Running {
+    let dir = TempDir::new().expect("tempdir");
+    let spool = Spool::open(dir.path().join("spool"), SpoolConfig::default())
+        .await
+        .expect("spool");
+    let secret = RelaySecret::load_or_create(&dir.path().join(SECRET_FILE)).expect("secret");
+    let listener = LoopbackAddr::new("127.0.0.1:0".parse().expect("addr"))
+        .expect("loopback")
+        .bind()
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let relay = Relay::new(spool.clone(), secret.clone());
+    let stats = relay.stats();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(relay.serve(listener, shutdown.clone()));
+    Running {
+        base,
+        secret: secret.expose().to_owned(),
+        spool,
+        stats,
+        shutdown,
+        task,
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .expect("client"),
+        _dir: dir,
+    }
+}
+
+impl Running {
+    async fn post(&self, path: &str, secret: Option<&str>, body: impl Into<reqwest::Body>) -> (StatusCode, Value) {
+        let mut request = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(secret) = secret {
+            request = request.header("X-Callback-Secret", secret);
+        }
+        let response = request.send().await.expect("send");
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let body: Value = response.json().await.expect("json body");
+        if !status.is_success() {
+            assert_eq!(content_type, "application/problem+json", "{body}");
+            assert_eq!(body["status"], status.as_u16(), "{body}");
+        }
+        (status, body)
+    }
+
+    async fn stored(&self) -> Vec<Record> {
+        self.spool.pending(0, 1000).await.expect("pending")
+    }
+}
+
+fn callback() -> Value {
+    json!({
+        "serverId": "whatever-the-body-claims",
+        "ip": "203.0.113.7",
+        "jail": "sshd",
+        "hostname": "web-1",
+        "failures": 3,
+        "logs": ["2026-11-22 23:42:38 Failed login for root from 203.0.113.7"],
+        "banTime": 1_790_000_000,
+        "banDuration": 600,
+        "banCount": 1
+    })
+}
+
+#[tokio::test]
+async fn good_ban_is_stored_before_the_answer() {
+    let relay = start().await;
+    let (status, body) = relay
+        .post("/api/ban", Some(&relay.secret), callback().to_string())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body, json!({"epoch": relay.spool.epoch(), "seq": 1}));
+
+    let stored = relay.stored().await;
+    let [record] = &stored[..] else {
+        panic!("one record: {stored:?}");
+    };
+    assert_eq!(record.seq, 1);
+    let Event::Ban(ban) = &record.event else {
+        panic!("not a ban: {record:?}");
+    };
+    assert_eq!(ban.ip.to_string(), "203.0.113.7");
+    assert_eq!(ban.jail.as_str(), "sshd");
+    assert_eq!(ban.hostname, "web-1");
+    assert_eq!(ban.failures, 3);
+    assert_eq!(ban.logs.lines().len(), 1);
+    assert_eq!(ban.ban_time, Some(1_790_000_000));
+    assert_eq!(ban.ban_duration, Some(BanDuration::Seconds(600)));
+    assert_eq!(ban.ban_count, Some(1));
+    assert_eq!(ban.source, Source::Action);
+    let now = crate::spool::now_ms();
+    assert!(now - ban.received_at_ms < 10_000, "received {}", ban.received_at_ms);
+    assert_eq!(relay.stats.accepted(), 1);
+    assert!(relay.stats.last_accepted_at_ms().is_some());
+}
+
+#[tokio::test]
+async fn unban_is_stored_as_an_unban() {
+    let relay = start().await;
+    let body = json!({"ip": "2001:db8::7", "jail": "sshd", "failures": "0", "logs": ""});
+    let (status, answer) = relay
+        .post("/api/unban", Some(&relay.secret), body.to_string())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let stored = relay.stored().await;
+    let Event::Unban(unban) = &stored[0].event else {
+        panic!("not an unban: {stored:?}");
+    };
+    assert_eq!(unban.ip.to_string(), "2001:db8::7");
+    assert!(!unban.hostname.is_empty(), "the agent's own host name fills in");
+}
+
+#[tokio::test]
+async fn wrong_or_missing_secret_is_401_and_stores_nothing() {
+    let relay = start().await;
+    let wrong = format!("{}x", &relay.secret[..relay.secret.len() - 1]);
+    for secret in [Some(wrong.as_str()), Some(""), None] {
+        let (status, body) = relay.post("/api/ban", secret, callback().to_string()).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+        assert_eq!(body["code"], "bad-callback-secret");
+    }
+    // The secret is checked before the body is even read.
+    let (status, _) = relay.post("/api/ban", None, vec![b'x'; 1 << 20]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(relay.stored().await, []);
+    assert_eq!(relay.stats.rejected(), 4);
+}
+
+#[tokio::test]
+async fn invalid_fields_are_400_and_named() {
+    let relay = start().await;
+    let cases = [
+        ("ip", json!("not-an-ip")),
+        ("ip", json!("203.0.113.7 && reboot")),
+        ("jail", json!("../../etc/passwd")),
+        ("failures", json!("many")),
+    ];
+    for (field, value) in cases {
+        let mut body = callback();
+        body[field] = value;
+        let (status, answer) = relay
+            .post("/api/ban", Some(&relay.secret), body.to_string())
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+        assert_eq!(answer["code"], "invalid-field");
+        assert_eq!(answer["field"], field);
+        assert_eq!(answer["type"], "about:blank");
+        assert_eq!(answer["title"], "Bad Request");
+    }
+    for junk in ["{", "[]", ""] {
+        let (status, answer) = relay.post("/api/ban", Some(&relay.secret), junk).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+        assert_eq!(answer["code"], "invalid-json");
+    }
+    assert_eq!(relay.stored().await, []);
+}
+
+#[tokio::test]
+async fn huge_body_is_413_and_stores_nothing() {
+    let relay = start().await;
+    let mut body = callback();
+    body["logs"] = json!(vec!["x".repeat(1000); 100]);
+    let (status, answer) = relay
+        .post("/api/ban", Some(&relay.secret), body.to_string())
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{answer}");
+    assert_eq!(answer["code"], "body-too-large");
+    assert_eq!(relay.stored().await, []);
+
+    // Just under the limit is fine; the log lines are capped when stored.
+    body["logs"] = json!(vec!["x".repeat(1000); 60]);
+    let (status, answer) = relay
+        .post("/api/ban", Some(&relay.secret), body.to_string())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+}
+
+#[tokio::test]
+async fn other_paths_and_methods_are_problems() {
+    let relay = start().await;
+    let (status, body) = relay.post("/api/other", Some(&relay.secret), "{}").await;
+    assert_eq!((status, &body["code"]), (StatusCode::NOT_FOUND, &json!("not-found")));
+    let response = relay
+        .client
+        .get(format!("{}/api/ban", relay.base))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["code"], "method-not-allowed");
+}
+
+#[tokio::test]
+async fn concurrent_callbacks_all_get_distinct_numbers() {
+    let relay = start().await;
+    let started = std::time::Instant::now();
+    let n = 400;
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let client = relay.client.clone();
+            let url = format!("{}/api/ban", relay.base);
+            let secret = relay.secret.clone();
+            tokio::spawn(async move {
+                let mut body = callback();
+                body["ip"] = json!(format!("198.51.100.{}", i % 250 + 1));
+                let response = client
+                    .post(url)
+                    .header("X-Callback-Secret", secret)
+                    .body(body.to_string())
+                    .send()
+                    .await
+                    .expect("send");
+                assert_eq!(response.status(), StatusCode::OK);
+                let answer: Value = response.json().await.expect("json");
+                answer["seq"].as_u64().expect("seq")
+            })
+        })
+        .collect();
+    let mut seqs = Vec::new();
+    for task in tasks {
+        seqs.push(task.await.expect("task"));
+    }
+    let elapsed = started.elapsed();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (1..=n).collect::<Vec<u64>>());
+    assert_eq!(relay.stored().await.len(), n as usize);
+    eprintln!("{n} concurrent callbacks in {elapsed:?}");
+}
+
+#[tokio::test]
+async fn shutdown_stops_the_server_and_non_loopback_is_refused() {
+    let relay = start().await;
+    relay.shutdown.cancel();
+    relay.task.await.expect("join").expect("clean stop");
+
+    let listener = TcpListener::bind("0.0.0.0:0").await.expect("bind");
+    let err = Relay::new(relay.spool.clone(), RelaySecret::generate())
+        .serve(listener, CancellationToken::new())
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, RelayError::NotLoopback(_)), "{err}");
+}
+
+#[test]
+fn only_loopback_addresses_are_accepted() {
+    for ok in ["127.0.0.1:8721", "127.1.2.3:1", "[::1]:8721"] {
+        let addr: LoopbackAddr = ok.parse().expect(ok);
+        assert_eq!(addr.get().to_string(), ok);
+    }
+    for bad in ["0.0.0.0:8721", "192.0.2.1:8721", "[::]:8721", "[2001:db8::1]:1"] {
+        let err = bad.parse::<LoopbackAddr>().expect_err(bad);
+        assert!(matches!(err, RelayError::NotLoopback(_)), "{bad}: {err}");
+    }
+    assert!(matches!(
+        "localhost:8721".parse::<LoopbackAddr>(),
+        Err(RelayError::BadAddress(_))
+    ));
+    assert_eq!(LoopbackAddr::default().get().to_string(), DEFAULT_LISTEN);
+}

@@ -1,0 +1,347 @@
+//! The agent's typed configuration: defaults in code, then a TOML file, then `BANHUB_AGENT_…`
+//! environment variables (`__` between levels), then command-line flags. Checked once, at load.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+/// Prefix of the environment variables read as settings.
+pub const ENV_PREFIX: &str = "BANHUB_AGENT_";
+
+/// Everything the agent can be told at start-up.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Directory holding the agent's key, certificate, the hub CA and `identity.json`.
+    pub state_dir: PathBuf,
+    pub fail2ban: Fail2banSettings,
+    pub link: LinkSettings,
+    pub log: LogSettings,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Fail2banSettings {
+    /// fail2ban's control socket.
+    pub socket: PathBuf,
+    /// fail2ban's configuration directory (`-c` of fail2ban-client).
+    pub config_dir: PathBuf,
+    /// The `fail2ban-client` program, used where the socket is not enough (config validation, reload).
+    pub client: PathBuf,
+    /// Time allowed to connect to the socket and for each call on it, in milliseconds.
+    pub timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LinkSettings {
+    /// First reconnect delay ceiling, in milliseconds; it doubles after each failed attempt.
+    pub backoff_initial_ms: u64,
+    /// Largest reconnect delay ceiling, in milliseconds.
+    pub backoff_max_ms: u64,
+    /// Time allowed for the TCP and TLS connection to the hub and for its `Welcome`, in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Interval of HTTP/2 keepalive pings on the connection to the hub, in milliseconds.
+    pub keepalive_interval_ms: u64,
+    /// Time to wait for a keepalive answer before the connection is considered dead, in milliseconds.
+    pub keepalive_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogSettings {
+    /// `tracing` filter directives; `RUST_LOG` overrides.
+    pub filter: String,
+    /// `text` or `json`.
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            state_dir: PathBuf::from("/var/lib/banhub-agent"),
+            fail2ban: Fail2banSettings::default(),
+            link: LinkSettings::default(),
+            log: LogSettings::default(),
+        }
+    }
+}
+
+impl Default for Fail2banSettings {
+    fn default() -> Self {
+        Self {
+            socket: PathBuf::from("/var/run/fail2ban/fail2ban.sock"),
+            config_dir: PathBuf::from("/etc/fail2ban"),
+            client: PathBuf::from("fail2ban-client"),
+            timeout_ms: 5_000,
+        }
+    }
+}
+
+impl Default for LinkSettings {
+    fn default() -> Self {
+        Self {
+            backoff_initial_ms: 500,
+            backoff_max_ms: 30_000,
+            connect_timeout_ms: 10_000,
+            keepalive_interval_ms: 20_000,
+            keepalive_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        Self {
+            filter: "info,h2=warn,hyper=warn,tower=warn,rustls=warn".to_owned(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// Settings that could not be loaded, with what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("configuration file {} does not exist; check --config or BANHUB_AGENT_CONFIG", path.display())]
+    MissingFile { path: PathBuf },
+    #[error(
+        "invalid configuration: {0}; check the configuration file, the BANHUB_AGENT_… variables \
+         and the command-line flags"
+    )]
+    Parse(Box<figment::Error>),
+    #[error("invalid configuration: {field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+impl Settings {
+    /// Loads defaults, then `file` (if given), then `BANHUB_AGENT_…` variables, then `overrides`
+    /// (the command-line flags), and checks the result.
+    pub fn load(file: Option<&Path>, overrides: Figment) -> Result<Self, SettingsError> {
+        let mut figment = Figment::from(Serialized::defaults(Settings::default()));
+        if let Some(path) = file {
+            if !path.exists() {
+                return Err(SettingsError::MissingFile {
+                    path: path.to_owned(),
+                });
+            }
+            figment = figment.merge(Toml::file(path));
+        }
+        let settings: Settings = figment
+            // `BANHUB_AGENT_CONFIG` names the file itself and is read by the command line.
+            .merge(Env::prefixed(ENV_PREFIX).split("__").ignore(&["config"]))
+            .merge(overrides)
+            .extract()
+            .map_err(|e| SettingsError::Parse(Box::new(e)))?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn validate(&self) -> Result<(), SettingsError> {
+        let invalid = |field, reason: String| Err(SettingsError::Invalid { field, reason });
+        let empty = |path: &Path| path.as_os_str().is_empty();
+        if empty(&self.state_dir) {
+            return invalid(
+                "state_dir",
+                "must not be empty; set it to a directory only this agent uses, e.g. \
+                 /var/lib/banhub-agent"
+                    .into(),
+            );
+        }
+        if empty(&self.fail2ban.socket) {
+            return invalid(
+                "fail2ban.socket",
+                "must not be empty; set it to fail2ban's socket (`fail2ban-client get socket` \
+                 prints it), e.g. /var/run/fail2ban/fail2ban.sock"
+                    .into(),
+            );
+        }
+        if empty(&self.fail2ban.config_dir) {
+            return invalid(
+                "fail2ban.config_dir",
+                "must not be empty; set it to fail2ban's configuration directory, e.g. /etc/fail2ban"
+                    .into(),
+            );
+        }
+        if empty(&self.fail2ban.client) {
+            return invalid(
+                "fail2ban.client",
+                "must not be empty; set it to the fail2ban-client program".into(),
+            );
+        }
+        check_range(
+            "fail2ban.timeout_ms",
+            self.fail2ban.timeout_ms,
+            100,
+            600_000,
+        )?;
+        check_range(
+            "link.backoff_max_ms",
+            self.link.backoff_max_ms,
+            1,
+            3_600_000,
+        )?;
+        check_range(
+            "link.backoff_initial_ms",
+            self.link.backoff_initial_ms,
+            1,
+            self.link.backoff_max_ms,
+        )
+        .map_err(|_| SettingsError::Invalid {
+            field: "link.backoff_initial_ms",
+            reason: format!(
+                "must be between 1 and link.backoff_max_ms ({}), got {}; lower it or raise \
+                 link.backoff_max_ms",
+                self.link.backoff_max_ms, self.link.backoff_initial_ms
+            ),
+        })?;
+        check_range(
+            "link.connect_timeout_ms",
+            self.link.connect_timeout_ms,
+            100,
+            300_000,
+        )?;
+        check_range(
+            "link.keepalive_interval_ms",
+            self.link.keepalive_interval_ms,
+            1_000,
+            3_600_000,
+        )?;
+        check_range(
+            "link.keepalive_timeout_ms",
+            self.link.keepalive_timeout_ms,
+            100,
+            600_000,
+        )?;
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.filter) {
+            return invalid(
+                "log.filter",
+                format!("is not a valid tracing filter ({e}); write e.g. \"info,h2=warn\""),
+            );
+        }
+        Ok(())
+    }
+
+    /// The fail2ban socket timeout as a [`Duration`].
+    pub fn fail2ban_timeout(&self) -> Duration {
+        Duration::from_millis(self.fail2ban.timeout_ms)
+    }
+}
+
+fn check_range(field: &'static str, value: u64, min: u64, max: u64) -> Result<(), SettingsError> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(SettingsError::Invalid {
+            field,
+            reason: format!("must be between {min} and {max}, got {value}"),
+        })
+    }
+}
+
+#[cfg(test)]
+// figment's `Jail` closures must return `figment::Error`, which is large; that is its API, not ours.
+#[allow(clippy::result_large_err)]
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    fn set(key: &str, value: impl Serialize) -> Figment {
+        Figment::from(Serialized::default(key, value))
+    }
+
+    #[test]
+    fn defaults_are_valid_and_documented_values() {
+        Jail::expect_with(|_| {
+            let settings = Settings::load(None, Figment::new()).expect("defaults are valid");
+            assert_eq!(settings.state_dir, PathBuf::from("/var/lib/banhub-agent"));
+            assert_eq!(
+                settings.fail2ban.socket,
+                PathBuf::from("/var/run/fail2ban/fail2ban.sock")
+            );
+            assert_eq!(settings.fail2ban.config_dir, PathBuf::from("/etc/fail2ban"));
+            assert_eq!(settings.fail2ban.client, PathBuf::from("fail2ban-client"));
+            assert_eq!(settings.link.backoff_initial_ms, 500);
+            assert_eq!(settings.link.backoff_max_ms, 30_000);
+            assert_eq!(settings.log.format, LogFormat::Text);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn file_then_env_then_flags_apply_in_order() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "agent.toml",
+                "state_dir = \"/from/file\"\n\
+                 [fail2ban]\nsocket = \"/file.sock\"\ntimeout_ms = 700\n\
+                 [link]\nbackoff_max_ms = 9000\n\
+                 [log]\nformat = \"json\"\n",
+            )?;
+            jail.set_env("BANHUB_AGENT_FAIL2BAN__SOCKET", "/env.sock");
+            jail.set_env("BANHUB_AGENT_LINK__BACKOFF_INITIAL_MS", "250");
+            jail.set_env("BANHUB_AGENT_CONFIG", "agent.toml");
+            let flags = set("state_dir", "/from/flag");
+            let settings =
+                Settings::load(Some(Path::new("agent.toml")), flags).expect("valid settings");
+            assert_eq!(settings.state_dir, PathBuf::from("/from/flag"));
+            assert_eq!(settings.fail2ban.socket, PathBuf::from("/env.sock"));
+            assert_eq!(settings.fail2ban.timeout_ms, 700);
+            assert_eq!(settings.link.backoff_initial_ms, 250);
+            assert_eq!(settings.link.backoff_max_ms, 9000);
+            assert_eq!(settings.log.format, LogFormat::Json);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_values_name_the_field() {
+        fn check(overrides: Figment, field: &str) {
+            Jail::expect_with(|_| {
+                let err = Settings::load(None, overrides).expect_err("must be refused");
+                assert!(err.to_string().contains(field), "{field}: {err}");
+                Ok(())
+            });
+        }
+        check(set("link.backoff_initial_ms", 0), "link.backoff_initial_ms");
+        check(
+            set("link.backoff_initial_ms", 60_000),
+            "link.backoff_initial_ms",
+        );
+        check(set("link.backoff_max_ms", 0), "link.backoff_max_ms");
+        check(set("link.connect_timeout_ms", 5), "link.connect_timeout_ms");
+        check(set("fail2ban.timeout_ms", 1), "fail2ban.timeout_ms");
+        check(set("fail2ban.socket", ""), "fail2ban.socket");
+        check(set("state_dir", ""), "state_dir");
+        check(set("log.filter", "info,[[["), "log.filter");
+        check(set("log.format", "yaml"), "format");
+        check(set("link.backof_max_ms", 1), "backof_max_ms");
+        check(set("link.backoff_max_ms", "soon"), "backoff_max_ms");
+    }
+
+    #[test]
+    fn unknown_environment_variables_are_refused() {
+        Jail::expect_with(|jail| {
+            jail.set_env("BANHUB_AGENT_STATEDIR", "/x");
+            let err = Settings::load(None, Figment::new()).expect_err("refused");
+            assert!(err.to_string().contains("statedir"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn missing_file_is_reported() {
+        let err = Settings::load(Some(Path::new("/nonexistent/agent.toml")), Figment::new())
+            .expect_err("refused");
+        assert!(matches!(err, SettingsError::MissingFile { .. }), "{err}");
+    }
+}

@@ -1,0 +1,419 @@
+//! Tests of the spool against real files in a temporary directory.
+
+use std::collections::BTreeSet;
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+
+use banhub_proto::rules::IpOrCidr;
+use tempfile::TempDir;
+
+use super::*;
+
+fn ban(i: u32) -> Event {
+    Event::Ban(BanEvent {
+        ip: IpOrCidr::parse(&format!("192.0.2.{}", i % 250 + 1)).expect("ip"),
+        jail: JailName::parse("sshd").expect("jail"),
+        hostname: "web-1".to_owned(),
+        failures: i,
+        logs: Logs::capped([format!(
+            "2026-11-22 23:42:38 Failed login for root (event {i})"
+        )]),
+        ban_time: Some(1_790_000_000),
+        ban_duration: Some(BanDuration::Seconds(600)),
+        ban_count: Some(1),
+        received_at_ms: 1_790_000_000_000 + i64::from(i),
+        source: Source::Action,
+    })
+}
+
+fn failures(event: &Event) -> u32 {
+    match event {
+        Event::Ban(b) | Event::Unban(b) => b.failures,
+        Event::Gap(_) => u32::MAX,
+    }
+}
+
+/// The smallest legal configuration, so a few hundred events span several segments.
+fn small() -> SpoolConfig {
+    SpoolConfig {
+        max_bytes: 4 * SpoolConfig::MIN_SEGMENT_BYTES,
+        segment_bytes: SpoolConfig::MIN_SEGMENT_BYTES,
+        on_corruption: OnCorruption::Refuse,
+    }
+}
+
+async fn open(dir: &TempDir, config: SpoolConfig) -> Spool {
+    Spool::open(dir.path(), config).await.expect("open spool")
+}
+
+/// Appends `events` concurrently (so they share syncs) and returns their positions.
+async fn append_all(spool: &Spool, events: impl IntoIterator<Item = Event>) -> Vec<Position> {
+    let tasks: Vec<_> = events
+        .into_iter()
+        .map(|event| {
+            let spool = spool.clone();
+            tokio::spawn(async move { spool.append(event).await })
+        })
+        .collect();
+    let mut positions = Vec::new();
+    for task in tasks {
+        positions.push(task.await.expect("task").expect("append"));
+    }
+    positions
+}
+
+fn segments(dir: &TempDir) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = fs::read_dir(dir.path())
+        .expect("list")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    paths.sort();
+    paths
+}
+
+#[tokio::test]
+async fn numbering_resumes_after_reopen() {
+    let dir = TempDir::new().expect("tempdir");
+    let spool = open(&dir, SpoolConfig::default()).await;
+    let epoch = spool.epoch();
+    assert!(epoch > 0 && epoch < 1 << 53);
+    for i in 1..=3 {
+        let position = spool.append(ban(i)).await.expect("append");
+        assert_eq!(
+            position,
+            Position {
+                epoch,
+                seq: u64::from(i)
+            }
+        );
+    }
+    assert_eq!(*spool.watch().borrow(), 3);
+    spool.close().await;
+
+    let spool = open(&dir, SpoolConfig::default()).await;
+    assert_eq!(spool.epoch(), epoch, "the epoch is kept in spool.json");
+    let head = spool.head().await.expect("head");
+    assert_eq!((head.position.seq, head.depth, head.acked_seq), (3, 3, 0));
+    assert_eq!(head.oldest_unacked_received_at_ms, Some(1_790_000_000_001));
+    assert_eq!(spool.append(ban(4)).await.expect("append").seq, 4);
+    let records = spool.pending(0, 100).await.expect("pending");
+    let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, [1, 2, 3, 4]);
+    assert_eq!(records[2].event, ban(3));
+}
+
+#[tokio::test]
+async fn a_second_process_cannot_open_the_same_spool() {
+    let dir = TempDir::new().expect("tempdir");
+    let spool = open(&dir, SpoolConfig::default()).await;
+    let err = Spool::open(dir.path(), SpoolConfig::default())
+        .await
+        .expect_err("locked");
+    assert!(matches!(err, SpoolError::Locked { .. }), "{err}");
+    spool.close().await;
+    open(&dir, SpoolConfig::default()).await;
+}
+
+#[tokio::test]
+async fn torn_tail_is_truncated_and_its_number_reused() {
+    let dir = TempDir::new().expect("tempdir");
+    let spool = open(&dir, SpoolConfig::default()).await;
+    append_all(&spool, (1..=3).map(ban)).await;
+    spool.close().await;
+    let [segment] = &segments(&dir)[..] else {
+        panic!("one segment");
+    };
+    let clean_len = fs::metadata(segment).expect("stat").len();
+
+    // A fourth record cut off halfway, as a crash during its write leaves it.
+    let mut frame = Vec::new();
+    frame::encode(4, &serde_json::to_vec(&ban(4)).expect("json"), &mut frame);
+    let mut file = OpenOptions::new().append(true).open(segment).expect("open");
+    file.write_all(&frame[..frame.len() / 2]).expect("write");
+    drop(file);
+
+    let spool = open(&dir, small()).await;
+    assert_eq!(fs::metadata(segment).expect("stat").len(), clean_len);
+    assert_eq!(spool.head().await.expect("head").position.seq, 3);
+    assert_eq!(spool.append(ban(5)).await.expect("append").seq, 4);
+    spool.close().await;
+
+    // Zeros past the end (the size grew, the data never landed) are a torn tail too.
+    let mut file = OpenOptions::new().append(true).open(segment).expect("open");
+    file.write_all(&[0u8; 4096]).expect("write");
+    drop(file);
+    let spool = open(&dir, small()).await;
+    let records = spool.pending(0, 10).await.expect("pending");
+    assert_eq!(records.len(), 4);
+    assert_eq!(failures(&records[3].event), 5);
+}
+
+#[tokio::test]
+async fn segment_torn_at_creation_is_removed() {
+    let dir = TempDir::new().expect("tempdir");
+    let spool = open(&dir, SpoolConfig::default()).await;
+    append_all(&spool, (1..=2).map(ban)).await;
+    spool.close().await;
+    let torn = dir.path().join(format!("{:020}.seg", 3));
+    fs::write(&torn, b"BHSPOOL").expect("write");
+    let spool = open(&dir, small()).await;
+    assert!(!torn.exists());
+    assert_eq!(spool.append(ban(3)).await.expect("append").seq, 3);
+}
+
+#[tokio::test]
+async fn damage_in_the_middle_is_refused_or_salvaged_with_a_gap() {
+    let dir = TempDir::new().expect("tempdir");
+    let spool = open(&dir, SpoolConfig::default()).await;
+    append_all(&spool, (1..=5).map(ban)).await;
+    spool.close().await;
+    let [segment] = &segments(&dir)[..] else {
+        panic!("one segment");
+    };
+    let mut bytes = fs::read(segment).expect("read");
+    let second = frame::scan(&bytes, 0).frames[1].1 as usize;
+    bytes[second + 20] ^= 0x55;
+    fs::write(segment, &bytes).expect("write");
+
+    let err = Spool::open(dir.path(), small()).await.expect_err("refused");
+    let SpoolError::Corrupt {
+        offset, after_seq, ..
+    } = err
+    else {
+        panic!("not Corrupt: {err}");
+    };
+    assert_eq!((offset, after_seq), (second as u64, 1));
+    assert_eq!(
+        fs::read(segment).expect("read"),
+        bytes,
+        "refusing touches nothing"
+    );
+
+    let config = SpoolConfig {
+        on_corruption: OnCorruption::Salvage,
+        ..small()
+    };
+    let spool = open(&dir, config.clone()).await;
+    let records = spool.pending(0, 100).await.expect("pending");
+    let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, [1, 3, 4, 5, 6]);
+    let Event::Gap(gap) = &records[4].event else {
+        panic!("not a gap: {:?}", records[4]);
+    };
+    assert_eq!(
+        (gap.reason, &gap.ranges[..], gap.lost),
+        (GapReason::Corruption, &[SeqRange { first: 2, last: 2 }][..], 1)
+    );
+    let kept: Vec<_> = fs::read_dir(dir.path())
+        .expect("list")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.contains(".corrupt-"))
+        .collect();
+    assert_eq!(kept.len(), 1, "the damaged file is kept for inspection");
+    spool.close().await;
+
+    // Salvage happened once: reopening finds a clean spool and adds no second gap.
+    let spool = open(&dir, small()).await;
+    assert_eq!(spool.head().await.expect("head").position.seq, 6);
+}
+
+#[tokio::test]
+async fn acks_persist_and_compaction_deletes_acknowledged_segments() {
+    let dir = TempDir::new().expect("tempdir");
+    let spool = open(&dir, small()).await;
+    let epoch = spool.epoch();
+    let n = 1200;
+    append_all(&spool, (1..=n).map(ban)).await;
+    let before = segments(&dir);
+    assert!(before.len() >= 3, "{} segments", before.len());
+
+    let err = spool.ack(epoch + 1, 10).await.expect_err("wrong epoch");
+    assert!(matches!(err, SpoolError::EpochMismatch { .. }), "{err}");
+    let err = spool
+        .ack(epoch, u64::from(n) + 1)
+        .await
+        .expect_err("beyond");
+    assert!(matches!(err, SpoolError::AckBeyondEnd { .. }), "{err}");
+
+    // Acking inside the second segment deletes only the first.
+    let second_first: u64 = before[1]
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.parse().ok())
+        .expect("segment name");
+    spool.ack(epoch, second_first).await.expect("ack");
+    let after = segments(&dir);
+    assert_eq!(after, before[1..]);
+    let head = spool.head().await.expect("head");
+    assert_eq!(head.acked_seq, second_first);
+    assert_eq!(head.depth, u64::from(n) - second_first);
+    assert_eq!(
+        head.oldest_unacked_received_at_ms,
+        Some(1_790_000_000_000 + i64::try_from(second_first).expect("small") + 1)
+    );
+    spool.ack(epoch, 5).await.expect("an older ack is harmless");
+    let records = spool.pending(0, 3).await.expect("pending");
+    assert_eq!(records[0].seq, before_first(&after));
+
+    spool.ack(epoch, u64::from(n)).await.expect("ack all");
+    assert_eq!(segments(&dir).len(), 1, "the active segment stays");
+    let head = spool.head().await.expect("head");
+    assert_eq!((head.depth, head.oldest_unacked_received_at_ms), (0, None));
+    spool.close().await;
+
+    let spool = open(&dir, small()).await;
+    let head = spool.head().await.expect("head");
+    assert_eq!((head.acked_seq, head.depth), (u64::from(n), 0));
+    assert_eq!(spool.pending(u64::from(n), 10).await.expect("pending"), []);
+    assert_eq!(
+        spool.append(ban(0)).await.expect("append").seq,
+        u64::from(n) + 1
+    );
+}
+
+fn before_first(segments: &[PathBuf]) -> u64 {
+    segments[0]
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.parse().ok())
+        .expect("segment name")
+}
+
+#[tokio::test]
+async fn pending_pages_across_segments() {
+    let dir = TempDir::new().expect("tempdir");
+    let spool = open(&dir, small()).await;
+    append_all(&spool, (1..=1000).map(ban)).await;
+    let mut after = 0;
+    let mut seen = Vec::new();
+    loop {
+        let batch = spool.pending(after, 128).await.expect("pending");
+        if batch.is_empty() {
+            break;
+        }
+        assert!(batch.len() <= 128);
+        after = batch.last().expect("non-empty").seq;
+        seen.extend(batch.into_iter().map(|r| (r.seq, failures(&r.event))));
+    }
+    assert_eq!(seen.len(), 1000);
+    assert!(seen.windows(2).all(|w| w[1].0 == w[0].0 + 1));
+    let failures: BTreeSet<u32> = seen.iter().map(|s| s.1).collect();
+    assert_eq!(failures, (1..=1000).collect());
+}
+
+#[tokio::test]
+async fn full_spool_drops_the_oldest_and_records_one_gap() {
+    let dir = TempDir::new().expect("tempdir");
+    let config = small();
+    let spool = open(&dir, config.clone()).await;
+    let epoch = spool.epoch();
+    spool.ack(epoch, 0).await.expect("ack nothing");
+    append_all(&spool, (1..=100).map(ban)).await;
+    spool.ack(epoch, 100).await.expect("ack the first hundred");
+    // About 330 bytes a record, so 4000 records are three times the bound.
+    append_all(&spool, (101..=4000).map(ban)).await;
+
+    let head = spool.head().await.expect("head");
+    assert!(head.bytes <= config.max_bytes, "{head:?}");
+    let records = spool.pending(0, usize::MAX).await.expect("pending");
+    let gaps: Vec<&GapEvent> = records
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::Gap(gap) => Some(gap),
+            _ => None,
+        })
+        .collect();
+    assert!(!gaps.is_empty());
+    // Every number is either stored or inside a gap, and no acknowledged event is called lost.
+    let records: Vec<&Record> = records.iter().filter(|r| r.seq > 100).collect();
+    let mut accounted: BTreeSet<u64> = records.iter().map(|r| r.seq).collect();
+    let mut lost = 0;
+    for gap in &gaps {
+        assert_eq!(gap.reason, GapReason::Overflow);
+        assert!(gap.ranges[0].first > 100, "{gap:?}");
+        assert_eq!(SeqRange::coalesce(gap.ranges.clone()), gap.ranges);
+        assert!(gap.oldest_received_at_ms <= gap.newest_received_at_ms);
+        assert!(gap.oldest_received_at_ms.is_some());
+        lost += gap.lost;
+        for range in &gap.ranges {
+            accounted.extend(range.first..=range.last);
+        }
+    }
+    let last = head.position.seq;
+    assert_eq!(accounted, (101..=last).collect::<BTreeSet<u64>>());
+    let bans = records
+        .iter()
+        .filter(|r| !matches!(r.event, Event::Gap(_)))
+        .count() as u64;
+    assert_eq!(
+        bans + lost,
+        3900,
+        "every appended event is stored or counted lost"
+    );
+    // Each gap record takes a number; a dropped one is folded into a later gap.
+    assert!(last >= 4000 + gaps.len() as u64);
+    // A gap comes with the first event after the drop, so one gap covers a whole segment.
+    assert!(gaps.len() < 20, "{} gaps", gaps.len());
+}
+
+#[tokio::test]
+async fn concurrent_appends_get_unique_consecutive_numbers() {
+    let dir = TempDir::new().expect("tempdir");
+    let spool = open(&dir, SpoolConfig::default()).await;
+    let tasks: Vec<_> = (0..20u32)
+        .map(|t| {
+            let spool = spool.clone();
+            tokio::spawn(async move {
+                let mut seqs = Vec::new();
+                for i in 0..50 {
+                    seqs.push(spool.append(ban(t * 100 + i)).await.expect("append").seq);
+                }
+                seqs
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        let seqs = task.await.expect("task");
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "one task's appends keep their order"
+        );
+        all.extend(seqs);
+    }
+    all.sort_unstable();
+    assert_eq!(all, (1..=1000).collect::<Vec<u64>>());
+    let records = spool.pending(0, 2000).await.expect("pending");
+    assert_eq!(records.len(), 1000);
+}
+
+#[tokio::test]
+async fn configuration_is_checked() {
+    let dir = TempDir::new().expect("tempdir");
+    for config in [
+        SpoolConfig {
+            segment_bytes: 1000,
+            ..SpoolConfig::default()
+        },
+        SpoolConfig {
+            max_bytes: SpoolConfig::default().segment_bytes,
+            ..SpoolConfig::default()
+        },
+    ] {
+        let err = Spool::open(dir.path(), config)
+            .await
+            .expect_err("bad config");
+        assert!(matches!(err, SpoolError::Config(_)), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn closed_spool_answers_closed() {
+    let dir = TempDir::new().expect("tempdir");
+    let spool = open(&dir, SpoolConfig::default()).await;
+    let other = spool.clone();
+    spool.close().await;
+    let err = other.append(ban(1)).await.expect_err("closed");
+    assert!(matches!(err, SpoolError::Closed), "{err}");
+}

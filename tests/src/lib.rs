@@ -1,0 +1,18 @@
+//! Harness for the end-to-end tests: real fail2ban servers, PostgreSQL, and the hub and agent binaries.
+//!
+//! Everything listens on 127.0.0.1 with ports chosen by the kernel, lives in a temporary directory and
+//! is stopped when its handle is dropped. A missing component is an error naming `.ci/install-deps`;
+//! nothing skips silently.
+
+pub mod agent;
+pub mod fail2ban;
+pub mod hub;
+pub mod postgres;
+pub mod process;
+pub mod wait;
+
+pub use agent::AgentProcess;
+pub use fail2ban::Fail2banSandbox;
+pub use hub::{HubBuilder, HubProcess, Listening};
+pub use postgres::PostgresServer;
+pub use wait::{wait_for, wait_for_async, wait_until, wait_until_async};
