@@ -279,7 +279,8 @@ pub struct Enrolled {
 }
 
 /// Redeems `token`: pins the hub CA, sends a fresh key's CSR, checks and stores the answer.
-#[tracing::instrument(skip_all, fields(state_dir = %options.state_dir.display()), err)]
+// No `err` here: the caller shows the error to the operator once, in full.
+#[tracing::instrument(skip_all, fields(state_dir = %options.state_dir.display()))]
 pub async fn enroll(token: &str, options: &EnrollOptions) -> Result<Enrolled, EnrollError> {
     let token = EnrollmentToken::decode(token)?;
     refuse_to_overwrite(options)?;
@@ -737,7 +738,10 @@ mod tests {
         let err = enroll("not-a-token", &options(dir.path()))
             .await
             .expect_err("refused");
-        assert!(matches!(err, EnrollError::Token(TokenError::Prefix)), "{err}");
+        assert!(
+            matches!(err, EnrollError::Token(TokenError::Prefix)),
+            "{err}"
+        );
 
         // A port nobody listens on: bind one, then free it.
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

@@ -238,11 +238,58 @@ fn init_tracing(settings: &Settings) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&settings.log.filter))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colours only for a person at a terminal, not for journald or a test harness reading the log.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match settings.log.format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn flags_become_the_top_settings_layer() {
+        let cli = Cli::try_parse_from([
+            "banhub-agent",
+            "--log-format",
+            "json",
+            "run",
+            "--state-dir",
+            "/srv/agent",
+            "--fail2ban-socket",
+            "/run/f2b.sock",
+            "--fail2ban-config-dir",
+            "/srv/f2b",
+        ])
+        .expect("valid command line");
+        let settings: Settings = Figment::from(Serialized::defaults(Settings::default()))
+            .merge(cli.overrides())
+            .extract()
+            .expect("settings");
+        assert_eq!(settings.state_dir, PathBuf::from("/srv/agent"));
+        assert_eq!(settings.fail2ban.socket, PathBuf::from("/run/f2b.sock"));
+        assert_eq!(settings.fail2ban.config_dir, PathBuf::from("/srv/f2b"));
+        assert_eq!(settings.log.format, LogFormat::Json);
+
+        let enroll = Cli::try_parse_from(["banhub-agent", "enroll", "bh1.x", "--force"])
+            .expect("valid command line");
+        assert!(matches!(
+            enroll.command,
+            Command::Enroll(EnrollArgs { force: true, .. })
+        ));
+        assert!(Cli::try_parse_from(["banhub-agent", "enroll"]).is_err());
     }
 }

@@ -272,7 +272,11 @@ fn is_certificate_alert(alert: AlertDescription) -> bool {
 
 /// An error and its causes on one line, without repeating a cause a layer already quoted.
 pub fn describe(err: &(dyn StdError + 'static)) -> String {
-    let mut text = err.to_string();
+    // A status's `Display` repeats its source in `Debug` form; its message reads better.
+    let mut text = match err.downcast_ref::<tonic::Status>() {
+        Some(status) => status.message().to_owned(),
+        None => err.to_string(),
+    };
     let mut current = err.source();
     while let Some(e) = current {
         let part = e.to_string();

@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::events::Events;
 use crate::fleet::{Fleet, FleetParts};
 use crate::metrics::Metrics;
 use crate::pki::{Ca, PkiError, RevocationList, server_tls_config};
@@ -21,6 +22,7 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub store: Store,
     pub fleet: Fleet,
+    pub events: Events,
     pub metrics: Metrics,
 }
 
@@ -94,6 +96,7 @@ impl App {
 
         let shutdown = CancellationToken::new();
         let metrics = Metrics::default();
+        let events = Events::new(store.clone(), &config.events, shutdown.clone());
         let fleet = Fleet::new(FleetParts {
             store: store.clone(),
             ca,
@@ -115,6 +118,7 @@ impl App {
                 config: Arc::new(config),
                 store,
                 fleet,
+                events,
                 metrics,
             },
             http,
@@ -164,6 +168,7 @@ impl App {
         };
         tokio::spawn(forward);
 
+        tokio::spawn(state.events.clone().run_retention());
         let fleet = state.fleet.clone();
         let grpc_task = {
             let shutdown = shutdown.clone();

@@ -22,6 +22,7 @@ pub struct Config {
     pub database: DatabaseConfig,
     pub enrollment: EnrollmentConfig,
     pub agents: AgentsConfig,
+    pub events: EventsConfig,
     pub log: LogConfig,
 }
 
@@ -66,10 +67,21 @@ pub struct AgentsConfig {
     /// How often hub and agent send heartbeats, in milliseconds. A side silent for three intervals is
     /// dropped.
     pub heartbeat_interval_ms: u32,
-    /// Deadline given to commands sent to agents, in milliseconds.
+    /// Deadline given to quick commands sent to agents (status, bans, reads), in milliseconds.
     pub command_timeout_ms: u64,
+    /// Deadline given to slow commands: config writes, reloads, restarts, filter tests.
+    pub slow_command_timeout_ms: u64,
     /// Validity of agent client certificates, in days.
     pub certificate_days: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventsConfig {
+    /// Events older than this many days are pruned in the background; 0 keeps them forever.
+    pub retention_days: u32,
+    /// How often pruning runs, in seconds.
+    pub prune_interval_secs: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -97,6 +109,7 @@ impl Default for Config {
             database: DatabaseConfig::default(),
             enrollment: EnrollmentConfig::default(),
             agents: AgentsConfig::default(),
+            events: EventsConfig::default(),
             log: LogConfig::default(),
         }
     }
@@ -142,7 +155,17 @@ impl Default for AgentsConfig {
         Self {
             heartbeat_interval_ms: 10_000,
             command_timeout_ms: 10_000,
+            slow_command_timeout_ms: 120_000,
             certificate_days: 365,
+        }
+    }
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        Self {
+            retention_days: 180,
+            prune_interval_secs: 3600,
         }
     }
 }
@@ -180,7 +203,13 @@ impl Config {
             figment = figment.merge(Toml::file(path));
         }
         let config: Config = figment
-            .merge(Env::prefixed("BANHUB_").split("__").ignore(&["config"]))
+            .merge(
+                Env::prefixed("BANHUB_")
+                    // BANHUB_AGENT_… variables belong to the agent, which may share this environment.
+                    .filter(|key| !key.as_str().to_ascii_lowercase().starts_with("agent_"))
+                    .split("__")
+                    .ignore(&["config"]),
+            )
             .merge(overrides)
             .extract()
             .map_err(|e| ConfigError::Parse(Box::new(e)))?;
@@ -226,8 +255,26 @@ impl Config {
         if self.agents.command_timeout_ms < 100 {
             return invalid("agents.command_timeout_ms", "must be at least 100");
         }
+        if self.agents.slow_command_timeout_ms < self.agents.command_timeout_ms {
+            return invalid(
+                "agents.slow_command_timeout_ms",
+                "must be at least agents.command_timeout_ms",
+            );
+        }
         if !(1..=3650).contains(&self.agents.certificate_days) {
             return invalid("agents.certificate_days", "must be between 1 and 3650");
+        }
+        if self.events.retention_days > 36_500 {
+            return invalid(
+                "events.retention_days",
+                "must be at most 36500 (100 years); 0 keeps events forever",
+            );
+        }
+        if !(60..=86_400).contains(&self.events.prune_interval_secs) {
+            return invalid(
+                "events.prune_interval_secs",
+                "must be between 60 and 86400 seconds",
+            );
         }
         if !self.grpc.advertise.is_empty() && !self.grpc.advertise.contains(':') {
             return invalid(
@@ -302,6 +349,44 @@ mod tests {
         assert!(err.to_string().contains("database.url"), "{err}");
         let unknown = Figment::from(Serialized::default("http.lisen", "x"));
         assert!(Config::load(None, unknown).is_err());
+    }
+
+    #[test]
+    // figment's own error type is large; this is its test harness, not our API.
+    #[allow(clippy::result_large_err)]
+    fn environment_overrides_and_agent_variables_are_left_alone() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("BANHUB_HTTP__LISTEN", "127.0.0.1:9200");
+            jail.set_env("BANHUB_AGENT_LINK__BACKOFF_MAX_MS", "1000");
+            jail.set_env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500");
+            let config = Config::load(None, Figment::new()).map_err(|e| e.to_string())?;
+            assert_eq!(config.http.listen.port(), 9200);
+            assert_eq!(config.agents.heartbeat_interval_ms, 500);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn events_settings_load_and_are_checked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("banhub.toml");
+        std::fs::write(&path, "[events]\nretention_days = 30\n").expect("write");
+        let config = Config::load(Some(&path), Figment::new()).expect("valid");
+        assert_eq!(config.events.retention_days, 30);
+        assert_eq!(config.events.prune_interval_secs, 3600);
+        let forever = Figment::from(Serialized::default("events.retention_days", 0));
+        assert_eq!(
+            Config::load(None, forever).expect("valid").events.retention_days,
+            0
+        );
+        for (key, value) in [
+            ("events.retention_days", 40_000u64),
+            ("events.prune_interval_secs", 5),
+        ] {
+            let err = Config::load(None, Figment::from(Serialized::default(key, value)))
+                .expect_err("refused");
+            assert!(err.to_string().contains(key), "{err}");
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@ pub mod api;
 pub mod app;
 pub mod config;
 pub mod domain;
+pub mod events;
 pub mod fleet;
 pub mod metrics;
 pub mod pki;

@@ -47,6 +47,50 @@ pub fn check_name(raw: &str) -> Result<(), NameError> {
     }
 }
 
+/// Declares a validated name type: a value of it has passed [`check_name`].
+macro_rules! name_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Checks `raw` against the shared name rule.
+            pub fn parse(raw: &str) -> Result<Self, NameError> {
+                check_name(raw)?;
+                Ok(Self(raw.to_owned()))
+            }
+
+            /// The name as text; safe as one file name component and as one fail2ban argument.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = NameError;
+            fn from_str(s: &str) -> Result<Self, NameError> {
+                Self::parse(s)
+            }
+        }
+    };
+}
+
+name_type!(
+    /// The name of a fail2ban jail.
+    JailName
+);
+name_type!(
+    /// The name of a fail2ban filter (`filter.d/<name>.conf`).
+    FilterName
+);
+
 /// Why an address was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AddressError {

@@ -240,7 +240,7 @@ mod tests {
     #[test]
     fn run_stop_restart_and_wait_exit() {
         let (_dir, bin) = script(
-            r#"echo "args: $* y=$Y"; trap 'echo bye; exit 0' TERM
+            r#"trap 'echo bye; exit 0' TERM; echo "args: $* y=$Y"
 if [ -e "$0.exit" ]; then sleep 0.2; exit 9; fi
 while :; do sleep 0.05; done"#,
         );

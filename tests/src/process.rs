@@ -286,11 +286,20 @@ mod tests {
 
     #[test]
     fn stop_kills_a_process_that_ignores_sigterm() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let logs = LogFiles::new(dir.path(), "stubborn");
         let mut command = Command::new("sh");
-        command
-            .args(["-c", "trap '' TERM; while :; do sleep 0.05; done"])
-            .stdin(Stdio::null());
+        command.args([
+            "-c",
+            "trap '' TERM; echo ready; while :; do sleep 0.05; done",
+        ]);
+        logs.attach(&mut command).expect("attach");
         let mut child = ManagedChild::spawn("stubborn", command).expect("spawn");
+        // Until the trap is set, SIGTERM would simply end the shell.
+        crate::wait::wait_until(Duration::from_secs(5), "the trap to be set", || {
+            fs::read_to_string(&logs.stdout).is_ok_and(|s| s.contains("ready"))
+        })
+        .expect("ready");
         let err = child
             .stop(Duration::from_millis(300))
             .expect_err("ignored SIGTERM");

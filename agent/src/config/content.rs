@@ -22,10 +22,7 @@ const BACKENDS: [&str; 5] = ["auto", "pyinotify", "gamin", "polling", "systemd"]
 /// Size and NUL checks shared by every text the editor or a filter test accepts.
 pub(crate) fn check_text(text: &str, limit: usize) -> Result<(), String> {
     if text.len() > limit {
-        return Err(format!(
-            "it is {} bytes; the limit is {limit}",
-            text.len()
-        ));
+        return Err(format!("it is {} bytes; the limit is {limit}", text.len()));
     }
     if text.contains('\0') {
         return Err("it contains a NUL byte".to_owned());
@@ -41,6 +38,21 @@ pub(crate) fn check_jail_override(jail: &JailName, text: &str) -> Result<IniFile
         if section.name != jail.as_str() {
             return Err(format!(
                 "line {}: only the [{jail}] section may be set in jail.d/{jail}.local, not [{}]",
+                section.line, section.name
+            ));
+        }
+    }
+    Ok(file)
+}
+
+/// The agent's defaults file may hold a `[DEFAULT]` section and nothing else (no jail, no
+/// `[INCLUDES]`).
+pub(crate) fn check_defaults(text: &str) -> Result<IniFile, String> {
+    let file = ini::parse(text).map_err(|e| e.to_string())?;
+    for section in file.sections() {
+        if section.name != ini::DEFAULT_SECTION {
+            return Err(format!(
+                "line {}: only the [DEFAULT] section may be set in the defaults file, not [{}]",
                 section.line, section.name
             ));
         }
@@ -163,7 +175,12 @@ mod tests {
     #[test]
     fn jail_overrides_hold_their_own_section_only() {
         let jail = JailName::parse("sshd").expect("name");
-        for good in ["", "# nothing\n", "[sshd]\nmaxretry = 2\n", "[sshd]\nlogpath = /a\n  /b\n"] {
+        for good in [
+            "",
+            "# nothing\n",
+            "[sshd]\nmaxretry = 2\n",
+            "[sshd]\nlogpath = /a\n  /b\n",
+        ] {
             assert!(check_jail_override(&jail, good).is_ok(), "{good:?}");
         }
         for bad in [
@@ -180,6 +197,20 @@ mod tests {
         assert!(check_jail_override(&jail, "[sshd]\nignoreip = 1.2.3.4\n  [DEFAULT]\n").is_ok());
         let err = check_jail_override(&jail, "[sshd]\nx = 1\n[other]\n").expect_err("other");
         assert!(err.contains("line 3") && err.contains("[other]"), "{err}");
+    }
+
+    #[test]
+    fn the_defaults_file_holds_default_only() {
+        for good in ["", "[DEFAULT]\nignoreip = 192.0.2.1\n"] {
+            assert!(check_defaults(good).is_ok(), "{good:?}");
+        }
+        for bad in [
+            "[sshd]\nenabled = true\n",
+            "[DEFAULT]\nx = 1\n[INCLUDES]\nbefore = /etc/shadow\n",
+            "ignoreip = 1\n",
+        ] {
+            assert!(check_defaults(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
@@ -214,7 +245,10 @@ mod tests {
                 "a[x=\"1 2\"]\n  sendmail-whois[dest=\"root@localhost\", x=']']  smtp.py",
                 &["a", "sendmail-whois", "smtp.py"],
             ),
-            ("dummy[target=/tmp/x] ../../evil[a=b]", &["dummy", "../../evil"]),
+            (
+                "dummy[target=/tmp/x] ../../evil[a=b]",
+                &["dummy", "../../evil"],
+            ),
             ("", &[]),
             ("a[b=c][d=e]", &["a"]),
         ];

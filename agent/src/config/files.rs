@@ -19,13 +19,19 @@ pub enum EditableFile {
     JailOverride(JailName),
     /// `filter.d/<filter>.local`: read after `filter.d/<filter>.conf`, or a filter of its own.
     FilterLocal(FilterName),
+    /// `jail.d/banhub-defaults.local`: the agent's own `[DEFAULT]` section (the global
+    /// `ignoreip`), read after `jail.conf` and `jail.local` like every `jail.d/*.local`.
+    Defaults,
 }
+
+/// The stem of [`EditableFile::Defaults`].
+pub const DEFAULTS_STEM: &str = "banhub-defaults";
 
 impl EditableFile {
     /// The directory inside the config directory: `jail.d` or `filter.d`.
     pub fn dir_name(&self) -> &'static str {
         match self {
-            Self::JailOverride(_) => "jail.d",
+            Self::JailOverride(_) | Self::Defaults => "jail.d",
             Self::FilterLocal(_) => "filter.d",
         }
     }
@@ -35,6 +41,7 @@ impl EditableFile {
         match self {
             Self::JailOverride(jail) => format!("{jail}.local"),
             Self::FilterLocal(filter) => format!("{filter}.local"),
+            Self::Defaults => format!("{DEFAULTS_STEM}.local"),
         }
     }
 
@@ -43,11 +50,12 @@ impl EditableFile {
         Path::new(self.dir_name()).join(self.file_name())
     }
 
-    /// `jail` or `filter`, for messages and the backup layout.
+    /// `jail`, `filter` or `defaults`, for messages and the backup layout.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::JailOverride(_) => "jail",
             Self::FilterLocal(_) => "filter",
+            Self::Defaults => "defaults",
         }
     }
 
@@ -56,6 +64,7 @@ impl EditableFile {
         match self {
             Self::JailOverride(jail) => jail.as_str(),
             Self::FilterLocal(filter) => filter.as_str(),
+            Self::Defaults => DEFAULTS_STEM,
         }
     }
 }

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use super::content;
 use super::error::ConfigError;
 use super::names::FilterName;
+use super::staging::FILTER_TEST_PREFIX;
 use super::tools::{Fail2banTools, ToolError};
 
 /// Most log lines one test takes.
@@ -176,7 +177,7 @@ pub(crate) fn prepare(
     }
     let live = config_dir.join("filter.d");
     let dir = tempfile::Builder::new()
-        .prefix(".filter-test-")
+        .prefix(FILTER_TEST_PREFIX)
         .tempdir_in(parent)
         .map_err(io(parent))?;
     let filters = dir.path().join("filter.d");
@@ -537,7 +538,10 @@ fn locate(tested: &[(usize, &str)], printed: &[String]) -> Vec<usize> {
     let mut next = 0;
     for item in printed {
         for part in item.split('\n') {
-            if let Some(offset) = tested[next..].iter().position(|(_, l)| *l == part.trim_end()) {
+            if let Some(offset) = tested[next..]
+                .iter()
+                .position(|(_, l)| *l == part.trim_end())
+            {
                 found.push(tested[next + offset].0);
                 next += offset + 1;
             }
@@ -726,12 +730,18 @@ Lines: 5 lines, 0 ignored, 3 matched, 2 missed
         let fd = live.path().join("filter.d");
         std::fs::create_dir(&fd).expect("mkdir");
         std::fs::write(fd.join("common.conf"), "[DEFAULT]\n").expect("write");
-        std::fs::write(fd.join("sshd.conf"), "[Definition]\nfailregex = a <HOST>\n").expect("write");
+        std::fs::write(fd.join("sshd.conf"), "[Definition]\nfailregex = a <HOST>\n")
+            .expect("write");
         let work = tempfile::tempdir().expect("work");
         let sshd = FilterName::parse("sshd").expect("name");
 
-        let installed = prepare(live.path(), work.path(), &FilterSource::Installed(sshd.clone()), 1024)
-            .expect("prepare");
+        let installed = prepare(
+            live.path(),
+            work.path(),
+            &FilterSource::Installed(sshd.clone()),
+            1024,
+        )
+        .expect("prepare");
         assert_eq!(installed.arg, "./filter.d/banhub-test.conf");
         let scratch = installed.dir.path().join("filter.d");
         assert!(scratch.join("common.conf").exists());

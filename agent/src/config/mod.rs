@@ -2,18 +2,35 @@
 //! writes jail overrides and filters only by logical name and only after fail2ban has
 //! validated them, reloads, checks health and rolls back on any failure; tests filters with
 //! `fail2ban-regex`.
+//!
+//! Entry points: [`ConfigReader`] (blocking reads), [`ConfigEditor`] (validated writes, jail
+//! enable/disable, filter tests), [`filter_test::test_filter`].
 
+pub mod content;
+pub mod editor;
 pub mod error;
 pub mod files;
+pub mod filter_test;
 pub mod ini;
 pub mod names;
 pub mod reader;
+mod staging;
+pub mod tools;
 pub mod version;
 
+pub use editor::{
+    ConfigEditor, EditError, EditReport, EditTimings, EditorSettings, FileChange, ReloadScope,
+    RollbackReport, Stage,
+};
 pub use error::ConfigError;
 pub use files::{EditableFile, VersionedFile};
+pub use filter_test::{
+    FilterSource, FilterTestError, FilterTestReport, LineCounts, MatchedLine, RegexHits,
+};
 pub use names::{FilterName, JailName};
 pub use reader::{
     ConfigReader, EffectiveConfig, FilterFiles, FilterRef, JailInfo, JailView, Origin, Setting,
 };
+pub use staging::Backup;
+pub use tools::{Fail2banTools, ToolError};
 pub use version::Version;

@@ -580,6 +580,23 @@ impl EffectiveConfig {
         })
     }
 
+    /// An option of `[DEFAULT]`, resolved; `None` when no file sets it.
+    pub fn default_setting(&self, option: &str) -> Option<Setting> {
+        let key = option.to_lowercase();
+        let entry = self.defaults.get(&key)?;
+        Some(Setting {
+            raw: entry.raw.clone(),
+            value: self.interpolate(DEFAULT_SECTION, &key, &entry.raw),
+            origin: Origin {
+                file: entry
+                    .file
+                    .map_or_else(|| "(fail2ban)".to_owned(), |i| self.display(&self.files[i])),
+                line: entry.line,
+                section: DEFAULT_SECTION.to_owned(),
+            },
+        })
+    }
+
     fn display(&self, path: &Path) -> String {
         path.strip_prefix(&self.dir)
             .unwrap_or(path)
@@ -918,6 +935,29 @@ mod tests {
     }
 
     #[test]
+    fn default_settings_resolve_across_files() {
+        let (_d, config) = load(&[
+            (
+                "jail.conf",
+                "[DEFAULT]\nlocal = 127.0.0.1/8\nignoreip = %(local)s ::1\n[sshd]\nport = 22\n",
+            ),
+            (
+                "jail.d/banhub-defaults.local",
+                "[DEFAULT]\nignoreip = %(local)s 192.0.2.1\n",
+            ),
+        ]);
+        let ignoreip = config.default_setting("IgnoreIP").expect("set");
+        assert_eq!(ignoreip.origin.file, "jail.d/banhub-defaults.local");
+        assert_eq!((ignoreip.origin.line, ignoreip.origin.section.as_str()), (2, "DEFAULT"));
+        assert_eq!(ignoreip.value, Ok("127.0.0.1/8 192.0.2.1".to_owned()));
+        assert_eq!(
+            config.default_setting("local").map(|s| s.value),
+            Some(Ok("127.0.0.1/8".to_owned()))
+        );
+        assert!(config.default_setting("nosuch").is_none());
+    }
+
+    #[test]
     fn jails_resolve_enabled_filter_and_backend() {
         let (_d, config) = load(&[
             (
@@ -993,7 +1033,8 @@ mod tests {
 
     #[test]
     fn filter_refs_follow_extract_options() {
-        let cases: [(&str, Option<(&str, Option<&str>)>); 6] = [
+        type Expected<'a> = Option<(&'a str, Option<&'a str>)>;
+        let cases: [(&str, Expected); 6] = [
             ("sshd", Some(("sshd", None))),
             (
                 "sshd[mode=aggressive]",

@@ -182,7 +182,10 @@ pub(crate) fn client_messages(output: &ToolOutput, rename: Option<(&Path, &Path)
             }
             None => {
                 // A traceback or other text outside the log format: its last line says why.
-                if !line.trim().is_empty() && !line.starts_with(' ') && !line.starts_with("Traceback") {
+                if !line.trim().is_empty()
+                    && !line.starts_with(' ')
+                    && !line.starts_with("Traceback")
+                {
                     messages.push(line.trim_end().to_owned());
                 }
             }
@@ -270,8 +273,10 @@ mod tests {
         );
         assert_eq!(
             messages,
-            ["ERROR Failed during configuration: Source contains parsing errors: \
-              '/etc/fail2ban/jail.d/testauth.local'\n\t[line  2]: 'foo\\n'"]
+            [
+                "ERROR Failed during configuration: Source contains parsing errors: \
+              '/etc/fail2ban/jail.d/testauth.local'\n\t[line  2]: 'foo\\n'"
+            ]
         );
     }
 
@@ -286,28 +291,53 @@ mod tests {
                 "Unknown backend nosuch. Must be among ['pyinotify', 'gamin', 'polling', 'systemd'] or 'auto'",
             ]
         );
-        assert_eq!(client_messages(&output(0, "OK\n", ""), None), Vec::<String>::new());
+        assert_eq!(
+            client_messages(&output(0, "OK\n", ""), None),
+            Vec::<String>::new()
+        );
         assert_eq!(
             client_messages(&output(3, "", ""), None),
             ["fail2ban-client exited with status 3 and printed no message"]
         );
-        let traceback = "Traceback (most recent call last):\n  File \"x\", line 1\nValueError: boom\n";
-        assert_eq!(client_messages(&output(1, "", traceback), None), ["ValueError: boom"]);
+        let traceback =
+            "Traceback (most recent call last):\n  File \"x\", line 1\nValueError: boom\n";
+        assert_eq!(
+            client_messages(&output(1, "", traceback), None),
+            ["ValueError: boom"]
+        );
     }
 
     #[tokio::test]
     async fn run_reports_missing_programs_and_timeouts() {
-        let err = run(Path::new("/nonexistent/fail2ban-client"), &[], Duration::from_secs(5), None)
-            .await
-            .expect_err("missing");
+        let err = run(
+            Path::new("/nonexistent/fail2ban-client"),
+            &[],
+            Duration::from_secs(5),
+            None,
+        )
+        .await
+        .expect_err("missing");
         assert!(err.to_string().contains("install fail2ban"), "{err}");
-        let err = run(Path::new("sleep"), &["5".into()], Duration::from_millis(100), None)
-            .await
-            .expect_err("slow");
+        let err = run(
+            Path::new("sleep"),
+            &["5".into()],
+            Duration::from_millis(100),
+            None,
+        )
+        .await
+        .expect_err("slow");
         assert!(matches!(err, ToolError::Timeout { .. }), "{err}");
-        let done = run(Path::new("sh"), &["-c".into(), "echo out; echo err >&2; exit 3".into()], Duration::from_secs(5), None)
-            .await
-            .expect("runs");
-        assert_eq!((done.code, done.stdout.as_str(), done.stderr.as_str()), (Some(3), "out\n", "err\n"));
+        let done = run(
+            Path::new("sh"),
+            &["-c".into(), "echo out; echo err >&2; exit 3".into()],
+            Duration::from_secs(5),
+            None,
+        )
+        .await
+        .expect("runs");
+        assert_eq!(
+            (done.code, done.stdout.as_str(), done.stderr.as_str()),
+            (Some(3), "out\n", "err\n")
+        );
     }
 }

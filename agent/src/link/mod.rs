@@ -86,10 +86,7 @@ impl Link {
             endpoint,
             hub_address: credentials.identity.hub_address.clone(),
             welcome_timeout: Duration::from_millis(settings.link.connect_timeout_ms),
-            commands: std::sync::Arc::new(commands::Context {
-                fail2ban_socket: settings.fail2ban.socket.clone(),
-                fail2ban_timeout: settings.fail2ban_timeout(),
-            }),
+            commands: std::sync::Arc::new(commands::Context::new(settings)),
             recent: RecentCommands::default(),
             results_tx,
             results_rx,
@@ -125,6 +122,12 @@ impl Link {
                 SessionEnd::Lost { reason } => {
                     tracing::warn!(%reason, "the session to the hub ended");
                 }
+                SessionEnd::ClosedBeforeWelcome { reason } => tracing::error!(
+                    hub = %self.hub_address,
+                    %reason,
+                    "the hub closed the connection before the session started; if this repeats, \
+                     {REENROLL_HINT}"
+                ),
                 SessionEnd::Refused(status) => log_refusal(&status, &self.hub_address),
                 SessionEnd::Unreachable(problem) => log_problem(&problem, &self.hub_address),
             }
@@ -228,7 +231,7 @@ pub(crate) fn now_unix_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// When the previous session started, for the backoff reset rule.
+/// How a session went: why it ended and, if the hub welcomed it, when (for the backoff reset rule).
 #[derive(Debug)]
 struct SessionReport {
     end: SessionEnd,

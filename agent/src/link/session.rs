@@ -48,6 +48,8 @@ pub(super) enum SessionEnd {
     Drained { reason: String },
     /// The stream ended or broke after the welcome, or the hub went silent.
     Lost { reason: String },
+    /// The connection closed after the TLS handshake but before the welcome.
+    ClosedBeforeWelcome { reason: String },
     /// The hub answered the call with an error status.
     Refused(tonic::Status),
     /// The connection could not be made (TCP, TLS, certificate refused).
@@ -122,6 +124,7 @@ async fn open(link: &Link) -> Result<Opened, SessionEnd> {
             .iter()
             .map(|c| (*c).to_owned())
             .collect(),
+        spool: None,
     };
     // The hub reads the hello before it answers the call, so it must be queued first. The channel is
     // new and empty, so there is room.
@@ -132,7 +135,7 @@ async fn open(link: &Link) -> Result<Opened, SessionEnd> {
         let response = client
             .session(ReceiverStream::new(rx))
             .await
-            .map_err(stream_error)?;
+            .map_err(early_error)?;
         let mut inbound = response.into_inner();
         match inbound.message().await {
             Ok(Some(HubFrame {
@@ -144,10 +147,10 @@ async fn open(link: &Link) -> Result<Opened, SessionEnd> {
             Ok(Some(_)) => Err(SessionEnd::Lost {
                 reason: "the hub's first frame was not a welcome".to_owned(),
             }),
-            Ok(None) => Err(SessionEnd::Lost {
-                reason: "the hub closed the session before its welcome".to_owned(),
+            Ok(None) => Err(SessionEnd::ClosedBeforeWelcome {
+                reason: "the hub ended the stream".to_owned(),
             }),
-            Err(status) => Err(stream_error(status)),
+            Err(status) => Err(early_error(status)),
         }
     };
     let (inbound, welcome) = tokio::time::timeout(link.welcome_timeout, welcome)
@@ -175,6 +178,16 @@ fn drained(drain: Drain) -> SessionEnd {
         SessionEnd::Removed {
             reason: drain.reason,
         }
+    }
+}
+
+/// A failure between the TLS handshake and the welcome. Under TLS 1.3 the agent finishes its side of
+/// the handshake before the hub has judged its certificate, and the hub's refusal alert often loses
+/// the race with the closed connection, so a bare "connection closed" here is worth a hint.
+fn early_error(status: tonic::Status) -> SessionEnd {
+    match stream_error(status) {
+        SessionEnd::Lost { reason } => SessionEnd::ClosedBeforeWelcome { reason },
+        end => end,
     }
 }
 
@@ -269,6 +282,10 @@ impl Live<'_> {
             Some(hub_frame::Body::Drain(drain)) => Err(drained(drain)),
             Some(hub_frame::Body::Welcome(_)) => {
                 tracing::warn!("the hub sent a second welcome; ignored");
+                Ok(())
+            }
+            Some(hub_frame::Body::Ack(ack)) => {
+                tracing::debug!(epoch = ack.epoch, seq = ack.seq, "ack from the hub");
                 Ok(())
             }
             None => {
@@ -379,8 +396,8 @@ fn closed() -> SessionEnd {
 fn outcome_name(result: &CommandResult) -> &'static str {
     use banhub_proto::v1::command_result::Outcome;
     match &result.outcome {
-        Some(Outcome::Pong(_)) => "pong",
         Some(Outcome::Error(_)) => "error",
+        Some(_) => "ok",
         None => "none",
     }
 }

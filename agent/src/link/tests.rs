@@ -332,7 +332,11 @@ async fn ping_reaches_fail2ban_and_shutdown_is_clean() {
     let (shutdown, task) = harness.run();
 
     let mut hub = harness.session().await;
-    assert!(hub.hello.fail2ban_version.starts_with('1'), "{:?}", hub.hello);
+    assert!(
+        hub.hello.fail2ban_version.starts_with('1'),
+        "{:?}",
+        hub.hello
+    );
     hub.welcome(500).await;
     hub.command("p1", now_unix_ms() + 10_000).await;
     let result = hub.result().await;
@@ -368,7 +372,10 @@ async fn slow_fail2ban_does_not_delay_heartbeats() {
     hub.keep_alive(Duration::from_millis(50));
     hub.command("slow", now_unix_ms() + 30_000).await;
     let result = hub.result().await;
-    assert!(matches!(result.outcome, Some(Outcome::Pong(_))), "{result:?}");
+    assert!(
+        matches!(result.outcome, Some(Outcome::Pong(_))),
+        "{result:?}"
+    );
     assert!(
         hub.heartbeats_seen.len() >= 4,
         "heartbeats kept flowing while fail2ban was slow: {:?}",

@@ -196,13 +196,15 @@ impl Relay {
     /// Checks, parses and stores one callback.
     async fn receive(&self, kind: Kind, request: Request) -> Result<Position, Problem> {
         self.check_secret(request.headers())?;
-        let body = Bytes::from_request(request, &()).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                Problem::too_large(MAX_BODY_BYTES)
-            } else {
-                Problem::bad_body(rejection.body_text())
-            }
-        })?;
+        let body = Bytes::from_request(request, &())
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    Problem::too_large(MAX_BODY_BYTES)
+                } else {
+                    Problem::bad_body(rejection.body_text())
+                }
+            })?;
         let callback = payload::parse(&body).map_err(Problem::from)?;
         let event = self.event(kind, callback);
         self.spool.append(event).await.map_err(|e| {
@@ -216,9 +218,13 @@ impl Relay {
 
     fn check_secret(&self, headers: &HeaderMap) -> Result<(), Problem> {
         match headers.get(SECRET_HEADER) {
-            None => Err(Problem::unauthorized("the X-Callback-Secret header is missing")),
+            None => Err(Problem::unauthorized(
+                "the X-Callback-Secret header is missing",
+            )),
             Some(value) if self.secret.matches(value.as_bytes()) => Ok(()),
-            Some(_) => Err(Problem::unauthorized("the X-Callback-Secret header is wrong")),
+            Some(_) => Err(Problem::unauthorized(
+                "the X-Callback-Secret header is wrong",
+            )),
         }
     }
 
@@ -250,7 +256,11 @@ impl Relay {
                 self.stats
                     .last_accepted_at_ms
                     .store(crate::spool::now_ms(), Ordering::Relaxed);
-                tracing::debug!(kind = kind.as_str(), seq = position.seq, "stored a callback");
+                tracing::debug!(
+                    kind = kind.as_str(),
+                    seq = position.seq,
+                    "stored a callback"
+                );
                 axum::Json(position).into_response()
             }
             Err(problem) => {

@@ -56,7 +56,8 @@ pub fn parse(body: &[u8]) -> Result<Callback, PayloadError> {
     let get = |name: &str| object.get(name).filter(|v| !v.is_null());
 
     let ip_text = required_str(get("ip"), "ip")?;
-    let ip = IpOrCidr::parse(ip_text.trim()).map_err(|e| field("ip", format!("{ip_text:?} {e}")))?;
+    let ip =
+        IpOrCidr::parse(ip_text.trim()).map_err(|e| field("ip", format!("{ip_text:?} {e}")))?;
     let jail_text = required_str(get("jail"), "jail")?;
     let jail = JailName::parse(jail_text.trim())
         .map_err(|e| field("jail", format!("{jail_text:?} {e}")))?;
@@ -134,7 +135,10 @@ fn number(value: Option<&Value>, name: &'static str) -> Result<Option<f64>, Payl
 /// A non-negative whole count.
 fn count(n: f64, name: &'static str) -> Result<u32, PayloadError> {
     if n.fract() != 0.0 || !(0.0..=f64::from(u32::MAX)).contains(&n) {
-        return Err(field(name, format!("must be a whole number from 0 to {}", u32::MAX)));
+        return Err(field(
+            name,
+            format!("must be a whole number from 0 to {}", u32::MAX),
+        ));
     }
     // In range and whole, so the conversion is exact.
     Ok(n as u32)
@@ -152,7 +156,12 @@ fn unix_seconds(n: f64, name: &'static str) -> Result<i64, PayloadError> {
 
 /// Seconds, or `-1` for a permanent ban.
 fn duration(n: f64, name: &'static str) -> Result<BanDuration, PayloadError> {
-    let bad = || field(name, "must be a whole number of seconds, or -1 for a permanent ban");
+    let bad = || {
+        field(
+            name,
+            "must be a whole number of seconds, or -1 for a permanent ban",
+        )
+    };
     if n.fract() != 0.0 || !(-1.0..=9.0e15).contains(&n) {
         return Err(bad());
     }
@@ -193,8 +202,10 @@ mod tests {
 
     #[test]
     fn spec_fields_and_extras() {
-        let cb = ok(r#"{"serverId":"x","ip":"192.0.2.7","jail":"sshd","hostname":"web-1",
-            "failures":3,"logs":["a","b"],"banTime":1790000000,"banDuration":600,"banCount":2}"#);
+        let cb = ok(
+            r#"{"serverId":"x","ip":"192.0.2.7","jail":"sshd","hostname":"web-1",
+            "failures":3,"logs":["a","b"],"banTime":1790000000,"banDuration":600,"banCount":2}"#,
+        );
         assert_eq!(cb.ip.to_string(), "192.0.2.7");
         assert_eq!(cb.jail.as_str(), "sshd");
         assert_eq!(cb.hostname.as_deref(), Some("web-1"));
@@ -208,9 +219,11 @@ mod tests {
     #[test]
     fn fail2ban_style_values() {
         // What an action that pastes tags into a string template sends.
-        let cb = ok(r#"{"ip":"2001:db8::1","jail":"nginx-http-auth","failures":"5",
+        let cb = ok(
+            r#"{"ip":"2001:db8::1","jail":"nginx-http-auth","failures":"5",
             "logs":"line one\nline two","time":"1790000000.8153","bantime":"-1","bancount":"1",
-            "banCount":"3","serverId":17}"#);
+            "banCount":"3","serverId":17}"#,
+        );
         assert_eq!(cb.ip.to_string(), "2001:db8::1");
         assert_eq!(cb.failures, 5);
         assert_eq!(cb.logs.lines(), ["line one", "line two"]);
@@ -222,17 +235,23 @@ mod tests {
 
     #[test]
     fn minimal_and_empty_values() {
-        let cb = ok(r#"{"ip":" 198.51.100.0/24 ","jail":"sshd","failures":"","logs":null,
-            "hostname":"","time":null}"#);
+        let cb = ok(
+            r#"{"ip":" 198.51.100.0/24 ","jail":"sshd","failures":"","logs":null,
+            "hostname":"","time":null}"#,
+        );
         assert_eq!(cb.ip.to_string(), "198.51.100.0/24");
         assert_eq!(cb.failures, 0);
         assert!(cb.logs.is_empty());
-        assert_eq!((cb.hostname, cb.ban_time, cb.ban_duration), (None, None, None));
+        assert_eq!(
+            (cb.hostname, cb.ban_time, cb.ban_duration),
+            (None, None, None)
+        );
     }
 
     #[test]
     fn the_precise_name_wins_over_the_tag_name() {
-        let cb = ok(r#"{"ip":"192.0.2.1","jail":"j","time":5,"banTime":6,"bantime":7,"banDuration":8}"#);
+        let cb =
+            ok(r#"{"ip":"192.0.2.1","jail":"j","time":5,"banTime":6,"bantime":7,"banDuration":8}"#);
         assert_eq!(cb.ban_time, Some(6));
         assert_eq!(cb.ban_duration, Some(BanDuration::Seconds(8)));
     }
@@ -250,17 +269,41 @@ mod tests {
         refused(r#"{"ip":"192.0.2.1"}"#, Some("jail"));
         refused(r#"{"ip":"192.0.2.1","jail":"../etc"}"#, Some("jail"));
         refused(r#"{"ip":"192.0.2.1","jail":"a b"}"#, Some("jail"));
-        refused(r#"{"ip":"192.0.2.1","jail":"j","failures":-1}"#, Some("failures"));
-        refused(r#"{"ip":"192.0.2.1","jail":"j","failures":"three"}"#, Some("failures"));
-        refused(r#"{"ip":"192.0.2.1","jail":"j","failures":2.5}"#, Some("failures"));
+        refused(
+            r#"{"ip":"192.0.2.1","jail":"j","failures":-1}"#,
+            Some("failures"),
+        );
+        refused(
+            r#"{"ip":"192.0.2.1","jail":"j","failures":"three"}"#,
+            Some("failures"),
+        );
+        refused(
+            r#"{"ip":"192.0.2.1","jail":"j","failures":2.5}"#,
+            Some("failures"),
+        );
         refused(r#"{"ip":"192.0.2.1","jail":"j","logs":[1]}"#, Some("logs"));
         refused(r#"{"ip":"192.0.2.1","jail":"j","logs":{}}"#, Some("logs"));
-        refused(r#"{"ip":"192.0.2.1","jail":"j","hostname":1}"#, Some("hostname"));
+        refused(
+            r#"{"ip":"192.0.2.1","jail":"j","hostname":1}"#,
+            Some("hostname"),
+        );
         refused(r#"{"ip":"192.0.2.1","jail":"j","time":-5}"#, Some("time"));
-        refused(r#"{"ip":"192.0.2.1","jail":"j","banTime":1790000000000}"#, Some("banTime"));
-        refused(r#"{"ip":"192.0.2.1","jail":"j","bantime":-2}"#, Some("bantime"));
-        refused(r#"{"ip":"192.0.2.1","jail":"j","banDuration":"NaN"}"#, Some("banDuration"));
-        refused(r#"{"ip":"192.0.2.1","jail":"j","banCount":true}"#, Some("banCount"));
+        refused(
+            r#"{"ip":"192.0.2.1","jail":"j","banTime":1790000000000}"#,
+            Some("banTime"),
+        );
+        refused(
+            r#"{"ip":"192.0.2.1","jail":"j","bantime":-2}"#,
+            Some("bantime"),
+        );
+        refused(
+            r#"{"ip":"192.0.2.1","jail":"j","banDuration":"NaN"}"#,
+            Some("banDuration"),
+        );
+        refused(
+            r#"{"ip":"192.0.2.1","jail":"j","banCount":true}"#,
+            Some("banCount"),
+        );
     }
 
     #[test]

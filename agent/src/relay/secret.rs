@@ -67,7 +67,9 @@ impl RelaySecret {
             return Err(invalid("it must be 32 to 512 characters long"));
         }
         if !raw.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(invalid("it may hold only visible ASCII characters, no spaces"));
+            return Err(invalid(
+                "it may hold only visible ASCII characters, no spaces",
+            ));
         }
         Ok(Self(raw.to_owned()))
     }
@@ -86,7 +88,9 @@ impl RelaySecret {
                 Ok(secret)
             }
             // Another process created it first: use theirs.
-            Err(SecretError::Io { source, .. }) if source.kind() == io::ErrorKind::AlreadyExists => {
+            Err(SecretError::Io { source, .. })
+                if source.kind() == io::ErrorKind::AlreadyExists =>
+            {
                 Self::load(path)
             }
             Err(e) => Err(e),
@@ -95,10 +99,12 @@ impl RelaySecret {
 
     /// Reads an existing secret file.
     pub fn load(path: &Path) -> Result<Self, SecretError> {
-        let io = |action| move |source| SecretError::Io {
-            path: path.to_owned(),
-            action,
-            source,
+        let io = |action| {
+            move |source| SecretError::Io {
+                path: path.to_owned(),
+                action,
+                source,
+            }
         };
         let meta = fs::metadata(path).map_err(io("reading"))?;
         let mode = meta.permissions().mode() & 0o777;
@@ -121,10 +127,12 @@ impl RelaySecret {
     /// Writes the secret to a new file at `path`, atomically: a temporary file is written and
     /// synced, then linked into place, which fails rather than replaces if `path` exists.
     fn store(&self, path: &Path) -> Result<(), SecretError> {
-        let io = |action| move |source| SecretError::Io {
-            path: path.to_owned(),
-            action,
-            source,
+        let io = |action| {
+            move |source| SecretError::Io {
+                path: path.to_owned(),
+                action,
+                source,
+            }
         };
         let dir = path.parent().unwrap_or(Path::new("."));
         fs::DirBuilder::new()
@@ -187,7 +195,10 @@ mod tests {
         assert_eq!(secret.expose().len(), 43);
         let mode = fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
-        assert_eq!(fs::read_to_string(&path).expect("read"), format!("{}\n", secret.expose()));
+        assert_eq!(
+            fs::read_to_string(&path).expect("read"),
+            format!("{}\n", secret.expose())
+        );
         let again = RelaySecret::load_or_create(&path).expect("load");
         assert_eq!(again.expose(), secret.expose());
         assert!(!path.with_extension("secret.tmp").exists());

@@ -53,7 +53,12 @@ async fn start() -> Running {
 }
 
 impl Running {
-    async fn post(&self, path: &str, secret: Option<&str>, body: impl Into<reqwest::Body>) -> (StatusCode, Value) {
+    async fn post(
+        &self,
+        path: &str,
+        secret: Option<&str>,
+        body: impl Into<reqwest::Body>,
+    ) -> (StatusCode, Value) {
         let mut request = self
             .client
             .post(format!("{}{path}", self.base))
@@ -124,7 +129,11 @@ async fn good_ban_is_stored_before_the_answer() {
     assert_eq!(ban.ban_count, Some(1));
     assert_eq!(ban.source, Source::Action);
     let now = crate::spool::now_ms();
-    assert!(now - ban.received_at_ms < 10_000, "received {}", ban.received_at_ms);
+    assert!(
+        now - ban.received_at_ms < 10_000,
+        "received {}",
+        ban.received_at_ms
+    );
     assert_eq!(relay.stats.accepted(), 1);
     assert!(relay.stats.last_accepted_at_ms().is_some());
 }
@@ -142,7 +151,10 @@ async fn unban_is_stored_as_an_unban() {
         panic!("not an unban: {stored:?}");
     };
     assert_eq!(unban.ip.to_string(), "2001:db8::7");
-    assert!(!unban.hostname.is_empty(), "the agent's own host name fills in");
+    assert!(
+        !unban.hostname.is_empty(),
+        "the agent's own host name fills in"
+    );
 }
 
 #[tokio::test]
@@ -214,7 +226,10 @@ async fn huge_body_is_413_and_stores_nothing() {
 async fn other_paths_and_methods_are_problems() {
     let relay = start().await;
     let (status, body) = relay.post("/api/other", Some(&relay.secret), "{}").await;
-    assert_eq!((status, &body["code"]), (StatusCode::NOT_FOUND, &json!("not-found")));
+    assert_eq!(
+        (status, &body["code"]),
+        (StatusCode::NOT_FOUND, &json!("not-found"))
+    );
     let response = relay
         .client
         .get(format!("{}/api/ban", relay.base))
@@ -283,7 +298,12 @@ fn only_loopback_addresses_are_accepted() {
         let addr: LoopbackAddr = ok.parse().expect(ok);
         assert_eq!(addr.get().to_string(), ok);
     }
-    for bad in ["0.0.0.0:8721", "192.0.2.1:8721", "[::]:8721", "[2001:db8::1]:1"] {
+    for bad in [
+        "0.0.0.0:8721",
+        "192.0.2.1:8721",
+        "[::]:8721",
+        "[2001:db8::1]:1",
+    ] {
         let err = bad.parse::<LoopbackAddr>().expect_err(bad);
         assert!(matches!(err, RelayError::NotLoopback(_)), "{bad}: {err}");
     }

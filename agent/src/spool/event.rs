@@ -130,7 +130,8 @@ impl SeqRange {
         out
     }
 
-    pub fn len(self) -> u64 {
+    /// How many numbers the range holds.
+    pub fn count(self) -> u64 {
         self.last - self.first + 1
     }
 
@@ -473,7 +474,7 @@ mod tests {
             SeqRange::coalesce(vec![r(10, 12), r(1, 3), r(4, 5), r(11, 20), r(30, 30)]),
             [r(1, 5), r(10, 20), r(30, 30)]
         );
-        assert_eq!(r(4, 6).len(), 3);
+        assert_eq!(r(4, 6).count(), 3);
     }
 
     #[test]

@@ -538,7 +538,7 @@ impl Store {
         if let Some(&(_, offset)) = plain().next() {
             dropped.oldest = Some(self.read_at(segment, offset)?.received_at_ms());
         }
-        if let Some(&(_, offset)) = plain().last() {
+        if let Some(&(_, offset)) = plain().next_back() {
             dropped.newest = Some(self.read_at(segment, offset)?.received_at_ms());
         }
         for &(seq, offset) in unacked.iter().filter(|(seq, _)| segment.gaps.contains(seq)) {
@@ -672,7 +672,9 @@ impl Store {
                 continue;
             }
             let start = segment.index.partition_point(|&(seq, _)| seq <= after_seq);
-            let stop = (start + max - out.len()).min(segment.index.len());
+            let stop = start
+                .saturating_add(max - out.len())
+                .min(segment.index.len());
             let take = &segment.index[start..stop];
             let Some(&(_, from)) = take.first() else {
                 continue;

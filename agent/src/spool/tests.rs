@@ -203,7 +203,11 @@ async fn damage_in_the_middle_is_refused_or_salvaged_with_a_gap() {
     };
     assert_eq!(
         (gap.reason, &gap.ranges[..], gap.lost),
-        (GapReason::Corruption, &[SeqRange { first: 2, last: 2 }][..], 1)
+        (
+            GapReason::Corruption,
+            &[SeqRange { first: 2, last: 2 }][..],
+            1
+        )
     );
     let kept: Vec<_> = fs::read_dir(dir.path())
         .expect("list")

@@ -30,6 +30,12 @@ pub struct Problem {
     /// The request field at fault, for validation errors.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// fail2ban's own messages, line by line, when it refused something.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<String>,
+    /// For a configuration conflict: the file's version now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<String>,
 }
 
 /// Everything a handler can fail with.
@@ -125,6 +131,21 @@ impl ApiError {
                         "agent_timeout",
                         "Agent did not answer in time",
                     ),
+                    K::Conflict => (
+                        StatusCode::CONFLICT,
+                        "config_conflict",
+                        "The file changed since it was read",
+                    ),
+                    K::ValidationFailed => (
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "config_invalid",
+                        "fail2ban refused the configuration",
+                    ),
+                    K::NotFound => (
+                        StatusCode::NOT_FOUND,
+                        "not_found_on_host",
+                        "No such jail or filter on the host",
+                    ),
                     K::Internal => (
                         StatusCode::BAD_GATEWAY,
                         "agent_error",
@@ -167,11 +188,29 @@ impl IntoResponse for ApiError {
         } else {
             self.to_string()
         };
-        let field = match &self {
-            Self::Invalid { field, .. } => Some(field.clone()),
-            _ => None,
+        let mut body = Problem {
+            kind: format!("urn:banhub:problem:{code}"),
+            title: title.to_owned(),
+            status: status.as_u16(),
+            detail,
+            code: code.to_owned(),
+            field: None,
+            details: Vec::new(),
+            current_version: None,
         };
-        problem(status, code, title, detail, field)
+        match self {
+            Self::Invalid { field, .. } => body.field = Some(field),
+            Self::Fleet(FleetError::Agent {
+                details,
+                current_version,
+                ..
+            }) => {
+                body.details = details;
+                body.current_version = current_version;
+            }
+            _ => {}
+        }
+        problem_response(status, body)
     }
 }
 
@@ -190,7 +229,13 @@ pub fn problem(
         detail,
         code: code.to_owned(),
         field,
+        details: Vec::new(),
+        current_version: None,
     };
+    problem_response(status, body)
+}
+
+fn problem_response(status: StatusCode, body: Problem) -> Response {
     let mut response = (status, axum::Json(body)).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -1,9 +1,18 @@
 //! The HTTP API: one `router()` per resource under `/api`, the health and metrics endpoints, and the
 //! OpenAPI document generated from the handlers (`/api/openapi.json`, browsable at `/api/docs`).
 
+mod callbacks;
+mod control;
 mod error;
+mod events;
+mod filters;
 mod health;
+mod jails;
 mod servers;
+mod target;
+
+/// Who asks, until operator authentication exists.
+pub(crate) const REQUESTED_BY: &str = "api";
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -28,6 +37,11 @@ use crate::metrics::HttpLabels;
                        (`application/problem+json`) with a stable `code`."
     ),
     tags((name = "servers", description = "Registered fail2ban hosts and their agents"),
+         (name = "jails", description = "Jails of the server named by X-BanDaemon-Server (default: the oldest server)"),
+         (name = "filters", description = "Filter debugging with fail2ban-regex on the host"),
+         (name = "control", description = "Reload, restart, fleet-wide actions"),
+         (name = "events", description = "Ban events: history, stats, insights and the live stream"),
+         (name = "callbacks", description = "fail2ban's action reporting to the hub directly (hosts without an agent)"),
          (name = "health", description = "Liveness, readiness and metrics"))
 )]
 struct ApiDoc;
@@ -40,6 +54,11 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 fn api_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(servers::router())
+        .merge(jails::router())
+        .merge(filters::router())
+        .merge(control::router())
+        .merge(events::router())
+        .merge(callbacks::router())
         .merge(health::router())
 }
 

@@ -10,13 +10,12 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::REQUESTED_BY;
 use super::error::{ApiError, ApiJson, Problem};
 use crate::app::AppState;
 use crate::domain::{Labels, NewServer, ServerId, ServerName, ServerStatus};
 use crate::fleet::{FleetError, IssuedToken, PingReport, ServerView};
 
-/// Who asks, until operator authentication exists.
-const REQUESTED_BY: &str = "api";
 const MAX_DESCRIPTION: usize = 1024;
 
 pub fn router() -> OpenApiRouter<AppState> {

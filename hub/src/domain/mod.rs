@@ -1,5 +1,6 @@
 //! Domain types and rules that know nothing of HTTP, gRPC or SQL: identifiers and validated names.
 
+pub mod events;
 mod names;
 mod server;
 

@@ -117,6 +117,7 @@ impl AgentGateway for Gateway {
                 server_id: server.id.to_string(),
                 server_name: server.name.to_string(),
                 heartbeat_interval_ms: fleet.heartbeat_interval_ms(),
+                committed_seq: 0,
             })),
         };
         // The channel is empty, so this cannot wait.
@@ -232,6 +233,9 @@ impl SessionTask {
                                 }
                             }
                             Some(agent_frame::Body::Hello(_)) => return "protocol error: a second hello".to_owned(),
+                            Some(agent_frame::Body::Events(batch)) => {
+                                tracing::warn!(epoch = batch.epoch, events = batch.events.len(), "event batch not stored: this hub does not ingest events yet");
+                            }
                             None => return "protocol error: an empty frame".to_owned(),
                         }
                     }

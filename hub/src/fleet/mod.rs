@@ -2,6 +2,7 @@
 //! session), the registry of live sessions, command dispatch, and the server lifecycle (create with an
 //! enrollment token, revoke on delete). This is the only module that names protocol types.
 
+mod control;
 mod enrollment;
 mod gateway;
 mod listener;
@@ -24,6 +25,7 @@ use crate::metrics::{CommandLabels, Metrics};
 use crate::pki::{Ca, RevocationList, random_secret};
 use crate::store::{Store, StoreError};
 
+pub use control::*;
 pub use sessions::{DrainReason, SessionInfo};
 use sessions::{SendError, Sessions};
 
@@ -62,6 +64,12 @@ pub enum AgentErrorKind {
     Fail2banError,
     Unsupported,
     Internal,
+    /// A file changed since it was read.
+    Conflict,
+    /// fail2ban refused a new configuration; nothing changed.
+    ValidationFailed,
+    /// No such jail or filter on the host.
+    NotFound,
 }
 
 /// Why a fleet operation failed.
@@ -81,6 +89,10 @@ pub enum FleetError {
     Agent {
         kind: AgentErrorKind,
         message: String,
+        /// fail2ban's own messages, line by line.
+        details: Vec<String>,
+        /// For a conflict: the file's version now.
+        current_version: Option<String>,
     },
     #[error("the agent sent an answer that makes no sense: {0}")]
     Protocol(String),
@@ -346,7 +358,19 @@ impl Fleet {
         label: &'static str,
         requested_by: &str,
     ) -> Result<command_result::Outcome, FleetError> {
-        let timeout = Duration::from_millis(self.0.agents.command_timeout_ms);
+        let slow = matches!(
+            kind,
+            command::Kind::SetJailsEnabled(_)
+                | command::Kind::WriteJailConfig(_)
+                | command::Kind::TestFilter(_)
+                | command::Kind::Restart(_)
+                | command::Kind::SetIgnoreList(_)
+        );
+        let timeout = Duration::from_millis(if slow {
+            self.0.agents.slow_command_timeout_ms
+        } else {
+            self.0.agents.command_timeout_ms
+        });
         let deadline = Utc::now() + chrono::Duration::from_std(timeout).unwrap_or_default();
         let command = Command {
             id: uuid::Uuid::now_v7().to_string(),
@@ -359,6 +383,9 @@ impl Fleet {
             Ok(result) => match result.outcome {
                 Some(command_result::Outcome::Error(e)) => Err(FleetError::Agent {
                     kind: error_kind(e.code()),
+                    current_version: (!e.current_version.is_empty())
+                        .then(|| e.current_version.clone()),
+                    details: e.details,
                     message: e.message,
                 }),
                 Some(outcome) => Ok(outcome),
@@ -392,6 +419,9 @@ fn error_kind(code: ErrorCode) -> AgentErrorKind {
         ErrorCode::Fail2banUnavailable => AgentErrorKind::Fail2banUnavailable,
         ErrorCode::Fail2banError => AgentErrorKind::Fail2banError,
         ErrorCode::Unsupported => AgentErrorKind::Unsupported,
+        ErrorCode::Conflict => AgentErrorKind::Conflict,
+        ErrorCode::ValidationFailed => AgentErrorKind::ValidationFailed,
+        ErrorCode::NotFound => AgentErrorKind::NotFound,
         ErrorCode::Unspecified | ErrorCode::Internal => AgentErrorKind::Internal,
     }
 }

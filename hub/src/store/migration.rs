@@ -3,11 +3,13 @@
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::schema::*;
 
+mod m0002_events;
+
 pub struct Migrator;
 
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(M0001Foundation)]
+        vec![Box::new(M0001Foundation), Box::new(m0002_events::M0002Events)]
     }
 }
 

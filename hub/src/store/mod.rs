@@ -4,6 +4,7 @@
 //! `postgres://` URL is configured. The same migrations serve both.
 
 mod entities;
+pub mod events;
 mod migration;
 
 use std::time::Duration;
@@ -151,6 +152,27 @@ impl Store {
 
     pub async fn get_server(&self, id: ServerId) -> Result<Option<Server>, StoreError> {
         server::Entity::find_by_id(id.to_string())
+            .one(&self.db)
+            .await?
+            .map(to_server)
+            .transpose()
+    }
+
+    /// The server requests go to when they name none: the oldest one.
+    pub async fn default_server(&self) -> Result<Option<Server>, StoreError> {
+        server::Entity::find()
+            .order_by_asc(server::Column::CreatedAt)
+            .order_by_asc(server::Column::Id)
+            .one(&self.db)
+            .await?
+            .map(to_server)
+            .transpose()
+    }
+
+    /// The server named `name`, if any.
+    pub async fn server_by_name(&self, name: &ServerName) -> Result<Option<Server>, StoreError> {
+        server::Entity::find()
+            .filter(server::Column::Name.eq(name.as_str()))
             .one(&self.db)
             .await?
             .map(to_server)

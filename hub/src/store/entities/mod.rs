@@ -2,5 +2,7 @@
 //! store and compare them the same way.
 
 pub mod agent_cert;
+pub mod agent_cursor;
 pub mod enrollment_token;
+pub mod event;
 pub mod server;

@@ -1,0 +1,79 @@
+//! Service control: reload or restart fail2ban on the target server, and fleet-wide unban.
+
+use axum::extract::State;
+use banhub_proto::rules::IpOrCidr;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::REQUESTED_BY;
+use super::error::{ApiError, ApiJson, Problem};
+use super::target::Target;
+use crate::app::AppState;
+use crate::fleet::{RestartKind, RestartResult, ServerActionResult};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(restart))
+        .routes(routes!(unban_everywhere))
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RestartBody {
+    /// `reload` (the default) re-reads the configuration; `restart` also restarts every jail.
+    mode: Option<RestartKind>,
+}
+
+/// Reloads fail2ban's configuration or restarts its jails; reports the jails that failed to start.
+#[utoipa::path(post, path = "/api/bandaemon/restart", tag = "control", request_body = RestartBody,
+    params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    responses((status = 200, body = RestartResult), (status = 503, body = Problem)))]
+async fn restart(
+    State(state): State<AppState>,
+    Target(server): Target,
+    body: axum::body::Bytes,
+) -> Result<ApiJson<RestartResult>, ApiError> {
+    // The body is optional: an empty POST reloads.
+    let body: RestartBody = if body.iter().all(u8::is_ascii_whitespace) {
+        RestartBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError::Malformed {
+            status: axum::http::StatusCode::BAD_REQUEST,
+            detail: format!("the body is not a valid restart request: {e}"),
+        })?
+    };
+    let mode = body.mode.unwrap_or(RestartKind::Reload);
+    Ok(ApiJson(
+        state.fleet.restart(server, mode, REQUESTED_BY).await?,
+    ))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UnbanEverywhereBody {
+    ip: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnbanEverywhereResult {
+    ip: String,
+    servers: Vec<ServerActionResult>,
+}
+
+/// Lifts the ban of one address in every jail of every server; one result per server.
+#[utoipa::path(post, path = "/api/bans/unban-everywhere", tag = "control", request_body = UnbanEverywhereBody,
+    responses((status = 200, body = UnbanEverywhereResult), (status = 422, body = Problem)))]
+async fn unban_everywhere(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<UnbanEverywhereBody>,
+) -> Result<ApiJson<UnbanEverywhereResult>, ApiError> {
+    let ip = IpOrCidr::parse(&body.ip).map_err(|e| ApiError::invalid("ip", e))?;
+    let servers = state.fleet.unban_everywhere(ip, REQUESTED_BY).await?;
+    Ok(ApiJson(UnbanEverywhereResult {
+        ip: ip.to_string(),
+        servers,
+    }))
+}

@@ -1,0 +1,108 @@
+//! Filter debugging on the target server: list filters, and test one (named, or text being edited)
+//! against pasted log lines with `fail2ban-regex` on the host.
+
+use axum::extract::State;
+use banhub_proto::rules::FilterName;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::REQUESTED_BY;
+use super::error::{ApiError, ApiJson, Problem};
+use super::jails::MAX_CONFIG_BYTES;
+use super::target::Target;
+use crate::app::AppState;
+use crate::fleet::{FilterSource, FilterTestResult};
+
+const MAX_LINES: usize = 10_000;
+const MAX_LINE_BYTES: usize = 4096;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_filters))
+        .routes(routes!(test_filter))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FilterListDto {
+    filters: Vec<String>,
+}
+
+/// The filters of the server's configuration (`filter.d`).
+#[utoipa::path(get, path = "/api/filters", tag = "filters",
+    params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    responses((status = 200, body = FilterListDto), (status = 503, body = Problem)))]
+async fn list_filters(
+    State(state): State<AppState>,
+    Target(server): Target,
+) -> Result<ApiJson<FilterListDto>, ApiError> {
+    let filters = state.fleet.filters(server, REQUESTED_BY).await?;
+    Ok(ApiJson(FilterListDto { filters }))
+}
+
+/// A filter and the log lines to try it on.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TestFilterBody {
+    /// A filter of the server's configuration.
+    filter: Option<String>,
+    /// Or the text of a filter file being edited (never saved by a test).
+    filter_text: Option<String>,
+    /// Log lines, one per element.
+    lines: Vec<String>,
+}
+
+/// Runs `fail2ban-regex` on the host: which lines match, the addresses found, hits per regex.
+#[utoipa::path(post, path = "/api/filters/test", tag = "filters", request_body = TestFilterBody,
+    params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    responses((status = 200, body = FilterTestResult), (status = 422, body = Problem)))]
+async fn test_filter(
+    State(state): State<AppState>,
+    Target(server): Target,
+    ApiJson(body): ApiJson<TestFilterBody>,
+) -> Result<ApiJson<FilterTestResult>, ApiError> {
+    let source = match (body.filter, body.filter_text) {
+        (Some(name), None) => FilterSource::Named(
+            FilterName::parse(&name).map_err(|e| ApiError::invalid("filter", e))?,
+        ),
+        (None, Some(text)) => {
+            if text.len() > MAX_CONFIG_BYTES || text.contains('\0') {
+                return Err(ApiError::invalid(
+                    "filterText",
+                    format!("must be at most {MAX_CONFIG_BYTES} bytes of text"),
+                ));
+            }
+            FilterSource::Text(text)
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                "filter",
+                "give exactly one of filter and filterText",
+            ));
+        }
+    };
+    if body.lines.is_empty() || body.lines.len() > MAX_LINES {
+        return Err(ApiError::invalid(
+            "lines",
+            format!("must hold between 1 and {MAX_LINES} lines"),
+        ));
+    }
+    if let Some(i) = body
+        .lines
+        .iter()
+        .position(|l| l.len() > MAX_LINE_BYTES || l.contains(['\n', '\r', '\0']))
+    {
+        return Err(ApiError::invalid(
+            &format!("lines[{i}]"),
+            format!("must be one line of at most {MAX_LINE_BYTES} bytes"),
+        ));
+    }
+    Ok(ApiJson(
+        state
+            .fleet
+            .test_filter(server, source, body.lines, REQUESTED_BY)
+            .await?,
+    ))
+}

@@ -1,0 +1,555 @@
+//! Jails of the target server (`X-BanDaemon-Server`): summary, management, configuration, bans,
+//! banned lists, log tails and allowlists. Every name and address is parsed here before it travels.
+
+use axum::extract::{Path, Query, State};
+use banhub_proto::rules::{IpOrCidr, JailName};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::error::{ApiError, ApiJson, Problem};
+use super::target::Target;
+use super::{REQUESTED_BY, servers::ServerDto};
+use crate::app::AppState;
+use crate::fleet::{
+    BanOutcome, BannedPage, ConfigChange, Edit, IgnoreListView, JailConfig, JailList,
+    LogTailResult, StatusReport,
+};
+
+/// Largest configuration file accepted for writing.
+pub const MAX_CONFIG_BYTES: usize = 64 * 1024;
+const MAX_TOGGLES: usize = 200;
+const MAX_PAGE: u32 = 500;
+const MAX_LOG_LINES: u32 = 1000;
+const MAX_IGNORE_ENTRIES: usize = 500;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(summary))
+        .routes(routes!(list_jails, manage_jails))
+        .routes(routes!(get_config, write_config))
+        .routes(routes!(ban))
+        .routes(routes!(unban))
+        .routes(routes!(banned))
+        .routes(routes!(logs))
+        .routes(routes!(get_jail_ignore, set_jail_ignore))
+        .routes(routes!(get_global_ignore, set_global_ignore))
+}
+
+pub(super) fn jail_name(raw: &str) -> Result<JailName, ApiError> {
+    JailName::parse(raw).map_err(|e| ApiError::invalid("jail", e))
+}
+
+fn address(raw: &str) -> Result<IpOrCidr, ApiError> {
+    IpOrCidr::parse(raw).map_err(|e| ApiError::invalid("ip", format!("{raw:?} {e}")))
+}
+
+/// The jails of a server with their counters, and the server's health.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    server: ServerDto,
+    #[serde(flatten)]
+    status: StatusReport,
+}
+
+/// Every running jail with its counters (currently/total failed and banned) and file list.
+#[utoipa::path(get, path = "/api/summary", tag = "jails",
+    params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name; the default server when absent")),
+    responses((status = 200, body = Summary), (status = 404, body = Problem),
+              (status = 503, description = "Agent offline", body = Problem),
+              (status = 504, description = "Agent did not answer in time", body = Problem)))]
+async fn summary(
+    State(state): State<AppState>,
+    Target(server): Target,
+) -> Result<ApiJson<Summary>, ApiError> {
+    let status = state.fleet.status(server, REQUESTED_BY).await?;
+    let server = state.fleet.get(server).await?.into();
+    Ok(ApiJson(Summary { server, status }))
+}
+
+/// Every jail fail2ban knows from its effective configuration, enabled or not.
+#[utoipa::path(get, path = "/api/jails/manage", tag = "jails",
+    params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    responses((status = 200, body = JailList), (status = 503, body = Problem)))]
+async fn list_jails(
+    State(state): State<AppState>,
+    Target(server): Target,
+) -> Result<ApiJson<JailList>, ApiError> {
+    Ok(ApiJson(state.fleet.jails(server, REQUESTED_BY).await?))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JailToggleBody {
+    name: String,
+    enabled: bool,
+}
+
+/// Jails to enable or disable, applied as one validated change.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ManageJails {
+    jails: Vec<JailToggleBody>,
+}
+
+/// Enables or disables one or several jails; fail2ban validates the result before it becomes live.
+#[utoipa::path(post, path = "/api/jails/manage", tag = "jails", request_body = ManageJails,
+    params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    responses((status = 200, body = ConfigChange),
+              (status = 422, description = "Invalid name, or fail2ban refused the result (nothing changed)", body = Problem)))]
+async fn manage_jails(
+    State(state): State<AppState>,
+    Target(server): Target,
+    ApiJson(body): ApiJson<ManageJails>,
+) -> Result<ApiJson<ConfigChange>, ApiError> {
+    if body.jails.is_empty() || body.jails.len() > MAX_TOGGLES {
+        return Err(ApiError::invalid(
+            "jails",
+            format!("must list between 1 and {MAX_TOGGLES} jails"),
+        ));
+    }
+    let changes = body
+        .jails
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            JailName::parse(&t.name)
+                .map(|name| (name, t.enabled))
+                .map_err(|e| ApiError::invalid(&format!("jails[{i}].name"), e))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ApiJson(
+        state
+            .fleet
+            .set_jails_enabled(server, &changes, REQUESTED_BY)
+            .await?,
+    ))
+}
+
+/// A jail's override file, its filter's files and its effective settings.
+#[utoipa::path(get, path = "/api/jails/{jail}/config", tag = "jails",
+    params(("jail" = String, Path), ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    responses((status = 200, body = JailConfig), (status = 404, body = Problem)))]
+async fn get_config(
+    State(state): State<AppState>,
+    Target(server): Target,
+    Path(jail): Path<String>,
+) -> Result<ApiJson<JailConfig>, ApiError> {
+    let jail = jail_name(&jail)?;
+    Ok(ApiJson(
+        state.fleet.jail_config(server, &jail, REQUESTED_BY).await?,
+    ))
+}
+
+/// New content for one file and the version it was edited from (empty for a new file).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FileEditBody {
+    content: String,
+    #[serde(default)]
+    version: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WriteConfig {
+    /// `jail.d/<jail>.local`; only a `[<jail>]` section.
+    jail_override: Option<FileEditBody>,
+    /// `filter.d/<filter>.local` of the jail's filter; only `[INCLUDES]`, `[Definition]`, `[Init]`.
+    filter_local: Option<FileEditBody>,
+}
+
+/// Checks an edited file: size, no NUL or other control characters, and only the allowed sections,
+/// so an edit of one jail cannot smuggle in settings for another jail or for every jail.
+fn checked_edit(
+    field: &str,
+    edit: FileEditBody,
+    allowed_sections: &[&str],
+) -> Result<Edit, ApiError> {
+    if edit.content.len() > MAX_CONFIG_BYTES {
+        return Err(ApiError::invalid(
+            field,
+            format!("is larger than {MAX_CONFIG_BYTES} bytes"),
+        ));
+    }
+    if edit
+        .content
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t' && c != '\r')
+    {
+        return Err(ApiError::invalid(field, "contains control characters"));
+    }
+    for (n, line) in edit.content.lines().enumerate() {
+        if let Some(rest) = line.strip_prefix('[') {
+            let Some(section) = rest.trim_end().strip_suffix(']') else {
+                return Err(ApiError::invalid(
+                    field,
+                    format!("line {}: a section header must end with ']'", n + 1),
+                ));
+            };
+            if !allowed_sections.contains(&section) {
+                return Err(ApiError::invalid(
+                    field,
+                    format!(
+                        "line {}: section [{section}] is not allowed here; allowed: {}",
+                        n + 1,
+                        allowed_sections
+                            .iter()
+                            .map(|s| format!("[{s}]"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    if edit.version.len() > 128 || edit.version.chars().any(|c| !c.is_ascii_alphanumeric()) {
+        return Err(ApiError::invalid(field, "version is not one this hub issued"));
+    }
+    Ok(Edit {
+        content: edit.content,
+        expected_version: edit.version,
+    })
+}
+
+/// Writes a jail's override and/or its filter's local file: validated by fail2ban before it becomes
+/// live, reloaded, health-checked, rolled back on any failure. A stale version is refused (409).
+#[utoipa::path(post, path = "/api/jails/{jail}/config", tag = "jails", request_body = WriteConfig,
+    params(("jail" = String, Path), ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    responses((status = 200, body = ConfigChange),
+              (status = 409, description = "The file changed since it was read", body = Problem),
+              (status = 422, description = "Invalid input, or fail2ban refused the configuration (nothing changed)", body = Problem)))]
+async fn write_config(
+    State(state): State<AppState>,
+    Target(server): Target,
+    Path(jail): Path<String>,
+    ApiJson(body): ApiJson<WriteConfig>,
+) -> Result<ApiJson<ConfigChange>, ApiError> {
+    let jail = jail_name(&jail)?;
+    let jail_override = body
+        .jail_override
+        .map(|e| checked_edit("jailOverride", e, &[jail.as_str()]))
+        .transpose()?;
+    let filter_local = body
+        .filter_local
+        .map(|e| checked_edit("filterLocal", e, &["INCLUDES", "Definition", "Init"]))
+        .transpose()?;
+    if jail_override.is_none() && filter_local.is_none() {
+        return Err(ApiError::invalid(
+            "jailOverride",
+            "give jailOverride, filterLocal or both",
+        ));
+    }
+    Ok(ApiJson(
+        state
+            .fleet
+            .write_jail_config(server, &jail, jail_override, filter_local, REQUESTED_BY)
+            .await?,
+    ))
+}
+
+/// Bans an address or network in a jail.
+#[utoipa::path(post, path = "/api/jails/{jail}/ban/{ip}", tag = "jails",
+    params(("jail" = String, Path), ("ip" = String, Path, description = "IPv4, IPv6 or CIDR (`/` encoded as %2F)"),
+           ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    responses((status = 200, body = BanOutcome), (status = 422, body = Problem)))]
+async fn ban(
+    State(state): State<AppState>,
+    Target(server): Target,
+    Path((jail, ip)): Path<(String, String)>,
+) -> Result<ApiJson<BanOutcome>, ApiError> {
+    let jail = jail_name(&jail)?;
+    let ip = address(&ip)?;
+    Ok(ApiJson(
+        state
+            .fleet
+            .set_ban(server, Some(&jail), ip, true, REQUESTED_BY)
+            .await?,
+    ))
+}
+
+/// Lifts the ban of an address or network in a jail.
+#[utoipa::path(post, path = "/api/jails/{jail}/unban/{ip}", tag = "jails",
+    params(("jail" = String, Path), ("ip" = String, Path, description = "IPv4, IPv6 or CIDR (`/` encoded as %2F)"),
+           ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    responses((status = 200, body = BanOutcome), (status = 422, body = Problem)))]
+async fn unban(
+    State(state): State<AppState>,
+    Target(server): Target,
+    Path((jail, ip)): Path<(String, String)>,
+) -> Result<ApiJson<BanOutcome>, ApiError> {
+    let jail = jail_name(&jail)?;
+    let ip = address(&ip)?;
+    Ok(ApiJson(
+        state
+            .fleet
+            .set_ban(server, Some(&jail), ip, false, REQUESTED_BY)
+            .await?,
+    ))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BannedQuery {
+    /// Substring of the address, or a CIDR network.
+    #[serde(default)]
+    search: String,
+    #[serde(default)]
+    offset: u32,
+    /// At most 500; default 50.
+    limit: Option<u32>,
+}
+
+/// A page of a jail's banned addresses with ban and expiry times.
+#[utoipa::path(get, path = "/api/jails/{jail}/banned", tag = "jails",
+    params(("jail" = String, Path), BannedQuery, ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    responses((status = 200, body = BannedPage), (status = 422, body = Problem)))]
+async fn banned(
+    State(state): State<AppState>,
+    Target(server): Target,
+    Path(jail): Path<String>,
+    Query(query): Query<BannedQuery>,
+) -> Result<ApiJson<BannedPage>, ApiError> {
+    let jail = jail_name(&jail)?;
+    let limit = query.limit.unwrap_or(50);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::invalid(
+            "limit",
+            format!("must be between 1 and {MAX_PAGE}"),
+        ));
+    }
+    if query.search.len() > 64
+        || !query
+            .search
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() || matches!(c, '.' | ':' | '/'))
+    {
+        return Err(ApiError::invalid(
+            "search",
+            "must be part of an address: hex digits, '.', ':' and '/'",
+        ));
+    }
+    Ok(ApiJson(
+        state
+            .fleet
+            .banned(
+                server,
+                &jail,
+                &query.search,
+                query.offset,
+                limit,
+                REQUESTED_BY,
+            )
+            .await?,
+    ))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LogQuery {
+    /// How many of the last lines; at most 1000, default 200.
+    lines: Option<u32>,
+}
+
+/// The end of fail2ban's own log, only the lines about this jail.
+#[utoipa::path(get, path = "/api/jails/{jail}/logs", tag = "jails",
+    params(("jail" = String, Path), LogQuery, ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    responses((status = 200, body = LogTailResult), (status = 422, body = Problem)))]
+async fn logs(
+    State(state): State<AppState>,
+    Target(server): Target,
+    Path(jail): Path<String>,
+    Query(query): Query<LogQuery>,
+) -> Result<ApiJson<LogTailResult>, ApiError> {
+    let jail = jail_name(&jail)?;
+    let lines = query.lines.unwrap_or(200);
+    if !(1..=MAX_LOG_LINES).contains(&lines) {
+        return Err(ApiError::invalid(
+            "lines",
+            format!("must be between 1 and {MAX_LOG_LINES}"),
+        ));
+    }
+    Ok(ApiJson(
+        state
+            .fleet
+            .log_tail(server, Some(&jail), lines, REQUESTED_BY)
+            .await?,
+    ))
+}
+
+/// An allowlist to store, with the version it was edited from.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IgnoreListBody {
+    /// IPs, CIDRs or host names.
+    entries: Vec<String>,
+    #[serde(default)]
+    version: String,
+}
+
+/// An allowlist entry: an address, a network or a DNS host name; nothing that could break out of
+/// fail2ban's space-separated `ignoreip` value.
+fn ignore_entry(i: usize, raw: &str) -> Result<String, ApiError> {
+    let field = format!("entries[{i}]");
+    if raw.contains('/') || raw.parse::<std::net::IpAddr>().is_ok() {
+        let net: ipnet::IpNet = raw
+            .parse()
+            .or_else(|_| raw.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+            .map_err(|_| ApiError::invalid(&field, format!("{raw:?} is not an address or network")))?;
+        let net = net.trunc();
+        return Ok(if net.prefix_len() == net.max_prefix_len() {
+            net.addr().to_string()
+        } else {
+            net.to_string()
+        });
+    }
+    let hostname_ok = !raw.is_empty()
+        && raw.len() <= 253
+        && raw.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        });
+    if hostname_ok {
+        Ok(raw.to_ascii_lowercase())
+    } else {
+        Err(ApiError::invalid(
+            &field,
+            format!("{raw:?} is not an address, a network or a host name"),
+        ))
+    }
+}
+
+fn ignore_entries(body: &IgnoreListBody) -> Result<Vec<String>, ApiError> {
+    if body.entries.len() > MAX_IGNORE_ENTRIES {
+        return Err(ApiError::invalid(
+            "entries",
+            format!("at most {MAX_IGNORE_ENTRIES} entries"),
+        ));
+    }
+    if body.version.len() > 128 || body.version.chars().any(|c| !c.is_ascii_alphanumeric()) {
+        return Err(ApiError::invalid("version", "is not one this hub issued"));
+    }
+    body.entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| ignore_entry(i, e))
+        .collect()
+}
+
+/// A jail's allowlist (`ignoreip`).
+#[utoipa::path(get, path = "/api/jails/{jail}/ignoreip", tag = "jails",
+    params(("jail" = String, Path), ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    responses((status = 200, body = IgnoreListView)))]
+async fn get_jail_ignore(
+    State(state): State<AppState>,
+    Target(server): Target,
+    Path(jail): Path<String>,
+) -> Result<ApiJson<IgnoreListView>, ApiError> {
+    let jail = jail_name(&jail)?;
+    Ok(ApiJson(
+        state
+            .fleet
+            .ignore_list(server, Some(&jail), REQUESTED_BY)
+            .await?,
+    ))
+}
+
+/// Replaces a jail's allowlist, through the same validated write as any configuration change.
+#[utoipa::path(post, path = "/api/jails/{jail}/ignoreip", tag = "jails", request_body = IgnoreListBody,
+    params(("jail" = String, Path), ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    responses((status = 200, body = ConfigChange), (status = 409, body = Problem), (status = 422, body = Problem)))]
+async fn set_jail_ignore(
+    State(state): State<AppState>,
+    Target(server): Target,
+    Path(jail): Path<String>,
+    ApiJson(body): ApiJson<IgnoreListBody>,
+) -> Result<ApiJson<ConfigChange>, ApiError> {
+    let jail = jail_name(&jail)?;
+    let entries = ignore_entries(&body)?;
+    Ok(ApiJson(
+        state
+            .fleet
+            .set_ignore_list(server, Some(&jail), entries, body.version, REQUESTED_BY)
+            .await?,
+    ))
+}
+
+/// The allowlist every jail of the server shares (`ignoreip` in `[DEFAULT]`).
+#[utoipa::path(get, path = "/api/ignoreip", tag = "jails",
+    params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    responses((status = 200, body = IgnoreListView)))]
+async fn get_global_ignore(
+    State(state): State<AppState>,
+    Target(server): Target,
+) -> Result<ApiJson<IgnoreListView>, ApiError> {
+    Ok(ApiJson(
+        state.fleet.ignore_list(server, None, REQUESTED_BY).await?,
+    ))
+}
+
+/// Replaces the allowlist every jail of the server shares.
+#[utoipa::path(post, path = "/api/ignoreip", tag = "jails", request_body = IgnoreListBody,
+    params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    responses((status = 200, body = ConfigChange), (status = 409, body = Problem), (status = 422, body = Problem)))]
+async fn set_global_ignore(
+    State(state): State<AppState>,
+    Target(server): Target,
+    ApiJson(body): ApiJson<IgnoreListBody>,
+) -> Result<ApiJson<ConfigChange>, ApiError> {
+    let entries = ignore_entries(&body)?;
+    Ok(ApiJson(
+        state
+            .fleet
+            .set_ignore_list(server, None, entries, body.version, REQUESTED_BY)
+            .await?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edit(content: &str) -> FileEditBody {
+        FileEditBody {
+            content: content.to_owned(),
+            version: String::new(),
+        }
+    }
+
+    #[test]
+    fn edits_may_only_touch_their_own_sections() {
+        let ok = checked_edit("f", edit("[sshd]\nmaxretry = 5\n  [continued]\n"), &["sshd"]);
+        assert!(ok.is_ok());
+        for bad in [
+            "[sshd]\nmaxretry = 5\n[DEFAULT]\nignoreip = 0.0.0.0/0\n",
+            "[recidive]\nenabled = true\n",
+            "[sshd\n",
+            "[sshd]\nmaxretry = 5\u{0}\n",
+        ] {
+            assert!(checked_edit("f", edit(bad), &["sshd"]).is_err(), "{bad:?}");
+        }
+        let mut huge = edit(&"#".repeat(MAX_CONFIG_BYTES + 1));
+        huge.version = "abc".to_owned();
+        assert!(checked_edit("f", huge, &["sshd"]).is_err());
+        let mut bad_version = edit("[sshd]\n");
+        bad_version.version = "../x".to_owned();
+        assert!(checked_edit("f", bad_version, &["sshd"]).is_err());
+    }
+
+    #[test]
+    fn allowlist_entries_are_addresses_networks_or_host_names() {
+        let ok = |raw: &str, want: &str| assert_eq!(ignore_entry(0, raw).ok().as_deref(), Some(want), "{raw}");
+        ok("192.0.2.1", "192.0.2.1");
+        ok("192.0.2.0/24", "192.0.2.0/24");
+        ok("2001:db8::/32", "2001:db8::/32");
+        ok("127.0.0.1/8", "127.0.0.0/8");
+        ok("Monitor.Example.COM", "monitor.example.com");
+        for bad in ["", "a b", "x\ny", "[DEFAULT]", "host;rm", "-lead.example", "1.2.3.4/33", "a..b"] {
+            assert!(ignore_entry(0, bad).is_err(), "{bad:?}");
+        }
+    }
+}

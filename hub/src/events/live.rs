@@ -1,0 +1,121 @@
+//! The live feed for one client: committed events from the broadcast, filtered, with catch-up from
+//! the database after a reconnect (`Last-Event-ID`) or when the client fell too far behind.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+
+use futures::Stream;
+use tokio::sync::broadcast::{self, error::RecvError};
+
+use super::{Events, EventsError};
+use crate::domain::events::{EventFilter, EventId, StoredEvent};
+
+/// Events replayed from the database per catch-up read.
+const REPLAY_PAGE: usize = 500;
+/// At most this many events are replayed for one client before it just goes on live.
+const REPLAY_MAX: usize = 10_000;
+
+struct Live {
+    events: Events,
+    rx: broadcast::Receiver<Arc<StoredEvent>>,
+    filter: EventFilter,
+    /// The newest id this client has passed (delivered or filtered out).
+    last: Option<EventId>,
+    backlog: VecDeque<Arc<StoredEvent>>,
+    /// Ids delivered from the database that the broadcast may deliver again.
+    replayed: HashSet<EventId>,
+    /// Whether to read the database after `last` before taking from the broadcast again.
+    catch_up: bool,
+    replay_left: usize,
+}
+
+impl Live {
+    async fn next(&mut self) -> Option<Arc<StoredEvent>> {
+        loop {
+            if let Some(event) = self.backlog.pop_front() {
+                self.last = Some(self.last.map_or(event.id, |l| l.max(event.id)));
+                self.replayed.insert(event.id);
+                if self.filter.matches(&event) {
+                    return Some(event);
+                }
+                continue;
+            }
+            if self.catch_up {
+                self.catch_up = false;
+                self.read_backlog().await;
+                continue;
+            }
+            let received = tokio::select! {
+                () = self.events.0.shutdown.cancelled() => return None,
+                received = self.rx.recv() => received,
+            };
+            match received {
+                Ok(event) => {
+                    if self.replayed.remove(&event.id) {
+                        continue;
+                    }
+                    self.last = Some(self.last.map_or(event.id, |l| l.max(event.id)));
+                    if self.filter.matches(&event) {
+                        return Some(event);
+                    }
+                }
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::debug!(missed, "live client fell behind; catching up from the database");
+                    self.catch_up = true;
+                }
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    }
+
+    async fn read_backlog(&mut self) {
+        let Some(after) = self.last else {
+            return;
+        };
+        if self.replay_left == 0 {
+            return;
+        }
+        let page = REPLAY_PAGE.min(self.replay_left);
+        match self.events.store().events_after(after, page).await {
+            Ok(events) => {
+                self.replay_left -= events.len();
+                // A full page may have more behind it.
+                self.catch_up = events.len() == page;
+                if self.replayed.len() > REPLAY_MAX {
+                    self.replayed.clear();
+                }
+                self.backlog.extend(events.into_iter().map(Arc::new));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "live client: cannot read missed events; going on live");
+            }
+        }
+    }
+}
+
+pub(super) async fn stream(
+    events: Events,
+    filter: EventFilter,
+    last: Option<EventId>,
+) -> Result<impl Stream<Item = Arc<StoredEvent>> + Send + 'static, EventsError> {
+    // Subscribe before reading the database, so nothing committed in between is missed; what
+    // arrives twice is dropped by id.
+    let rx = events.subscribe();
+    let (last, catch_up) = match last {
+        Some(last) => (Some(last), true),
+        None => (events.store().last_event_id().await?, false),
+    };
+    let live = Live {
+        events,
+        rx,
+        filter,
+        last,
+        backlog: VecDeque::new(),
+        replayed: HashSet::new(),
+        catch_up,
+        replay_left: REPLAY_MAX,
+    };
+    Ok(futures::stream::unfold(live, |mut live| async move {
+        live.next().await.map(|event| (event, live))
+    }))
+}

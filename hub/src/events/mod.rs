@@ -1,0 +1,275 @@
+//! The event path on the hub: ingest of agent batches and direct callbacks, the live feed of
+//! committed events, reads (pages, stats, insights) and retention.
+//!
+//! Everything goes through [`Events`], a cheap-to-clone handle kept in `AppState`. Writes commit in
+//! the store first and are published to the live feed after, so a subscriber never sees an event the
+//! database does not have.
+
+pub mod callback;
+mod live;
+mod retention;
+mod stats;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::Stream;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::EventsConfig;
+use crate::domain::events::{
+    Cursor, EventFilter, EventId, EventPage, Insights, InsightsQuery, NewEvent, Stats, StatsQuery,
+    StoredEvent,
+};
+use crate::domain::{AgentId, Server, ServerId};
+use crate::pki::{random_secret, sha256_hex};
+use crate::store::{Store, StoreError};
+
+pub use retention::PruneReport;
+
+/// How many committed events the live feed buffers for a slow subscriber before it must catch up
+/// from the database.
+const LIVE_CAPACITY: usize = 4096;
+/// Largest page of events.
+pub const MAX_PAGE: usize = 1000;
+/// Largest number of entries per insights list.
+pub const MAX_TOP: usize = 100;
+
+/// Why an events operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EventsError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A query parameter that parsed but makes no sense (e.g. `from` after `to`).
+    #[error("{field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+impl EventsError {
+    fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        Self::Invalid {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+struct Inner {
+    store: Store,
+    live: broadcast::Sender<Arc<StoredEvent>>,
+    /// Events older than this are pruned; `None` keeps them forever.
+    retention: Option<Duration>,
+    prune_interval: Duration,
+    shutdown: CancellationToken,
+}
+
+/// The event service; cheap to clone.
+#[derive(Clone)]
+pub struct Events(Arc<Inner>);
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Events")
+            .field("retention", &self.0.retention)
+            .field("subscribers", &self.0.live.receiver_count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Events {
+    /// `shutdown` ends live streams (so HTTP can drain) and the retention task.
+    pub fn new(store: Store, config: &EventsConfig, shutdown: CancellationToken) -> Self {
+        let (live, _) = broadcast::channel(LIVE_CAPACITY);
+        let retention = (config.retention_days > 0)
+            .then(|| Duration::from_secs(u64::from(config.retention_days) * 24 * 3600));
+        Self(Arc::new(Inner {
+            store,
+            live,
+            retention,
+            prune_interval: Duration::from_secs(config.prune_interval_secs),
+            shutdown,
+        }))
+    }
+
+    fn store(&self) -> &Store {
+        &self.0.store
+    }
+
+    /// Stores an agent's batch `(seq, event)` of spool `epoch` in one transaction and returns the
+    /// highest committed sequence number of that epoch: the cumulative ack to send. Events already
+    /// stored are skipped, so a re-sent batch changes nothing.
+    #[tracing::instrument(skip_all, fields(server_id = %server, agent_id = %agent, epoch, events = events.len()), err)]
+    pub async fn ingest_batch(
+        &self,
+        server: ServerId,
+        agent: AgentId,
+        epoch: u64,
+        events: Vec<(u64, NewEvent)>,
+    ) -> Result<u64, EventsError> {
+        let outcome = self
+            .store()
+            .ingest_batch(server, agent, epoch, events)
+            .await?;
+        tracing::debug!(
+            stored = outcome.stored.len(),
+            committed_seq = outcome.committed_seq,
+            "event batch committed"
+        );
+        self.publish(outcome.stored);
+        Ok(outcome.committed_seq)
+    }
+
+    /// The highest sequence number committed for `agent`'s spool `epoch` (0 before the first), for
+    /// the session's welcome.
+    pub async fn committed_seq(&self, agent: AgentId, epoch: u64) -> Result<u64, EventsError> {
+        Ok(self.store().committed_seq(agent, epoch).await?)
+    }
+
+    /// Stores one event from a host without an agent.
+    #[tracing::instrument(skip_all, fields(server_id = %server, kind = %event.kind()), err)]
+    pub async fn ingest_direct(
+        &self,
+        server: ServerId,
+        event: NewEvent,
+    ) -> Result<StoredEvent, EventsError> {
+        let stored = self.store().insert_direct_event(server, event).await?;
+        self.publish(vec![stored.clone()]);
+        Ok(stored)
+    }
+
+    fn publish(&self, events: Vec<StoredEvent>) {
+        for event in events {
+            // No subscriber is not an error: nobody is watching.
+            let _ = self.0.live.send(Arc::new(event));
+        }
+    }
+
+    /// Committed events as they come, from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
+        self.0.live.subscribe()
+    }
+
+    /// The live feed for one client: events matching `filter`, starting after `last` (replayed from
+    /// the database) or from now. Ends when the hub shuts down. Takes a clone of the service, which
+    /// the stream keeps.
+    pub async fn live(
+        self,
+        filter: EventFilter,
+        last: Option<EventId>,
+    ) -> Result<impl Stream<Item = Arc<StoredEvent>> + Send + 'static, EventsError> {
+        live::stream(self, filter, last).await
+    }
+
+    /// The server whose callback secret this is, if any.
+    pub async fn callback_server(&self, secret: &str) -> Result<Option<Server>, EventsError> {
+        if secret.is_empty() {
+            return Ok(None);
+        }
+        let hash = sha256_hex(secret.as_bytes());
+        Ok(self.store().server_by_callback_secret_hash(&hash).await?)
+    }
+
+    /// Gives `server` a new callback secret (the old one stops working) and returns it: the only
+    /// time it exists outside the host. `None` if there is no such server.
+    pub async fn rotate_callback_secret(
+        &self,
+        server: ServerId,
+    ) -> Result<Option<String>, EventsError> {
+        let secret = random_secret();
+        let hash = sha256_hex(secret.as_bytes());
+        let found = self.store().set_callback_secret(server, Some(&hash)).await?;
+        Ok(found.then_some(secret))
+    }
+
+    /// One page of events, newest first.
+    pub async fn list(
+        &self,
+        filter: &EventFilter,
+        after: Option<Cursor>,
+        limit: usize,
+    ) -> Result<EventPage, EventsError> {
+        if !(1..=MAX_PAGE).contains(&limit) {
+            return Err(EventsError::invalid(
+                "limit",
+                format!("must be between 1 and {MAX_PAGE}"),
+            ));
+        }
+        check_range(filter.from, filter.to)?;
+        Ok(self.store().list_events(filter, after, limit).await?)
+    }
+
+    /// Every event matching `filter` after `after`, newest first, at most `max` of them, read page
+    /// by page: for exports.
+    pub fn export(
+        &self,
+        filter: EventFilter,
+        after: Option<Cursor>,
+        max: usize,
+    ) -> Result<impl Stream<Item = Result<Vec<StoredEvent>, EventsError>> + Send + 'static, EventsError>
+    {
+        check_range(filter.from, filter.to)?;
+        let state = (self.clone(), filter, after, max);
+        Ok(futures::stream::try_unfold(
+            state,
+            |(events, filter, after, left)| async move {
+                if left == 0 {
+                    return Ok(None);
+                }
+                let page = events.list(&filter, after, left.min(MAX_PAGE)).await?;
+                if page.events.is_empty() {
+                    return Ok(None);
+                }
+                // After the last page, stop by asking for nothing more.
+                let left = match page.next {
+                    Some(_) => left - page.events.len(),
+                    None => 0,
+                };
+                Ok(Some((page.events, (events, filter, page.next, left))))
+            },
+        ))
+    }
+
+    /// Counts over time, per server, per jail and in total, from the rollups.
+    #[tracing::instrument(skip_all, err)]
+    pub async fn stats(&self, query: &StatsQuery, now: DateTime<Utc>) -> Result<Stats, EventsError> {
+        stats::stats(self.store(), query, now).await
+    }
+
+    /// Top addresses, jails and servers and repeat offenders.
+    #[tracing::instrument(skip_all, err)]
+    pub async fn insights(
+        &self,
+        query: &InsightsQuery,
+        now: DateTime<Utc>,
+    ) -> Result<Insights, EventsError> {
+        if !(1..=MAX_TOP).contains(&query.limit) {
+            return Err(EventsError::invalid(
+                "limit",
+                format!("must be between 1 and {MAX_TOP}"),
+            ));
+        }
+        stats::insights(self.store(), query, now).await
+    }
+
+    /// Prunes events older than the retention now; nothing when retention is off.
+    pub async fn prune(&self, now: DateTime<Utc>) -> Result<PruneReport, EventsError> {
+        retention::prune(self, now).await
+    }
+
+    /// Prunes every `events.prune_interval_secs` until shutdown. Spawn it once.
+    pub async fn run_retention(self) {
+        retention::run(self).await;
+    }
+}
+
+/// `from` must come before `to` when both are given.
+fn check_range(from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Result<(), EventsError> {
+    if let (Some(from), Some(to)) = (from, to)
+        && from >= to
+    {
+        return Err(EventsError::invalid("from", "must be before `to`"));
+    }
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! Retention: events older than `events.retention_days` are deleted in the background, in small
+//! chunks so ingest is never held up for long, and the rollups are trimmed to match.
+//!
+//! The cutoff is rounded down to a whole UTC day, so every count bucket is either wholly kept or
+//! wholly dropped and stats never count an event that is gone. The per-address rollups keep an
+//! address's whole history as long as it was banned within the retention (its count and first
+//! sighting may predate the oldest kept event: a repeat offender stays one); an address not banned
+//! within the retention is dropped entirely.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{Events, EventsError};
+
+/// Events deleted per transaction.
+const CHUNK: usize = 5000;
+/// The first pass runs this long after start, out of the way of start-up.
+const FIRST_PASS_AFTER: Duration = Duration::from_secs(60);
+const DAY_MS: i64 = 24 * 3_600_000;
+
+/// What one pass removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PruneReport {
+    /// Events older than this (Unix ms) were removed; `None` when retention is off.
+    pub cutoff_ms: Option<i64>,
+    pub events: u64,
+    pub buckets: u64,
+    pub addresses: u64,
+}
+
+pub(super) async fn prune(events: &Events, now: DateTime<Utc>) -> Result<PruneReport, EventsError> {
+    let Some(retention) = events.0.retention else {
+        return Ok(PruneReport::default());
+    };
+    let keep_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+    let cutoff = now
+        .timestamp_millis()
+        .saturating_sub(keep_ms)
+        .div_euclid(DAY_MS)
+        * DAY_MS;
+    let store = events.store();
+    let mut report = PruneReport {
+        cutoff_ms: Some(cutoff),
+        ..PruneReport::default()
+    };
+    loop {
+        let deleted = store.delete_events_before(cutoff, CHUNK).await?;
+        report.events += deleted;
+        if deleted < CHUNK as u64 {
+            break;
+        }
+        // Let waiting writers in between chunks.
+        tokio::task::yield_now().await;
+    }
+    let (buckets, addresses) = store.prune_rollups_before(cutoff).await?;
+    report.buckets = buckets;
+    report.addresses = addresses;
+    if report.events > 0 || buckets > 0 || addresses > 0 {
+        tracing::info!(
+            cutoff_ms = cutoff,
+            events = report.events,
+            buckets,
+            addresses,
+            "pruned events past their retention"
+        );
+    }
+    Ok(report)
+}
+
+pub(super) async fn run(events: Events) {
+    if events.0.retention.is_none() {
+        return;
+    }
+    let shutdown = events.0.shutdown.clone();
+    let mut wait = FIRST_PASS_AFTER;
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+        if let Err(e) = prune(&events, Utc::now()).await {
+            tracing::warn!(error = %e, "pruning old events failed; trying again next interval");
+        }
+        wait = events.0.prune_interval;
+    }
+}

@@ -1,0 +1,1111 @@
+//! Events in the store: idempotent batch ingest with the rollups kept up to date in the same
+//! transaction, keyset-paged reads, the rollup reads behind stats and insights, retention, and the
+//! servers' callback secrets.
+//!
+//! The hot paths are hand-written multi-row SQL that SQLite and PostgreSQL both accept (`INSERT … ON
+//! CONFLICT … RETURNING`, row-value comparisons); only the placeholders differ, which [`Sql`] handles.
+//! Rollup rows are written in sorted key order so concurrent transactions on PostgreSQL lock them in
+//! the same order and cannot deadlock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+
+use sea_orm::{
+    ConnectionTrait, DatabaseTransaction, DbBackend, FromQueryResult, QueryResult, Statement,
+    TransactionTrait, Value,
+};
+use subtle::ConstantTimeEq;
+
+use super::entities::{agent_cursor, event};
+use super::{Store, StoreError, now_ms, to_time};
+use crate::domain::events::{
+    BanDuration, BanFacts, Cursor, EventBody, EventFilter, EventId, EventKind, EventPage,
+    EventSource, GapFacts, GapReason, IpOnServer, IpOrCidr, IpSummary, JailName, Logs, NewEvent,
+    SeqRange, SpoolPosition, StoredEvent, ip_key, ip_key_range,
+};
+use crate::domain::{AgentId, Server, ServerId};
+
+/// Rows per multi-row statement: well under SQLite's 32,766 and PostgreSQL's 65,535 parameters.
+const INSERT_CHUNK: usize = 1000;
+const HOUR_MS: i64 = 3_600_000;
+const DAY_MS: i64 = 24 * HOUR_MS;
+/// `event_totals` row counting distinct banned addresses in `ip_stats`.
+const DISTINCT_IPS: &str = "distinct_ips";
+
+const EVENT_COLUMNS: &str = "id, server_id, agent_id, epoch, seq, kind, source, ip, ip_key, jail, \
+    hostname, failures, logs, ban_time, ban_duration, ban_count, lost, detail, occurred_at, stored_at";
+
+/// The granularity of a rollup table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Grain {
+    Hour,
+    Day,
+}
+
+impl Grain {
+    pub fn millis(self) -> i64 {
+        match self {
+            Self::Hour => HOUR_MS,
+            Self::Day => DAY_MS,
+        }
+    }
+
+    fn table(self) -> &'static str {
+        match self {
+            Self::Hour => "event_counts_hourly",
+            Self::Day => "event_counts_daily",
+        }
+    }
+
+    /// The start of the bucket holding `ms`.
+    pub fn floor(self, ms: i64) -> i64 {
+        ms.div_euclid(self.millis()) * self.millis()
+    }
+}
+
+/// What one ingest transaction did.
+#[derive(Debug, Clone)]
+pub struct IngestOutcome {
+    /// The highest sequence number committed for the agent's epoch, this batch included.
+    pub committed_seq: u64,
+    /// The events this batch stored, in id order; re-sent ones are not in it.
+    pub stored: Vec<StoredEvent>,
+}
+
+/// One count read from a rollup table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CountRow<K> {
+    pub key: K,
+    pub kind: EventKind,
+    pub count: u64,
+}
+
+/// SQL text with its bound values and the right placeholders for the backend.
+struct Sql {
+    backend: DbBackend,
+    text: String,
+    values: Vec<Value>,
+}
+
+impl Sql {
+    fn new(backend: DbBackend, text: &str) -> Self {
+        Self {
+            backend,
+            text: text.to_owned(),
+            values: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, text: &str) -> &mut Self {
+        self.text.push_str(text);
+        self
+    }
+
+    fn bind(&mut self, value: impl Into<Value>) -> &mut Self {
+        self.values.push(value.into());
+        if self.backend == DbBackend::Postgres {
+            // Writing into a String cannot fail.
+            let _ = write!(self.text, "${}", self.values.len());
+        } else {
+            self.text.push('?');
+        }
+        self
+    }
+
+    /// `(?, ?, …)` with one placeholder per value.
+    fn tuple<I: IntoIterator<Item = Value>>(&mut self, values: I) -> &mut Self {
+        self.text.push('(');
+        for (i, value) in values.into_iter().enumerate() {
+            if i > 0 {
+                self.text.push_str(", ");
+            }
+            self.bind(value);
+        }
+        self.text.push(')');
+        self
+    }
+
+    fn build(self) -> Statement {
+        Statement::from_sql_and_values(self.backend, self.text, self.values)
+    }
+}
+
+fn to_i64(n: u64, what: &str) -> Result<i64, StoreError> {
+    i64::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} {n} does not fit the database")))
+}
+
+fn to_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+fn get<T: sea_orm::TryGetable>(row: &QueryResult, index: usize) -> Result<T, StoreError> {
+    row.try_get_by_index(index).map_err(StoreError::from)
+}
+
+/// The values of one `events` row, in [`EVENT_COLUMNS`] order without the id.
+fn event_values(
+    server: &str,
+    agent: Option<&str>,
+    position: Option<(i64, i64)>,
+    event: &NewEvent,
+    stored_at: i64,
+) -> Result<Vec<Value>, StoreError> {
+    let facts = event.body.facts();
+    let logs = match facts {
+        Some(f) => serde_json::to_string(f.logs.lines())
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        None => "[]".to_owned(),
+    };
+    let (lost, detail) = match &event.body {
+        EventBody::Gap(gap) => (
+            Some(to_i64(gap.lost, "lost count")?),
+            Some(
+                serde_json::json!({"reason": gap.reason.as_str(), "ranges": gap.ranges})
+                    .to_string(),
+            ),
+        ),
+        _ => (None, None),
+    };
+    Ok(vec![
+        server.to_owned().into(),
+        agent.map(str::to_owned).into(),
+        position.map(|p| p.0).into(),
+        position.map(|p| p.1).into(),
+        event.kind().as_str().into(),
+        event.source.as_str().into(),
+        facts.map(|f| f.ip.to_string()).into(),
+        facts.map(|f| ip_key(&f.ip).to_vec()).into(),
+        facts.map(|f| f.jail.as_str().to_owned()).into(),
+        facts.map(|f| f.hostname.clone()).unwrap_or_default().into(),
+        i64::from(facts.map(|f| f.failures).unwrap_or(0)).into(),
+        logs.into(),
+        facts.and_then(|f| f.ban_time).into(),
+        facts
+            .and_then(|f| f.ban_duration)
+            .map(BanDuration::as_seconds)
+            .into(),
+        facts.and_then(|f| f.ban_count).map(i64::from).into(),
+        lost.into(),
+        detail.into(),
+        event.occurred_at.timestamp_millis().into(),
+        stored_at.into(),
+    ])
+}
+
+const INSERT_EVENTS: &str = "INSERT INTO events (server_id, agent_id, epoch, seq, kind, source, ip, \
+    ip_key, jail, hostname, failures, logs, ban_time, ban_duration, ban_count, lost, detail, \
+    occurred_at, stored_at) VALUES ";
+
+fn to_event(row: event::Model) -> Result<StoredEvent, StoreError> {
+    let corrupt = |what: &str| StoreError::Corrupt(format!("event {}: {what}", row.id));
+    let kind = EventKind::parse(&row.kind).ok_or_else(|| corrupt("kind"))?;
+    let source = EventSource::parse(&row.source).ok_or_else(|| corrupt("source"))?;
+    let body = match kind {
+        EventKind::Ban | EventKind::Unban => {
+            let ip = row
+                .ip
+                .as_deref()
+                .and_then(|ip| IpOrCidr::parse(ip).ok())
+                .ok_or_else(|| corrupt("ip"))?;
+            let jail = row
+                .jail
+                .as_deref()
+                .and_then(|j| JailName::parse(j).ok())
+                .ok_or_else(|| corrupt("jail"))?;
+            let lines: Vec<String> =
+                serde_json::from_str(&row.logs).map_err(|_| corrupt("logs"))?;
+            let facts = BanFacts {
+                ip,
+                jail,
+                hostname: row.hostname.clone(),
+                failures: u32::try_from(row.failures).unwrap_or(0),
+                logs: Logs::capped(lines),
+                ban_time: row.ban_time,
+                ban_duration: row.ban_duration.and_then(BanDuration::from_seconds),
+                ban_count: row.ban_count.and_then(|c| u32::try_from(c).ok()),
+            };
+            if kind == EventKind::Ban {
+                EventBody::Ban(facts)
+            } else {
+                EventBody::Unban(facts)
+            }
+        }
+        EventKind::Gap => {
+            #[derive(serde::Deserialize)]
+            struct Detail {
+                reason: String,
+                ranges: Vec<SeqRange>,
+            }
+            let detail: Detail = row
+                .detail
+                .as_deref()
+                .and_then(|d| serde_json::from_str(d).ok())
+                .ok_or_else(|| corrupt("gap detail"))?;
+            EventBody::Gap(GapFacts {
+                reason: GapReason::parse(&detail.reason),
+                lost: to_u64(row.lost.unwrap_or(0)),
+                ranges: detail.ranges,
+            })
+        }
+    };
+    Ok(StoredEvent {
+        id: EventId(row.id),
+        server_id: ServerId::parse(&row.server_id).map_err(|_| corrupt("server id"))?,
+        agent_id: row
+            .agent_id
+            .as_deref()
+            .map(AgentId::parse)
+            .transpose()
+            .map_err(|_| corrupt("agent id"))?,
+        position: match (row.epoch, row.seq) {
+            (Some(epoch), Some(seq)) => Some(SpoolPosition {
+                epoch: to_u64(epoch),
+                seq: to_u64(seq),
+            }),
+            _ => None,
+        },
+        occurred_at: to_time(row.occurred_at),
+        stored_at: to_time(row.stored_at),
+        source,
+        body,
+    })
+}
+
+fn read_events(rows: Vec<QueryResult>) -> Result<Vec<StoredEvent>, StoreError> {
+    rows.iter()
+        .map(|row| to_event(event::Model::from_query_result(row, "")?))
+        .collect()
+}
+
+/// Bans of one address on one server within a batch.
+#[derive(Debug, Clone)]
+struct IpAgg {
+    bans: i64,
+    first: i64,
+    last: i64,
+    last_jail: String,
+}
+
+impl IpAgg {
+    fn add(&mut self, other: &IpAgg) {
+        self.bans += other.bans;
+        self.first = self.first.min(other.first);
+        if other.last >= self.last {
+            self.last = other.last;
+            self.last_jail.clone_from(&other.last_jail);
+        }
+    }
+}
+
+/// What a batch adds to the rollups, keyed in sorted order.
+#[derive(Debug, Default)]
+struct Rollups {
+    /// (grain, server or "", jail or "", bucket, kind) → count.
+    counts: BTreeMap<(Grain, String, String, i64, &'static str), i64>,
+    /// (ip, server) → bans.
+    ip_servers: BTreeMap<(String, String), IpAgg>,
+}
+
+impl Rollups {
+    fn of(events: &[StoredEvent]) -> Self {
+        let mut rollups = Self::default();
+        for event in events {
+            let at = event.occurred_at.timestamp_millis();
+            let server = event.server_id.to_string();
+            let kind = event.kind().as_str();
+            let jail = event.body.facts().map(|f| f.jail.as_str());
+            for grain in [Grain::Hour, Grain::Day] {
+                let bucket = grain.floor(at);
+                let mut add = |server: &str, jail: &str| {
+                    *rollups
+                        .counts
+                        .entry((grain, server.to_owned(), jail.to_owned(), bucket, kind))
+                        .or_default() += 1;
+                };
+                add(&server, "");
+                add("", "");
+                if let Some(jail) = jail {
+                    add(&server, jail);
+                    add("", jail);
+                }
+            }
+            if let EventBody::Ban(facts) = &event.body {
+                let agg = IpAgg {
+                    bans: 1,
+                    first: at,
+                    last: at,
+                    last_jail: facts.jail.as_str().to_owned(),
+                };
+                rollups
+                    .ip_servers
+                    .entry((facts.ip.to_string(), server.clone()))
+                    .and_modify(|a| a.add(&agg))
+                    .or_insert(agg);
+            }
+        }
+        rollups
+    }
+
+    async fn apply(self, txn: &DatabaseTransaction) -> Result<(), StoreError> {
+        let backend = txn.get_database_backend();
+        for grain in [Grain::Hour, Grain::Day] {
+            let rows: Vec<_> = self.counts.iter().filter(|(k, _)| k.0 == grain).collect();
+            for chunk in rows.chunks(INSERT_CHUNK) {
+                let table = grain.table();
+                let mut sql = Sql::new(
+                    backend,
+                    &format!("INSERT INTO {table} (server_id, jail, bucket, kind, count) VALUES "),
+                );
+                for (i, ((_, server, jail, bucket, kind), count)) in chunk.iter().enumerate() {
+                    if i > 0 {
+                        sql.push(", ");
+                    }
+                    sql.tuple([
+                        server.clone().into(),
+                        jail.clone().into(),
+                        (*bucket).into(),
+                        (*kind).into(),
+                        (**count).into(),
+                    ]);
+                }
+                sql.push(&format!(
+                    " ON CONFLICT (server_id, jail, bucket, kind) \
+                     DO UPDATE SET count = {table}.count + excluded.count"
+                ));
+                txn.execute_raw(sql.build()).await?;
+            }
+        }
+        if self.ip_servers.is_empty() {
+            return Ok(());
+        }
+
+        // Per address and server; a returned count equal to the batch's means the row is new, so
+        // the address was banned on one more server.
+        let pairs: Vec<_> = self.ip_servers.iter().collect();
+        let mut new_pairs: HashMap<&str, i64> = HashMap::new();
+        for chunk in pairs.chunks(INSERT_CHUNK) {
+            let mut sql = Sql::new(
+                backend,
+                "INSERT INTO ip_servers (ip, server_id, bans, first_seen, last_seen) VALUES ",
+            );
+            for (i, ((ip, server), agg)) in chunk.iter().enumerate() {
+                if i > 0 {
+                    sql.push(", ");
+                }
+                sql.tuple([
+                    ip.clone().into(),
+                    server.clone().into(),
+                    agg.bans.into(),
+                    agg.first.into(),
+                    agg.last.into(),
+                ]);
+            }
+            sql.push(
+                " ON CONFLICT (ip, server_id) DO UPDATE SET \
+                 bans = ip_servers.bans + excluded.bans, \
+                 first_seen = CASE WHEN excluded.first_seen < ip_servers.first_seen \
+                     THEN excluded.first_seen ELSE ip_servers.first_seen END, \
+                 last_seen = CASE WHEN excluded.last_seen > ip_servers.last_seen \
+                     THEN excluded.last_seen ELSE ip_servers.last_seen END \
+                 RETURNING ip, server_id, bans",
+            );
+            for row in txn.query_all_raw(sql.build()).await? {
+                let ip: String = get(&row, 0)?;
+                let server: String = get(&row, 1)?;
+                let bans: i64 = get(&row, 2)?;
+                if let Some(((ip, _), agg)) = self.ip_servers.get_key_value(&(ip, server))
+                    && agg.bans == bans
+                {
+                    *new_pairs.entry(ip.as_str()).or_default() += 1;
+                }
+            }
+        }
+
+        // Per address: the batch's bans over every server, the server of the latest ban, and the
+        // number of servers this address is new on.
+        let mut per_ip: BTreeMap<&str, (IpAgg, &str, i64)> = BTreeMap::new();
+        for ((ip, server), agg) in &self.ip_servers {
+            match per_ip.get_mut(ip.as_str()) {
+                None => {
+                    per_ip.insert(ip, (agg.clone(), server, 0));
+                }
+                Some(entry) => {
+                    if agg.last >= entry.0.last {
+                        entry.1 = server;
+                    }
+                    entry.0.add(agg);
+                }
+            }
+        }
+        for (ip, entry) in per_ip.iter_mut() {
+            entry.2 = new_pairs.get(ip).copied().unwrap_or(0);
+        }
+        let rows: Vec<_> = per_ip.into_iter().collect();
+        let mut new_ips = 0i64;
+        for chunk in rows.chunks(INSERT_CHUNK) {
+            let mut sql = Sql::new(
+                backend,
+                "INSERT INTO ip_stats (ip, bans, servers, first_seen, last_seen, last_jail, \
+                 last_server_id) VALUES ",
+            );
+            for (i, (ip, (agg, server, servers))) in chunk.iter().enumerate() {
+                if i > 0 {
+                    sql.push(", ");
+                }
+                sql.tuple([
+                    (*ip).to_owned().into(),
+                    agg.bans.into(),
+                    (*servers).into(),
+                    agg.first.into(),
+                    agg.last.into(),
+                    agg.last_jail.clone().into(),
+                    (*server).to_owned().into(),
+                ]);
+            }
+            sql.push(
+                " ON CONFLICT (ip) DO UPDATE SET \
+                 bans = ip_stats.bans + excluded.bans, \
+                 servers = ip_stats.servers + excluded.servers, \
+                 first_seen = CASE WHEN excluded.first_seen < ip_stats.first_seen \
+                     THEN excluded.first_seen ELSE ip_stats.first_seen END, \
+                 last_jail = CASE WHEN excluded.last_seen >= ip_stats.last_seen \
+                     THEN excluded.last_jail ELSE ip_stats.last_jail END, \
+                 last_server_id = CASE WHEN excluded.last_seen >= ip_stats.last_seen \
+                     THEN excluded.last_server_id ELSE ip_stats.last_server_id END, \
+                 last_seen = CASE WHEN excluded.last_seen > ip_stats.last_seen \
+                     THEN excluded.last_seen ELSE ip_stats.last_seen END \
+                 RETURNING ip, bans",
+            );
+            let batch: HashMap<&str, i64> = chunk.iter().map(|(ip, e)| (*ip, e.0.bans)).collect();
+            for row in txn.query_all_raw(sql.build()).await? {
+                let ip: String = get(&row, 0)?;
+                let bans: i64 = get(&row, 1)?;
+                if batch.get(ip.as_str()) == Some(&bans) {
+                    new_ips += 1;
+                }
+            }
+        }
+        if new_ips > 0 {
+            add_total(txn, DISTINCT_IPS, new_ips).await?;
+        }
+        Ok(())
+    }
+}
+
+async fn add_total(txn: &DatabaseTransaction, name: &str, delta: i64) -> Result<(), StoreError> {
+    let mut sql = Sql::new(
+        txn.get_database_backend(),
+        "INSERT INTO event_totals (name, value) VALUES ",
+    );
+    sql.tuple([name.to_owned().into(), delta.into()]).push(
+        " ON CONFLICT (name) DO UPDATE SET value = event_totals.value + excluded.value",
+    );
+    txn.execute_raw(sql.build()).await?;
+    Ok(())
+}
+
+/// Appends `AND …` for every filter that is set.
+fn push_filter(sql: &mut Sql, filter: &EventFilter) {
+    if let Some(server) = filter.server {
+        sql.push(" AND server_id = ").bind(server.to_string());
+    }
+    if let Some(jail) = &filter.jail {
+        sql.push(" AND jail = ").bind(jail.as_str().to_owned());
+    }
+    match &filter.ip {
+        Some(ip @ IpOrCidr::Ip(_)) => {
+            sql.push(" AND ip_key = ").bind(ip_key(ip).to_vec());
+        }
+        Some(net @ IpOrCidr::Net(_)) => {
+            let (lo, hi) = ip_key_range(net);
+            sql.push(" AND ip_key BETWEEN ")
+                .bind(lo.to_vec())
+                .push(" AND ")
+                .bind(hi.to_vec());
+        }
+        None => {}
+    }
+    if !filter.kinds.is_empty() {
+        sql.push(" AND kind IN ")
+            .tuple(filter.kinds.iter().map(|k| k.as_str().into()));
+    }
+    if !filter.sources.is_empty() {
+        sql.push(" AND source IN ")
+            .tuple(filter.sources.iter().map(|s| s.as_str().into()));
+    }
+    if let Some(from) = filter.from {
+        sql.push(" AND occurred_at >= ")
+            .bind(from.timestamp_millis());
+    }
+    if let Some(to) = filter.to {
+        sql.push(" AND occurred_at < ").bind(to.timestamp_millis());
+    }
+    if let Some(text) = &filter.text {
+        // Logs are stored as a JSON list, so the text is searched in its JSON-escaped form.
+        let json = serde_json::Value::String(text.as_str().to_owned()).to_string();
+        let inner = json.get(1..json.len().saturating_sub(1)).unwrap_or_default();
+        let mut pattern = String::with_capacity(inner.len() + 2);
+        pattern.push('%');
+        for c in inner.chars() {
+            if matches!(c, '\\' | '%' | '_') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        pattern.push('%');
+        // LIKE ignores ASCII case on SQLite; ILIKE ignores all case on PostgreSQL.
+        let op = if sql.backend == DbBackend::Postgres {
+            " AND logs ILIKE "
+        } else {
+            " AND logs LIKE "
+        };
+        sql.push(op).bind(pattern).push(" ESCAPE '\\'");
+    }
+}
+
+fn kind_of(raw: &str) -> Result<EventKind, StoreError> {
+    EventKind::parse(raw).ok_or_else(|| StoreError::Corrupt(format!("rollup kind {raw:?}")))
+}
+
+fn ip_summary(row: &QueryResult) -> Result<IpSummary, StoreError> {
+    let last_server: String = get(row, 6)?;
+    Ok(IpSummary {
+        ip: get(row, 0)?,
+        bans: to_u64(get(row, 1)?),
+        servers: to_u64(get(row, 2)?),
+        first_seen: to_time(get(row, 3)?),
+        last_seen: to_time(get(row, 4)?),
+        last_jail: Some(get::<String>(row, 5)?).filter(|j| !j.is_empty()),
+        last_server: ServerId::parse(&last_server).ok(),
+    })
+}
+
+const IP_SUMMARY_COLUMNS: &str =
+    "ip, bans, servers, first_seen, last_seen, last_jail, last_server_id";
+
+
+impl Store {
+    fn backend(&self) -> DbBackend {
+        self.db.get_database_backend()
+    }
+
+    /// Stores an agent's batch in one transaction: events already stored (same agent, epoch and
+    /// sequence number) are skipped, the rollups count only the new ones, and the agent's cursor
+    /// moves to the highest sequence number seen.
+    pub async fn ingest_batch(
+        &self,
+        server: ServerId,
+        agent: AgentId,
+        epoch: u64,
+        events: Vec<(u64, NewEvent)>,
+    ) -> Result<IngestOutcome, StoreError> {
+        let epoch_db = to_i64(epoch, "epoch")?;
+        let Some(max_seq) = events.iter().map(|(seq, _)| *seq).max() else {
+            return Ok(IngestOutcome {
+                committed_seq: self.committed_seq(agent, epoch).await?,
+                stored: Vec::new(),
+            });
+        };
+        let max_seq_db = to_i64(max_seq, "sequence number")?;
+        // A sequence number twice in one batch is stored once: the first wins.
+        let mut slots: HashMap<u64, NewEvent> = HashMap::with_capacity(events.len());
+        let mut order: Vec<u64> = Vec::with_capacity(events.len());
+        for (seq, event) in events {
+            if let std::collections::hash_map::Entry::Vacant(slot) = slots.entry(seq) {
+                slot.insert(event);
+                order.push(seq);
+            }
+        }
+        let server_text = server.to_string();
+        let agent_text = agent.to_string();
+        let stored_at = now_ms();
+
+        let txn = self.db.begin().await?;
+        // The first statement writes, so SQLite takes its write lock at once (waiting out its busy
+        // timeout) rather than failing a read transaction that later wants to write.
+        let mut inserted: Vec<(i64, u64)> = Vec::with_capacity(order.len());
+        for chunk in order.chunks(INSERT_CHUNK) {
+            let mut sql = Sql::new(self.backend(), INSERT_EVENTS);
+            for (i, seq) in chunk.iter().enumerate() {
+                let Some(event) = slots.get(seq) else {
+                    continue;
+                };
+                if i > 0 {
+                    sql.push(", ");
+                }
+                sql.tuple(event_values(
+                    &server_text,
+                    Some(&agent_text),
+                    Some((epoch_db, to_i64(*seq, "sequence number")?)),
+                    event,
+                    stored_at,
+                )?);
+            }
+            sql.push(" ON CONFLICT (agent_id, epoch, seq) DO NOTHING RETURNING id, seq");
+            for row in txn.query_all_raw(sql.build()).await? {
+                inserted.push((get(&row, 0)?, to_u64(get(&row, 1)?)));
+            }
+        }
+        inserted.sort_unstable();
+        let mut stored = Vec::with_capacity(inserted.len());
+        for (id, seq) in inserted {
+            let event = slots.remove(&seq).ok_or_else(|| {
+                StoreError::Corrupt(format!("the insert returned sequence number {seq} twice"))
+            })?;
+            stored.push(StoredEvent {
+                id: EventId(id),
+                server_id: server,
+                agent_id: Some(agent),
+                position: Some(SpoolPosition { epoch, seq }),
+                occurred_at: event.occurred_at,
+                stored_at: to_time(stored_at),
+                source: event.source,
+                body: event.body,
+            });
+        }
+        Rollups::of(&stored).apply(&txn).await?;
+
+        let mut sql = Sql::new(
+            self.backend(),
+            "INSERT INTO agent_cursors (agent_id, epoch, last_seq, updated_at) VALUES ",
+        );
+        sql.tuple([
+            agent_text.into(),
+            epoch_db.into(),
+            max_seq_db.into(),
+            stored_at.into(),
+        ])
+        .push(
+            " ON CONFLICT (agent_id, epoch) DO UPDATE SET \
+             last_seq = CASE WHEN excluded.last_seq > agent_cursors.last_seq \
+                 THEN excluded.last_seq ELSE agent_cursors.last_seq END, \
+             updated_at = excluded.updated_at \
+             RETURNING last_seq",
+        );
+        let committed: i64 = match txn.query_one_raw(sql.build()).await? {
+            Some(row) => get(&row, 0)?,
+            None => max_seq_db,
+        };
+        txn.commit().await?;
+        Ok(IngestOutcome {
+            committed_seq: to_u64(committed),
+            stored,
+        })
+    }
+
+    /// Stores one event that a host without an agent sent to the hub, with its rollups.
+    pub async fn insert_direct_event(
+        &self,
+        server: ServerId,
+        event: NewEvent,
+    ) -> Result<StoredEvent, StoreError> {
+        let stored_at = now_ms();
+        let mut sql = Sql::new(self.backend(), INSERT_EVENTS);
+        sql.tuple(event_values(
+            &server.to_string(),
+            None,
+            None,
+            &event,
+            stored_at,
+        )?)
+        .push(" RETURNING id");
+        let txn = self.db.begin().await?;
+        let row = txn
+            .query_one_raw(sql.build())
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("the insert returned no id".to_owned()))?;
+        let stored = StoredEvent {
+            id: EventId(get(&row, 0)?),
+            server_id: server,
+            agent_id: None,
+            position: None,
+            occurred_at: event.occurred_at,
+            stored_at: to_time(stored_at),
+            source: event.source,
+            body: event.body,
+        };
+        Rollups::of(std::slice::from_ref(&stored))
+            .apply(&txn)
+            .await?;
+        txn.commit().await?;
+        Ok(stored)
+    }
+
+    /// The highest sequence number committed for `agent`'s spool `epoch` (0 before the first).
+    pub async fn committed_seq(&self, agent: AgentId, epoch: u64) -> Result<u64, StoreError> {
+        use sea_orm::EntityTrait as _;
+        let row = agent_cursor::Entity::find_by_id((agent.to_string(), to_i64(epoch, "epoch")?))
+            .one(&self.db)
+            .await?;
+        Ok(row.map_or(0, |r| to_u64(r.last_seq)))
+    }
+
+    /// One page of events matching `filter`, newest first, strictly older than `after`.
+    pub async fn list_events(
+        &self,
+        filter: &EventFilter,
+        after: Option<Cursor>,
+        limit: usize,
+    ) -> Result<EventPage, StoreError> {
+        let mut sql = Sql::new(
+            self.backend(),
+            &format!("SELECT {EVENT_COLUMNS} FROM events WHERE 1 = 1"),
+        );
+        push_filter(&mut sql, filter);
+        if let Some(cursor) = after {
+            sql.push(" AND (occurred_at, id) < (")
+                .bind(cursor.occurred_at_ms)
+                .push(", ")
+                .bind(cursor.id.0)
+                .push(")");
+        }
+        // One more than asked tells whether there is a next page.
+        sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
+            .bind(i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX));
+        let mut events = read_events(self.db.query_all_raw(sql.build()).await?)?;
+        let next = if events.len() > limit {
+            events.truncate(limit);
+            events.last().map(Cursor::after)
+        } else {
+            None
+        };
+        Ok(EventPage { events, next })
+    }
+
+    /// Events stored after `after` in id order, for a live stream catching up.
+    pub async fn events_after(
+        &self,
+        after: EventId,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let mut sql = Sql::new(
+            self.backend(),
+            &format!("SELECT {EVENT_COLUMNS} FROM events WHERE id > "),
+        );
+        sql.bind(after.0)
+            .push(" ORDER BY id LIMIT ")
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        read_events(self.db.query_all_raw(sql.build()).await?)
+    }
+
+    /// The newest event id, if any.
+    pub async fn last_event_id(&self) -> Result<Option<EventId>, StoreError> {
+        let sql = Sql::new(self.backend(), "SELECT MAX(id) FROM events");
+        match self.db.query_one_raw(sql.build()).await? {
+            Some(row) => Ok(get::<Option<i64>>(&row, 0)?.map(EventId)),
+            None => Ok(None),
+        }
+    }
+
+    /// Counts per bucket and kind for one server (or all) and one jail (or all), buckets in
+    /// `[from_ms, to_ms)`.
+    pub async fn count_series(
+        &self,
+        grain: Grain,
+        server: Option<ServerId>,
+        jail: Option<&JailName>,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<CountRow<i64>>, StoreError> {
+        let mut sql = Sql::new(
+            self.backend(),
+            &format!(
+                "SELECT bucket, kind, count FROM {} WHERE server_id = ",
+                grain.table()
+            ),
+        );
+        sql.bind(server.map(|s| s.to_string()).unwrap_or_default())
+            .push(" AND jail = ")
+            .bind(jail.map(|j| j.as_str().to_owned()).unwrap_or_default())
+            .push(" AND bucket >= ")
+            .bind(from_ms)
+            .push(" AND bucket < ")
+            .bind(to_ms);
+        self.db
+            .query_all_raw(sql.build())
+            .await?
+            .iter()
+            .map(|row| {
+                Ok(CountRow {
+                    key: get(row, 0)?,
+                    kind: kind_of(&get::<String>(row, 1)?)?,
+                    count: to_u64(get(row, 2)?),
+                })
+            })
+            .collect()
+    }
+
+    /// Counts per server and kind in `[from_ms, to_ms)`, of one jail (or all), of one server (or
+    /// every server).
+    pub async fn count_by_server(
+        &self,
+        grain: Grain,
+        jail: Option<&JailName>,
+        server: Option<ServerId>,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<CountRow<String>>, StoreError> {
+        let mut sql = Sql::new(
+            self.backend(),
+            &format!(
+                "SELECT server_id, kind, CAST(SUM(count) AS BIGINT) FROM {} WHERE jail = ",
+                grain.table()
+            ),
+        );
+        sql.bind(jail.map(|j| j.as_str().to_owned()).unwrap_or_default());
+        match server {
+            Some(server) => sql.push(" AND server_id = ").bind(server.to_string()),
+            None => sql.push(" AND server_id <> ''"),
+        };
+        sql.push(" AND bucket >= ")
+            .bind(from_ms)
+            .push(" AND bucket < ")
+            .bind(to_ms)
+            .push(" GROUP BY server_id, kind");
+        self.grouped_counts(sql).await
+    }
+
+    /// Counts per jail and kind in `[from_ms, to_ms)`, on one server (or all), of one jail (or
+    /// every jail).
+    pub async fn count_by_jail(
+        &self,
+        grain: Grain,
+        server: Option<ServerId>,
+        jail: Option<&JailName>,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<CountRow<String>>, StoreError> {
+        let mut sql = Sql::new(
+            self.backend(),
+            &format!(
+                "SELECT jail, kind, CAST(SUM(count) AS BIGINT) FROM {} WHERE server_id = ",
+                grain.table()
+            ),
+        );
+        sql.bind(server.map(|s| s.to_string()).unwrap_or_default());
+        match jail {
+            Some(jail) => sql.push(" AND jail = ").bind(jail.as_str().to_owned()),
+            None => sql.push(" AND jail <> ''"),
+        };
+        sql.push(" AND bucket >= ")
+            .bind(from_ms)
+            .push(" AND bucket < ")
+            .bind(to_ms)
+            .push(" GROUP BY jail, kind");
+        self.grouped_counts(sql).await
+    }
+
+    async fn grouped_counts(&self, sql: Sql) -> Result<Vec<CountRow<String>>, StoreError> {
+        self.db
+            .query_all_raw(sql.build())
+            .await?
+            .iter()
+            .map(|row| {
+                Ok(CountRow {
+                    key: get(row, 0)?,
+                    kind: kind_of(&get::<String>(row, 1)?)?,
+                    count: to_u64(get(row, 2)?),
+                })
+            })
+            .collect()
+    }
+
+    /// The most banned addresses, over every server or on one.
+    pub async fn top_ips(
+        &self,
+        server: Option<ServerId>,
+        limit: usize,
+    ) -> Result<Vec<IpSummary>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut sql = match server {
+            None => {
+                let mut sql = Sql::new(
+                    self.backend(),
+                    &format!(
+                        "SELECT {IP_SUMMARY_COLUMNS} FROM ip_stats \
+                         ORDER BY bans DESC, ip DESC LIMIT "
+                    ),
+                );
+                sql.bind(limit);
+                sql
+            }
+            Some(server) => {
+                let mut sql = Sql::new(
+                    self.backend(),
+                    "SELECT s.ip, s.bans, t.servers, s.first_seen, s.last_seen, t.last_jail, \
+                     t.last_server_id FROM ip_servers s JOIN ip_stats t ON t.ip = s.ip \
+                     WHERE s.server_id = ",
+                );
+                sql.bind(server.to_string())
+                    .push(" ORDER BY s.bans DESC, s.ip DESC LIMIT ")
+                    .bind(limit);
+                sql
+            }
+        };
+        sql.push("");
+        self.db
+            .query_all_raw(sql.build())
+            .await?
+            .iter()
+            .map(ip_summary)
+            .collect()
+    }
+
+    /// Addresses banned on more than one server, most servers first, then most bans.
+    pub async fn repeat_offenders(&self, limit: usize) -> Result<Vec<IpSummary>, StoreError> {
+        let mut sql = Sql::new(
+            self.backend(),
+            &format!(
+                "SELECT {IP_SUMMARY_COLUMNS} FROM ip_stats WHERE servers >= 2 \
+                 ORDER BY servers DESC, bans DESC, ip DESC LIMIT "
+            ),
+        );
+        sql.bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        self.db
+            .query_all_raw(sql.build())
+            .await?
+            .iter()
+            .map(ip_summary)
+            .collect()
+    }
+
+    /// One address: its summary and its bans per server, if it was ever banned.
+    pub async fn ip_details(
+        &self,
+        ip: &IpOrCidr,
+    ) -> Result<Option<(IpSummary, Vec<IpOnServer>)>, StoreError> {
+        let text = ip.to_string();
+        let mut sql = Sql::new(
+            self.backend(),
+            &format!("SELECT {IP_SUMMARY_COLUMNS} FROM ip_stats WHERE ip = "),
+        );
+        sql.bind(text.clone());
+        let Some(row) = self.db.query_one_raw(sql.build()).await? else {
+            return Ok(None);
+        };
+        let summary = ip_summary(&row)?;
+        let mut sql = Sql::new(
+            self.backend(),
+            "SELECT server_id, bans, first_seen, last_seen FROM ip_servers WHERE ip = ",
+        );
+        sql.bind(text).push(" ORDER BY bans DESC, server_id");
+        let servers = self
+            .db
+            .query_all_raw(sql.build())
+            .await?
+            .iter()
+            .map(|row| {
+                let server: String = get(row, 0)?;
+                Ok(IpOnServer {
+                    server: ServerId::parse(&server)
+                        .map_err(|_| StoreError::Corrupt(format!("ip_servers: {server:?}")))?,
+                    bans: to_u64(get(row, 1)?),
+                    first_seen: to_time(get(row, 2)?),
+                    last_seen: to_time(get(row, 3)?),
+                })
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(Some((summary, servers)))
+    }
+
+    /// How many distinct addresses the per-address rollup holds.
+    pub async fn distinct_ips(&self) -> Result<u64, StoreError> {
+        let mut sql = Sql::new(
+            self.backend(),
+            "SELECT value FROM event_totals WHERE name = ",
+        );
+        sql.bind(DISTINCT_IPS);
+        Ok(match self.db.query_one_raw(sql.build()).await? {
+            Some(row) => to_u64(get(&row, 0)?),
+            None => 0,
+        })
+    }
+
+    /// Deletes up to `chunk` events that occurred before `cutoff_ms`, oldest first; returns how
+    /// many. Small chunks keep each write transaction short, so ingest is never held up for long.
+    pub async fn delete_events_before(
+        &self,
+        cutoff_ms: i64,
+        chunk: usize,
+    ) -> Result<u64, StoreError> {
+        let mut sql = Sql::new(
+            self.backend(),
+            "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE occurred_at < ",
+        );
+        sql.bind(cutoff_ms)
+            .push(" ORDER BY occurred_at LIMIT ")
+            .bind(i64::try_from(chunk).unwrap_or(i64::MAX))
+            .push(")");
+        Ok(self.db.execute_raw(sql.build()).await?.rows_affected())
+    }
+
+    /// Drops count buckets that start before `cutoff_ms` and addresses last banned before it.
+    /// `cutoff_ms` should be a whole day, so no bucket straddles it. Returns the buckets and
+    /// addresses dropped.
+    pub async fn prune_rollups_before(&self, cutoff_ms: i64) -> Result<(u64, u64), StoreError> {
+        let txn = self.db.begin().await?;
+        let mut buckets = 0;
+        for grain in [Grain::Hour, Grain::Day] {
+            let mut sql = Sql::new(
+                self.backend(),
+                &format!("DELETE FROM {} WHERE bucket < ", grain.table()),
+            );
+            sql.bind(cutoff_ms);
+            buckets += txn.execute_raw(sql.build()).await?.rows_affected();
+        }
+        // An address's last ban is its latest on any server, so every per-server row of an
+        // address going away is older than the cutoff too.
+        let mut sql = Sql::new(self.backend(), "DELETE FROM ip_servers WHERE last_seen < ");
+        sql.bind(cutoff_ms)
+            .push(" AND ip IN (SELECT ip FROM ip_stats WHERE last_seen < ")
+            .bind(cutoff_ms)
+            .push(")");
+        txn.execute_raw(sql.build()).await?;
+        let mut sql = Sql::new(self.backend(), "DELETE FROM ip_stats WHERE last_seen < ");
+        sql.bind(cutoff_ms);
+        let ips = txn.execute_raw(sql.build()).await?.rows_affected();
+        if ips > 0 {
+            add_total(&txn, DISTINCT_IPS, -to_i64(ips, "count")?).await?;
+        }
+        txn.commit().await?;
+        Ok((buckets, ips))
+    }
+
+    /// Sets (or, with `None`, clears) the SHA-256 hex of the server's callback secret. Returns
+    /// whether the server exists.
+    pub async fn set_callback_secret(
+        &self,
+        server: ServerId,
+        hash: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let mut sql = Sql::new(self.backend(), "UPDATE servers SET callback_secret_hash = ");
+        sql.bind(hash.map(str::to_owned))
+            .push(" WHERE id = ")
+            .bind(server.to_string());
+        Ok(self.db.execute_raw(sql.build()).await?.rows_affected() == 1)
+    }
+
+    /// The server whose callback secret hashes to `hash` (SHA-256 hex), if any.
+    pub async fn server_by_callback_secret_hash(
+        &self,
+        hash: &str,
+    ) -> Result<Option<Server>, StoreError> {
+        let mut sql = Sql::new(
+            self.backend(),
+            "SELECT id, callback_secret_hash FROM servers WHERE callback_secret_hash = ",
+        );
+        sql.bind(hash.to_owned());
+        let Some(row) = self.db.query_one_raw(sql.build()).await? else {
+            return Ok(None);
+        };
+        let id: String = get(&row, 0)?;
+        let stored: String = get(&row, 1)?;
+        // The lookup went by hash; the comparison that decides is constant-time all the same.
+        if !bool::from(stored.as_bytes().ct_eq(hash.as_bytes())) {
+            return Ok(None);
+        }
+        let id = ServerId::parse(&id)
+            .map_err(|_| StoreError::Corrupt(format!("server id {id:?}")))?;
+        self.get_server(id).await
+    }
+}

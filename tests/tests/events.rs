@@ -1,0 +1,893 @@
+//! The hub's event path against an in-process hub on port 0, once on SQLite and once on PostgreSQL
+//! (`sqlite::<name>`, `postgres::<name>`): idempotent batch ingest and the agent cursor, the events
+//! API (filters, cursor paging deep into history, CSV), stats and insights from the rollups, the
+//! live stream, direct callbacks with their secrets, and retention.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use banhub::app::{App, AppState};
+use banhub::config::Config;
+use banhub::domain::events::{
+    BanDuration, BanFacts, EventBody, EventSource, GapFacts, GapReason, IpOrCidr, JailName, Logs,
+    NewEvent, SeqRange,
+};
+use banhub::domain::{AgentId, ServerId};
+use banhub_tests::PostgresServer;
+use chrono::{DateTime, Utc};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const HOUR: i64 = 3_600_000;
+const DAY: i64 = 24 * HOUR;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+struct TestHub {
+    base: String,
+    client: reqwest::Client,
+    state: AppState,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    _dir: tempfile::TempDir,
+    _postgres: Option<PostgresServer>,
+}
+
+impl TestHub {
+    async fn start(backend: Backend) -> Self {
+        Self::start_with(backend, |_| {}).await
+    }
+
+    async fn start_with(backend: Backend, adjust: impl FnOnce(&mut Config)) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = Config::default();
+        config.data_dir = dir.path().join("data");
+        config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.grpc.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.database.max_connections = 4;
+        let postgres = match backend {
+            Backend::Sqlite => None,
+            Backend::Postgres => {
+                let server = PostgresServer::start()
+                    .unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e:#}"));
+                config.database.url = server
+                    .create_database("banhub_events")
+                    .unwrap_or_else(|e| panic!("{e:#}\n{}", server.logs()));
+                Some(server)
+            }
+        };
+        adjust(&mut config);
+        let app = App::build(config).await.expect("hub builds");
+        let base = format!("http://{}", app.http_addr().expect("bound"));
+        let state = app.state().clone();
+        assert_eq!(
+            state.store.backend_name(),
+            match backend {
+                Backend::Sqlite => "sqlite",
+                Backend::Postgres => "postgres",
+            }
+        );
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(app.run(stop.clone()));
+        Self {
+            base,
+            client: reqwest::Client::new(),
+            state,
+            stop,
+            task,
+            _dir: dir,
+            _postgres: postgres,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        let response = self.client.get(self.url(path)).send().await.expect("GET");
+        read(response).await
+    }
+
+    /// A registered server.
+    async fn server(&self, name: &str) -> ServerId {
+        let response = self
+            .client
+            .post(self.url("/api/servers"))
+            .json(&json!({"name": name}))
+            .send()
+            .await
+            .expect("POST");
+        let (status, body) = read(response).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        ServerId::parse(body["server"]["id"].as_str().expect("id")).expect("server id")
+    }
+
+    async fn ingest(&self, server: ServerId, agent: AgentId, epoch: u64, batch: Vec<(u64, NewEvent)>) -> u64 {
+        self.state
+            .events
+            .ingest_batch(server, agent, epoch, batch)
+            .await
+            .expect("ingest")
+    }
+
+    /// Every event matching `query`, walking the pages `page` at a time.
+    async fn all(&self, query: &str, page: usize) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..10_000 {
+            let mut path = format!("/api/events/bans?limit={page}");
+            if !query.is_empty() {
+                path.push('&');
+                path.push_str(query);
+            }
+            if let Some(c) = &cursor {
+                path.push_str(&format!("&cursor={c}"));
+            }
+            let (status, body) = self.get(&path).await;
+            assert_eq!(status, StatusCode::OK, "{path}: {body}");
+            let events = body["events"].as_array().expect("events");
+            assert!(events.len() <= page);
+            out.extend(events.iter().cloned());
+            match body["nextCursor"].as_str() {
+                Some(next) => {
+                    assert_eq!(events.len(), page, "a full page before a next cursor");
+                    cursor = Some(next.to_owned());
+                }
+                None => return out,
+            }
+        }
+        panic!("paging did not end");
+    }
+
+    async fn shutdown(self) {
+        self.stop.cancel();
+        self.task.await.expect("joined").expect("clean stop");
+    }
+}
+
+async fn read(response: reqwest::Response) -> (StatusCode, Value) {
+    let status = response.status();
+    let problem = response
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes() == b"application/problem+json");
+    let text = response.text().await.expect("body");
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    if !status.is_success() {
+        assert!(problem, "error {status} is not problem+json: {body}");
+        assert_eq!(body["status"], status.as_u16(), "{body}");
+    }
+    (status, body)
+}
+
+fn at(ms: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms).expect("in range")
+}
+
+fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+fn facts(ip: &str, jail: &str) -> BanFacts {
+    BanFacts {
+        ip: IpOrCidr::parse(ip).expect("ip"),
+        jail: JailName::parse(jail).expect("jail"),
+        hostname: "web-1".to_owned(),
+        failures: 5,
+        logs: Logs::capped([format!("sshd: Failed password for root from {ip}")]),
+        ban_time: Some(1_790_000_000),
+        ban_duration: Some(BanDuration::Seconds(600)),
+        ban_count: Some(1),
+    }
+}
+
+fn ban(ip: &str, jail: &str, ms: i64) -> NewEvent {
+    NewEvent {
+        occurred_at: at(ms),
+        source: EventSource::Action,
+        body: EventBody::Ban(facts(ip, jail)),
+    }
+}
+
+fn unban(ip: &str, jail: &str, ms: i64) -> NewEvent {
+    NewEvent {
+        occurred_at: at(ms),
+        source: EventSource::Action,
+        body: EventBody::Unban(facts(ip, jail)),
+    }
+}
+
+fn numbered(first: u64, events: Vec<NewEvent>) -> Vec<(u64, NewEvent)> {
+    (first..).zip(events).collect()
+}
+
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::Backend::Sqlite).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::Backend::Postgres).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    ingest_is_idempotent_and_moves_the_cursor,
+    filters_and_paging,
+    stats_and_insights_match_what_was_stored,
+    live_stream_sends_committed_events,
+    direct_callbacks_need_the_servers_secret,
+    retention_prunes_old_events,
+);
+
+async fn ingest_is_idempotent_and_moves_the_cursor(backend: Backend) {
+    let hub = TestHub::start(backend).await;
+    let server = hub.server("web-1").await;
+    let agent = AgentId::new();
+    let events = &hub.state.events;
+    let t = now_ms() - HOUR;
+    assert_eq!(events.committed_seq(agent, 7).await.expect("cursor"), 0);
+
+    let batch = |from: u64, to: u64| {
+        numbered(
+            from,
+            (from..=to)
+                .map(|i| ban(&format!("192.0.2.{i}"), "sshd", t + i as i64 * 1000))
+                .collect(),
+        )
+    };
+    assert_eq!(hub.ingest(server, agent, 7, batch(1, 5)).await, 5);
+    assert_eq!(hub.all("", 100).await.len(), 5);
+    // The same batch again: acknowledged, not stored twice.
+    assert_eq!(hub.ingest(server, agent, 7, batch(1, 5)).await, 5);
+    assert_eq!(hub.all("", 100).await.len(), 5);
+    // Overlapping: only the new ones are stored, and the rollups count them once.
+    assert_eq!(hub.ingest(server, agent, 7, batch(4, 8)).await, 8);
+    let stored = hub.all("", 100).await;
+    assert_eq!(stored.len(), 8);
+    let seqs: BTreeSet<String> = stored
+        .iter()
+        .map(|e| e["ip"].as_str().expect("ip").to_owned())
+        .collect();
+    assert_eq!(seqs.len(), 8, "every address once: {seqs:?}");
+    assert_eq!(events.committed_seq(agent, 7).await.expect("cursor"), 8);
+    // An older batch after a newer one does not move the cursor back.
+    assert_eq!(hub.ingest(server, agent, 7, batch(2, 3)).await, 8);
+    let (_, stats) = hub.get("/api/events/bans/stats").await;
+    assert_eq!(stats["totals"]["bans"], 8, "{stats}");
+    let (_, insights) = hub.get("/api/events/bans/insights").await;
+    assert_eq!(insights["distinctIps"], 8, "{insights}");
+
+    // A new spool epoch starts from nothing; another agent's numbers are its own.
+    assert_eq!(events.committed_seq(agent, 9).await.expect("cursor"), 0);
+    assert_eq!(
+        hub.ingest(server, agent, 9, vec![(1, unban("192.0.2.1", "sshd", t + 60_000))])
+            .await,
+        1
+    );
+    let other = AgentId::new();
+    assert_eq!(hub.ingest(server, other, 7, batch(1, 2)).await, 2);
+    assert_eq!(hub.all("", 100).await.len(), 11);
+
+    // A gap says what was lost, and is stored once too.
+    let gap = NewEvent {
+        occurred_at: at(t + 120_000),
+        source: EventSource::Action,
+        body: EventBody::Gap(GapFacts {
+            reason: GapReason::Overflow,
+            lost: 3,
+            ranges: vec![SeqRange { first: 10, last: 12 }],
+        }),
+    };
+    for _ in 0..2 {
+        assert_eq!(hub.ingest(server, agent, 7, vec![(13, gap.clone())]).await, 13);
+    }
+    let gaps = hub.all("kind=gap", 10).await;
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    assert_eq!(gaps[0]["lost"], 3);
+    assert_eq!(gaps[0]["gapReason"], "overflow");
+    assert_eq!(gaps[0]["gapRanges"], json!([{"first": 10, "last": 12}]));
+    assert_eq!(gaps[0]["ip"], Value::Null);
+
+    // Empty batches answer with the cursor.
+    assert_eq!(hub.ingest(server, agent, 7, Vec::new()).await, 13);
+    let one = &hub.all("ip=192.0.2.8", 10).await[0];
+    assert_eq!(one["serverId"], server.to_string());
+    assert_eq!(one["agentId"], agent.to_string());
+    assert_eq!(one["source"], "action");
+    assert_eq!(one["kind"], "ban");
+    assert_eq!(one["failures"], 5);
+    assert_eq!(one["banDuration"], 600);
+    assert_eq!(one["banCount"], 1);
+    assert_eq!(one["hostname"], "web-1");
+    assert_eq!(one["logs"], json!(["sshd: Failed password for root from 192.0.2.8"]));
+    hub.shutdown().await;
+}
+
+async fn filters_and_paging(backend: Backend) {
+    let hub = TestHub::start(backend).await;
+    let servers = [hub.server("web-1").await, hub.server("web-2").await];
+    let agents = [AgentId::new(), AgentId::new()];
+    let jails = ["sshd", "nginx-http-auth", "postfix"];
+    let base = now_ms() - 10 * DAY;
+    let mut batches: [Vec<(u64, NewEvent)>; 2] = [Vec::new(), Vec::new()];
+    for i in 0..300u64 {
+        let s = (i % 2) as usize;
+        let ip = match i % 5 {
+            0 => format!("198.51.100.{}", i % 50),
+            1 => format!("203.0.113.{}", i % 40),
+            2 => format!("2001:db8::{:x}", i % 30 + 1),
+            3 => "192.0.2.77".to_owned(),
+            _ => format!("198.51.101.{}", i % 20),
+        };
+        // Several events share a millisecond, so paging must break ties by id.
+        let ms = base + (i as i64 / 3) * 7 * 60_000;
+        let mut event = if i % 4 == 3 {
+            unban(&ip, jails[(i % 3) as usize], ms)
+        } else {
+            ban(&ip, jails[(i % 3) as usize], ms)
+        };
+        if i % 10 == 0 {
+            event.source = EventSource::Observed;
+        }
+        if let EventBody::Ban(f) | EventBody::Unban(f) = &mut event.body
+            && i % 7 == 0
+        {
+            f.logs = Logs::capped([format!("Invalid user \"Admin{i}\" from {ip}")]);
+        }
+        let seq = batches[s].len() as u64 + 1;
+        batches[s].push((seq, event));
+    }
+    for (s, batch) in batches.into_iter().enumerate() {
+        // In two halves, the second re-sending part of the first.
+        let second: Vec<_> = batch[100..].to_vec();
+        let first: Vec<_> = batch[..120].to_vec();
+        hub.ingest(servers[s], agents[s], 1, first).await;
+        hub.ingest(servers[s], agents[s], 1, second).await;
+    }
+
+    // Everything, newest first, through 43 pages of 7, equals one big page.
+    let all = hub.all("", 1000).await;
+    assert_eq!(all.len(), 300);
+    let paged = hub.all("", 7).await;
+    let ids = |events: &[Value]| -> Vec<i64> { events.iter().map(|e| e["id"].as_i64().expect("id")).collect() };
+    assert_eq!(ids(&paged), ids(&all));
+    let keys: Vec<(String, i64)> = all
+        .iter()
+        .map(|e| (e["occurredAt"].as_str().expect("time").to_owned(), e["id"].as_i64().expect("id")))
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    assert_eq!(keys, sorted, "newest first, ties by id");
+
+    // Each filter against the same filter applied to the full list.
+    let time = |e: &Value| {
+        DateTime::parse_from_rfc3339(e["occurredAt"].as_str().expect("time"))
+            .expect("rfc3339")
+            .timestamp_millis()
+    };
+    let in_net = |e: &Value, prefix: &str| e["ip"].as_str().is_some_and(|ip| ip.starts_with(prefix));
+    let from = base + 2 * DAY;
+    let to = base + 5 * DAY;
+    let from_text = at(from).to_rfc3339();
+    let cases: Vec<(String, Box<dyn Fn(&Value) -> bool>)> = vec![
+        (format!("serverId={}", servers[1]), Box::new(|e: &Value| e["serverId"] == servers[1].to_string())),
+        ("jail=postfix".to_owned(), Box::new(|e: &Value| e["jail"] == "postfix")),
+        ("ip=192.0.2.77".to_owned(), Box::new(|e: &Value| e["ip"] == "192.0.2.77")),
+        ("ip=198.51.100.0/24".to_owned(), Box::new(move |e: &Value| in_net(e, "198.51.100."))),
+        ("ip=198.51.100.0/23".to_owned(), Box::new(move |e: &Value| in_net(e, "198.51.10"))),
+        ("ip=2001:db8::/32".to_owned(), Box::new(move |e: &Value| in_net(e, "2001:db8:"))),
+        ("kind=unban".to_owned(), Box::new(|e: &Value| e["kind"] == "unban")),
+        ("kind=ban,unban".to_owned(), Box::new(|_: &Value| true)),
+        ("source=observed".to_owned(), Box::new(|e: &Value| e["source"] == "observed")),
+        (
+            format!("from={}&to={to}", urlencode(&from_text)),
+            Box::new(move |e: &Value| (from..to).contains(&time(e))),
+        ),
+        ("q=admin".to_owned(), Box::new(|e: &Value| e["logs"].to_string().contains("Admin"))),
+        ("q=%22Admin7%22".to_owned(), Box::new(|e: &Value| e["logs"].to_string().contains("\\\"Admin7\\\""))),
+        (
+            format!("serverId={}&jail=sshd&kind=ban&ip=198.51.100.0/22", servers[0]),
+            Box::new(move |e: &Value| {
+                e["serverId"] == servers[0].to_string()
+                    && e["jail"] == "sshd"
+                    && e["kind"] == "ban"
+                    && in_net(e, "198.51.10")
+            }),
+        ),
+    ];
+    for (query, keep) in cases {
+        let expected: Vec<i64> = ids(&all.iter().filter(|e| keep(e)).cloned().collect::<Vec<_>>());
+        assert!(!expected.is_empty(), "{query} selects something");
+        let got = ids(&hub.all(&query, 9).await);
+        assert_eq!(got, expected, "{query}");
+    }
+
+    // Bad parameters name themselves; unknown ones are a 400; nothing is half-read.
+    for (query, field) in [
+        ("serverId=web-1", "serverId"),
+        ("jail=../etc", "jail"),
+        ("ip=not-an-ip", "ip"),
+        ("ip=0.0.0.0/0", "ip"),
+        ("kind=observed", "kind"),
+        ("source=agent", "source"),
+        ("from=yesterday", "from"),
+        ("from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z", "from"),
+        ("limit=0", "limit"),
+        ("limit=5000", "limit"),
+        ("limit=ten", "limit"),
+        ("cursor=garbage", "cursor"),
+        ("format=xml", "format"),
+    ] {
+        let (status, problem) = hub.get(&format!("/api/events/bans?{query}")).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{query}: {problem}");
+        assert_eq!(problem["field"], field, "{query}: {problem}");
+    }
+    let (status, problem) = hub.get("/api/events/bans?servr=x").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+
+    // CSV: a header and a row per event, the same filters.
+    let sshd = hub.all("jail=sshd", 1000).await.len();
+    for path in ["/api/events/bans.csv?jail=sshd", "/api/events/bans?format=csv&jail=sshd&limit=100000"] {
+        let response = hub.client.get(hub.url(path)).send().await.expect("GET");
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        assert!(
+            response.headers()["content-type"]
+                .to_str()
+                .is_ok_and(|t| t.starts_with("text/csv")),
+            "{path}"
+        );
+        let text = response.text().await.expect("csv");
+        let rows: Vec<&str> = text.split("\r\n").filter(|l| !l.is_empty()).collect();
+        assert!(rows[0].starts_with("id,occurredAt,kind"), "{}", rows[0]);
+        assert_eq!(rows.len(), sshd + 1, "{path}");
+        assert!(rows[1..].iter().all(|r| r.contains(",sshd,")));
+    }
+    let text = hub
+        .client
+        .get(hub.url("/api/events/bans.csv?limit=10"))
+        .send()
+        .await
+        .expect("GET")
+        .text()
+        .await
+        .expect("csv");
+    assert_eq!(text.split("\r\n").filter(|l| !l.is_empty()).count(), 11);
+    hub.shutdown().await;
+}
+
+fn urlencode(s: &str) -> String {
+    s.replace('+', "%2B").replace(':', "%3A")
+}
+
+async fn stats_and_insights_match_what_was_stored(backend: Backend) {
+    let hub = TestHub::start(backend).await;
+    let (a, b) = (hub.server("web-a").await, hub.server("web-b").await);
+    let (agent_a, agent_b) = (AgentId::new(), AgentId::new());
+    // Three days back from the start of this hour, so day buckets and edge hours both count.
+    let hour = now_ms().div_euclid(HOUR) * HOUR;
+    let t = |hours_ago: i64| hour - hours_ago * HOUR + 60_000;
+    let repeat = "203.0.113.9";
+    hub.ingest(
+        a,
+        agent_a,
+        1,
+        numbered(
+            1,
+            vec![
+                ban(repeat, "sshd", t(70)),
+                ban(repeat, "sshd", t(50)),
+                ban(repeat, "nginx", t(30)),
+                ban("198.51.100.1", "sshd", t(2)),
+                ban("198.51.100.1", "sshd", t(1)),
+                unban("198.51.100.1", "sshd", t(1)),
+                ban("198.51.100.2", "postfix", t(0)),
+            ],
+        ),
+    )
+    .await;
+    hub.ingest(
+        b,
+        agent_b,
+        1,
+        numbered(
+            1,
+            vec![
+                ban(repeat, "sshd", t(20)),
+                ban(repeat, "sshd", t(3)),
+                unban(repeat, "sshd", t(2)),
+                ban("2001:db8::5", "sshd", t(0)),
+            ],
+        ),
+    )
+    .await;
+
+    // Last 24 hours, hourly.
+    let (status, stats) = hub.get("/api/events/bans/stats").await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
+    assert_eq!(stats["bucketSeconds"], 3600);
+    assert_eq!(stats["totals"], json!({"bans": 6, "unbans": 2, "gaps": 0}), "{stats}");
+    let series = stats["series"].as_array().expect("series");
+    assert!((24..=26).contains(&series.len()), "{}", series.len());
+    let sum: u64 = series.iter().map(|p| p["bans"].as_u64().expect("bans")).sum();
+    assert_eq!(sum, 6);
+    let last = series.last().expect("a bucket");
+    assert_eq!((last["bans"].as_u64(), last["unbans"].as_u64()), (Some(2), Some(0)), "{stats}");
+
+    // Four days: whole days from the daily table and the edge hours from the hourly one.
+    let from = at(hour - 4 * DAY + 5 * HOUR).to_rfc3339();
+    let (_, stats) = hub
+        .get(&format!("/api/events/bans/stats?from={}", urlencode(&from)))
+        .await;
+    assert_eq!(stats["totals"], json!({"bans": 9, "unbans": 2, "gaps": 0}), "{stats}");
+    let servers = stats["servers"].as_array().expect("servers");
+    assert_eq!(servers.len(), 2);
+    assert_eq!(servers[0]["serverId"], a.to_string(), "most bans first");
+    assert_eq!(servers[0]["serverName"], "web-a");
+    assert_eq!((servers[0]["bans"].as_u64(), servers[0]["unbans"].as_u64()), (Some(6), Some(1)));
+    assert_eq!((servers[1]["bans"].as_u64(), servers[1]["unbans"].as_u64()), (Some(3), Some(1)));
+    let jails: Vec<(String, u64)> = stats["jails"]
+        .as_array()
+        .expect("jails")
+        .iter()
+        .map(|j| (j["jail"].as_str().expect("jail").to_owned(), j["bans"].as_u64().expect("bans")))
+        .collect();
+    assert_eq!(
+        jails,
+        [("sshd".to_owned(), 7), ("nginx".to_owned(), 1), ("postfix".to_owned(), 1)]
+    );
+    let sum: u64 = stats["series"]
+        .as_array()
+        .expect("series")
+        .iter()
+        .map(|p| p["bans"].as_u64().expect("bans"))
+        .sum();
+    assert_eq!(sum, 9);
+
+    // Filtered by server and jail.
+    let (_, stats) = hub
+        .get(&format!(
+            "/api/events/bans/stats?serverId={b}&jail=sshd&from={}",
+            urlencode(&from)
+        ))
+        .await;
+    assert_eq!(stats["totals"], json!({"bans": 3, "unbans": 1, "gaps": 0}), "{stats}");
+    assert_eq!(stats["servers"].as_array().map(Vec::len), Some(1));
+    assert_eq!(stats["jails"][0]["jail"], "sshd");
+
+    // Insights: the repeat offender leads, on both servers.
+    let (status, insights) = hub.get("/api/events/bans/insights").await;
+    assert_eq!(status, StatusCode::OK, "{insights}");
+    assert_eq!(insights["distinctIps"], 4);
+    let top = &insights["topIps"][0];
+    assert_eq!(top["ip"], repeat);
+    assert_eq!(top["bans"], 5);
+    assert_eq!(top["servers"], 2);
+    assert_eq!(top["lastServerId"], b.to_string());
+    assert_eq!(top["lastJail"], "sshd");
+    let seen = |v: &Value| DateTime::parse_from_rfc3339(v.as_str().expect("time")).expect("time").timestamp_millis();
+    assert_eq!(seen(&top["firstSeen"]), t(70));
+    assert_eq!(seen(&top["lastSeen"]), t(3));
+    assert_eq!(insights["topIps"][1]["ip"], "198.51.100.1");
+    assert_eq!(insights["topIps"][1]["bans"], 2);
+    let repeaters = insights["repeatOffenders"].as_array().expect("repeat offenders");
+    assert_eq!(repeaters.len(), 1, "{insights}");
+    assert_eq!(repeaters[0]["ip"], repeat);
+    assert_eq!(insights["topJails"][0]["jail"], "sshd");
+    assert_eq!(insights["topJails"][0]["bans"], 7);
+    assert_eq!(insights["topServers"][0]["serverId"], a.to_string());
+
+    // One server's view, and one address in detail.
+    let (_, insights) = hub
+        .get(&format!("/api/events/bans/insights?serverId={b}&limit=1&ip={repeat}"))
+        .await;
+    assert_eq!(insights["topIps"].as_array().map(Vec::len), Some(1));
+    assert_eq!(insights["topIps"][0]["bans"], 2, "bans on server b: {insights}");
+    let detail = &insights["ip"];
+    assert_eq!(detail["bans"], 5);
+    let per_server: Vec<(String, u64)> = detail["perServer"]
+        .as_array()
+        .expect("per server")
+        .iter()
+        .map(|s| (s["serverName"].as_str().expect("name").to_owned(), s["bans"].as_u64().expect("bans")))
+        .collect();
+    assert_eq!(per_server, [("web-a".to_owned(), 3), ("web-b".to_owned(), 2)]);
+    let (_, insights) = hub.get("/api/events/bans/insights?ip=192.0.2.200").await;
+    assert_eq!(insights["ip"], Value::Null);
+
+    for (path, field) in [
+        ("/api/events/bans/stats?from=soon", "from"),
+        ("/api/events/bans/stats?serverId=nope", "serverId"),
+        ("/api/events/bans/stats?from=1000&to=1000", "from"),
+        ("/api/events/bans/insights?limit=1000", "limit"),
+        ("/api/events/bans/insights?ip=localhost", "ip"),
+    ] {
+        let (status, problem) = hub.get(path).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{path}: {problem}");
+        assert_eq!(problem["field"], field, "{path}");
+    }
+    hub.shutdown().await;
+}
+
+/// Reads server-sent events until one with data arrives; returns its id and data.
+async fn next_sse(response: &mut reqwest::Response, buffer: &mut String) -> (i64, Value) {
+    let read = async {
+        loop {
+            if let Some(end) = buffer.find("\n\n") {
+                let block: String = buffer.drain(..end + 2).collect();
+                let mut id = None;
+                let mut data = None;
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        id = v.trim().parse::<i64>().ok();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data = serde_json::from_str::<Value>(v.trim()).ok();
+                    }
+                }
+                if let (Some(id), Some(data)) = (id, data) {
+                    return (id, data);
+                }
+                continue;
+            }
+            let chunk = response.chunk().await.expect("stream").expect("stream open");
+            buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("an event within 10 s")
+}
+
+async fn live_stream_sends_committed_events(backend: Backend) {
+    let hub = TestHub::start(backend).await;
+    let server = hub.server("web-1").await;
+    let agent = AgentId::new();
+    let t = now_ms();
+
+    let mut all = hub
+        .client
+        .get(hub.url("/api/events/stream"))
+        .send()
+        .await
+        .expect("connect");
+    assert_eq!(all.status(), StatusCode::OK);
+    assert!(all.headers()["content-type"].to_str().is_ok_and(|t| t.starts_with("text/event-stream")));
+    let mut nginx_only = hub
+        .client
+        .get(hub.url("/api/events/stream?jail=nginx"))
+        .send()
+        .await
+        .expect("connect");
+
+    hub.ingest(
+        server,
+        agent,
+        1,
+        numbered(1, vec![ban("192.0.2.1", "sshd", t), ban("192.0.2.2", "nginx", t + 1)]),
+    )
+    .await;
+    let mut buffer = String::new();
+    let (first_id, first) = next_sse(&mut all, &mut buffer).await;
+    assert_eq!(first["ip"], "192.0.2.1");
+    assert_eq!(first["serverId"], server.to_string());
+    assert_eq!(first["id"], first_id);
+    let (_, second) = next_sse(&mut all, &mut buffer).await;
+    assert_eq!(second["ip"], "192.0.2.2");
+    let mut nginx_buffer = String::new();
+    let (_, filtered) = next_sse(&mut nginx_only, &mut nginx_buffer).await;
+    assert_eq!(filtered["jail"], "nginx");
+
+    // A client that reconnects with Last-Event-ID first gets what it missed, then new events.
+    hub.ingest(server, agent, 1, vec![(3, ban("192.0.2.3", "sshd", t + 2))])
+        .await;
+    let mut resumed = hub
+        .client
+        .get(hub.url("/api/events/stream"))
+        .header("Last-Event-ID", first_id.to_string())
+        .send()
+        .await
+        .expect("connect");
+    let mut resumed_buffer = String::new();
+    let mut ips = Vec::new();
+    for _ in 0..2 {
+        let (_, event) = next_sse(&mut resumed, &mut resumed_buffer).await;
+        ips.push(event["ip"].as_str().expect("ip").to_owned());
+    }
+    assert_eq!(ips, ["192.0.2.2", "192.0.2.3"]);
+    hub.ingest(server, agent, 1, vec![(4, ban("192.0.2.4", "sshd", t + 3))])
+        .await;
+    let (_, event) = next_sse(&mut resumed, &mut resumed_buffer).await;
+    assert_eq!(event["ip"], "192.0.2.4", "no duplicate of the replayed ones");
+
+    let (status, problem) = hub.get("/api/events/stream?lastEventId=abc").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    // Shutting down ends open streams, so the hub stops cleanly.
+    drop((all, nginx_only));
+    hub.shutdown().await;
+}
+
+async fn direct_callbacks_need_the_servers_secret(backend: Backend) {
+    let hub = TestHub::start(backend).await;
+    let (a, b) = (hub.server("direct-a").await, hub.server("direct-b").await);
+    let events = &hub.state.events;
+    let secret_a = events.rotate_callback_secret(a).await.expect("rotate").expect("server");
+    let secret_b = events.rotate_callback_secret(b).await.expect("rotate").expect("server");
+    assert_ne!(secret_a, secret_b);
+    assert_eq!(events.rotate_callback_secret(ServerId::new()).await.expect("rotate"), None);
+
+    let post = |path: &'static str, secret: Option<String>, body: String| {
+        let mut request = hub
+            .client
+            .post(hub.url(path))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(secret) = secret {
+            request = request.header("X-Callback-Secret", secret);
+        }
+        async move { read(request.send().await.expect("POST")).await }
+    };
+    let good = |ip: &str| {
+        json!({
+            "serverId": b.to_string(), "ip": ip, "jail": "sshd", "hostname": "mail-1",
+            "failures": "3", "logs": "line 1\nline 2", "time": "1790000000.5", "bantime": "-1",
+        })
+        .to_string()
+    };
+
+    // The secret decides the server, whatever the body's serverId says.
+    let (status, body) = post("/api/ban", Some(secret_a.clone()), good("192.0.2.10")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["serverId"], a.to_string());
+    let id = body["id"].as_i64().expect("id");
+    let stored = hub.all("", 100).await;
+    assert_eq!(stored.len(), 1);
+    let e = &stored[0];
+    assert_eq!(e["id"], id);
+    assert_eq!(e["serverId"], a.to_string());
+    assert_eq!(e["source"], "direct");
+    assert_eq!(e["agentId"], Value::Null);
+    assert_eq!(e["kind"], "ban");
+    assert_eq!(e["failures"], 3);
+    assert_eq!(e["logs"], json!(["line 1", "line 2"]));
+    assert_eq!(e["banDuration"], -1);
+    assert_eq!(e["banTime"], "2026-09-21T14:13:20Z");
+    let (status, body) = post("/api/unban", Some(secret_b.clone()), good("192.0.2.10")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let stored = hub.all("", 100).await;
+    assert_eq!(stored[0]["kind"], "unban");
+    assert_eq!(stored[0]["serverId"], b.to_string());
+
+    // Refusals store nothing.
+    let huge = json!({"ip": "192.0.2.11", "jail": "sshd", "logs": "x".repeat(100_000)}).to_string();
+    let cases = [
+        ("/api/ban", None, good("192.0.2.11"), StatusCode::UNAUTHORIZED, None),
+        ("/api/ban", Some("wrong".to_owned()), good("192.0.2.11"), StatusCode::UNAUTHORIZED, None),
+        ("/api/unban", Some(String::new()), good("192.0.2.11"), StatusCode::UNAUTHORIZED, None),
+        ("/api/ban", Some(secret_a.clone()), good("not-an-ip"), StatusCode::UNPROCESSABLE_ENTITY, Some("ip")),
+        ("/api/ban", Some(secret_a.clone()), good("127.0.0.1"), StatusCode::UNPROCESSABLE_ENTITY, Some("ip")),
+        (
+            "/api/ban",
+            Some(secret_a.clone()),
+            json!({"ip": "192.0.2.11", "jail": "a b"}).to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("jail"),
+        ),
+        (
+            "/api/ban",
+            Some(secret_a.clone()),
+            json!({"ip": "192.0.2.11", "jail": "sshd", "failures": -2}).to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("failures"),
+        ),
+        ("/api/ban", Some(secret_a.clone()), "{\"ip\": ".to_owned(), StatusCode::BAD_REQUEST, None),
+        ("/api/ban", Some(secret_a.clone()), huge.clone(), StatusCode::PAYLOAD_TOO_LARGE, None),
+        ("/api/ban", Some("wrong".to_owned()), huge, StatusCode::UNAUTHORIZED, None),
+    ];
+    for (path, secret, body, want, field) in cases {
+        let (status, problem) = post(path, secret.clone(), body).await;
+        assert_eq!(status, want, "{path} {secret:?}: {problem}");
+        if let Some(field) = field {
+            assert_eq!(problem["field"], field, "{problem}");
+        }
+    }
+    assert_eq!(hub.all("", 100).await.len(), 2, "refused callbacks stored nothing");
+
+    // A rotated secret replaces the old one.
+    let new_a = events.rotate_callback_secret(a).await.expect("rotate").expect("server");
+    let (status, _) = post("/api/ban", Some(secret_a), good("192.0.2.12")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, body) = post("/api/ban", Some(new_a), good("192.0.2.12")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["serverId"], a.to_string());
+    // Any content type: fail2ban's curl may not say JSON.
+    let response = hub
+        .client
+        .post(hub.url("/api/ban"))
+        .header("X-Callback-Secret", secret_b)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(good("192.0.2.13"))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(response.status(), StatusCode::OK);
+    let (_, insights) = hub.get("/api/events/bans/insights").await;
+    assert_eq!(insights["distinctIps"], 3, "{insights}");
+    hub.shutdown().await;
+}
+
+async fn retention_prunes_old_events(backend: Backend) {
+    let hub = TestHub::start_with(backend, |c| c.events.retention_days = 30).await;
+    let server = hub.server("web-1").await;
+    let agent = AgentId::new();
+    let now = now_ms();
+    hub.ingest(
+        server,
+        agent,
+        1,
+        numbered(
+            1,
+            vec![
+                ban("192.0.2.1", "sshd", now - 40 * DAY),
+                ban("192.0.2.2", "sshd", now - 40 * DAY),
+                unban("192.0.2.2", "sshd", now - 39 * DAY),
+                ban("192.0.2.2", "sshd", now - 10 * DAY),
+                ban("192.0.2.3", "nginx", now - HOUR),
+            ],
+        ),
+    )
+    .await;
+    let range = format!("from={}", now - 60 * DAY);
+    let (_, before) = hub.get(&format!("/api/events/bans/stats?{range}")).await;
+    assert_eq!(before["totals"]["bans"], 4, "{before}");
+
+    let report = hub.state.events.prune(Utc::now()).await.expect("prune");
+    assert_eq!(report.events, 3, "{report:?}");
+    assert_eq!(report.addresses, 1, "{report:?}");
+    let left = hub.all("", 100).await;
+    let ips: Vec<&str> = left.iter().map(|e| e["ip"].as_str().expect("ip")).collect();
+    assert_eq!(ips, ["192.0.2.3", "192.0.2.2"]);
+    let (_, after) = hub.get(&format!("/api/events/bans/stats?{range}")).await;
+    assert_eq!(after["totals"], json!({"bans": 2, "unbans": 0, "gaps": 0}), "{after}");
+    let (_, insights) = hub.get("/api/events/bans/insights").await;
+    assert_eq!(insights["distinctIps"], 2, "{insights}");
+    let top: Vec<(&str, u64)> = insights["topIps"]
+        .as_array()
+        .expect("top")
+        .iter()
+        .map(|i| (i["ip"].as_str().expect("ip"), i["bans"].as_u64().expect("bans")))
+        .collect();
+    // An address banned within the retention keeps its whole history.
+    assert_eq!(top, [("192.0.2.2", 2), ("192.0.2.3", 1)]);
+    // A second pass finds nothing more.
+    let again = hub.state.events.prune(Utc::now()).await.expect("prune");
+    assert_eq!((again.events, again.addresses), (0, 0));
+
+    // With retention off nothing is pruned.
+    let keep = TestHub::start_with(backend, |c| c.events.retention_days = 0).await;
+    let server = keep.server("web-1").await;
+    keep.ingest(server, agent, 1, vec![(1, ban("192.0.2.1", "sshd", now - 4000 * DAY))])
+        .await;
+    let report = keep.state.events.prune(Utc::now()).await.expect("prune");
+    assert_eq!(report.cutoff_ms, None);
+    assert_eq!(keep.all("", 10).await.len(), 1);
+    keep.shutdown().await;
+    hub.shutdown().await;
+}
