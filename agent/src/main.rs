@@ -9,6 +9,7 @@ use anyhow::Context;
 use banhub_agent::enroll::{self, EnrollOptions};
 use banhub_agent::link::{self, LinkExit};
 use banhub_agent::settings::{LogFormat, Settings};
+use banhub_agent::{relay, spool};
 use clap::{Args, Parser, Subcommand};
 use figment::Figment;
 use figment::providers::Serialized;
@@ -206,7 +207,21 @@ async fn enroll_command(args: EnrollArgs, settings: &Settings) -> anyhow::Result
 async fn run_command(settings: &Settings) -> anyhow::Result<u8> {
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone())?;
-    match link::run(settings, shutdown).await {
+    let spool = if settings.relay.enabled {
+        let spool = open_spool(settings).await?;
+        start_relay(settings, spool.clone(), shutdown.clone()).await?;
+        Some(spool)
+    } else {
+        tracing::warn!("the callback relay is disabled (relay.enabled = false): this host reports no ban events");
+        None
+    };
+    let exit = link::run(settings, spool.clone(), shutdown.clone()).await;
+    // Stop the relay before the spool closes, so no callback is accepted that cannot be stored.
+    shutdown.cancel();
+    if let Some(spool) = spool {
+        spool.close().await;
+    }
+    match exit {
         Ok(LinkExit::Shutdown) => Ok(EXIT_OK),
         Ok(LinkExit::Removed { .. }) => Ok(EXIT_REMOVED),
         Err(e) => {
@@ -214,6 +229,50 @@ async fn run_command(settings: &Settings) -> anyhow::Result<u8> {
             Ok(EXIT_FAILURE)
         }
     }
+}
+
+/// Opens (or creates) the durable event spool in the state directory.
+async fn open_spool(settings: &Settings) -> anyhow::Result<spool::Spool> {
+    let dir = spool::default_dir(&settings.state_dir);
+    let config = spool::SpoolConfig {
+        max_bytes: settings.spool.max_bytes,
+        segment_bytes: (settings.spool.max_bytes / 32)
+            .clamp(spool::SpoolConfig::MIN_SEGMENT_BYTES, 8 << 20),
+        ..spool::SpoolConfig::default()
+    };
+    spool::Spool::open(&dir, config)
+        .await
+        .with_context(|| format!("cannot open the event spool in {}", dir.display()))
+}
+
+/// Starts the loopback relay fail2ban's action posts to; it stops with `shutdown`.
+async fn start_relay(
+    settings: &Settings,
+    spool: spool::Spool,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let secret_path = settings.state_dir.join(relay::SECRET_FILE);
+    let secret = relay::RelaySecret::load_or_create(&secret_path)
+        .with_context(|| format!("cannot set up the relay secret {}", secret_path.display()))?;
+    let listener = relay::LoopbackAddr::new(settings.relay.listen)?
+        .bind()
+        .await?;
+    // Where the relay really listens (the configured port may be 0), for the action and for tests.
+    let bound = listener.local_addr()?;
+    let marker = settings.state_dir.join("relay.json");
+    let tmp = marker.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::json!({ "listen": bound.to_string() }).to_string())
+        .and_then(|()| std::fs::rename(&tmp, &marker))
+        .with_context(|| format!("cannot write {}", marker.display()))?;
+    tokio::spawn(async move {
+        if let Err(e) = relay::Relay::new(spool, secret)
+            .serve(listener, shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "the callback relay stopped");
+        }
+    });
+    Ok(())
 }
 
 /// Cancels `shutdown` on the first SIGINT or SIGTERM.

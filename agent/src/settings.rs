@@ -19,7 +19,28 @@ pub struct Settings {
     pub state_dir: PathBuf,
     pub fail2ban: Fail2banSettings,
     pub link: LinkSettings,
+    pub relay: RelaySettings,
+    pub spool: SpoolSettings,
     pub log: LogSettings,
+}
+
+/// The loopback relay fail2ban's action posts ban and unban callbacks to.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RelaySettings {
+    /// Loopback address the relay listens on; the action file's `relay_url` must name it.
+    pub listen: std::net::SocketAddr,
+    /// Whether to run the relay at all (off: this host reports no events).
+    pub enabled: bool,
+}
+
+/// The durable queue of events waiting for the hub.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SpoolSettings {
+    /// Upper bound on the spool's size on disk, in bytes. When the hub is unreachable long enough
+    /// to fill it, the oldest events make room and the loss is reported as a gap event.
+    pub max_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -72,7 +93,26 @@ impl Default for Settings {
             state_dir: PathBuf::from("/var/lib/banhub-agent"),
             fail2ban: Fail2banSettings::default(),
             link: LinkSettings::default(),
+            relay: RelaySettings::default(),
+            spool: SpoolSettings::default(),
             log: LogSettings::default(),
+        }
+    }
+}
+
+impl Default for RelaySettings {
+    fn default() -> Self {
+        Self {
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 8721)),
+            enabled: true,
+        }
+    }
+}
+
+impl Default for SpoolSettings {
+    fn default() -> Self {
+        Self {
+            max_bytes: 256 << 20,
         }
     }
 }
@@ -178,6 +218,17 @@ impl Settings {
                 "must not be empty; set it to the fail2ban-client program".into(),
             );
         }
+        if !self.relay.listen.ip().is_loopback() {
+            return invalid(
+                "relay.listen",
+                format!(
+                    "is {}; the relay only listens on loopback (e.g. 127.0.0.1:8721), since \
+                     fail2ban calls it from this host",
+                    self.relay.listen
+                ),
+            );
+        }
+        check_range("spool.max_bytes", self.spool.max_bytes, 1 << 20, 1 << 40)?;
         check_range(
             "fail2ban.timeout_ms",
             self.fail2ban.timeout_ms,

@@ -106,6 +106,7 @@ impl App {
             token_ttl: Duration::from_secs(config.enrollment.token_ttl_secs),
             advertise,
             shutdown: shutdown.clone(),
+            events: events.clone(),
         });
         tracing::info!(
             database = store.backend_name(),

@@ -24,6 +24,8 @@ pub struct Metrics {
     pub agents_connected: Gauge,
     pub agent_sessions: Counter,
     pub enrollments: Counter,
+    pub events_ingested: Counter,
+    pub events_rejected: Counter,
     pub commands: Family<CommandLabels, Counter>,
     pub http_requests: Family<HttpLabels, Counter>,
 }
@@ -46,6 +48,16 @@ impl Metrics {
             "enrollments",
             "Agents enrolled since start",
             self.enrollments.clone(),
+        );
+        registry.register(
+            "events_ingested",
+            "Events from agents stored (re-sent duplicates included)",
+            self.events_ingested.clone(),
+        );
+        registry.register(
+            "events_rejected",
+            "Events from agents dropped because they break the rules",
+            self.events_rejected.clone(),
         );
         registry.register(
             "commands",

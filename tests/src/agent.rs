@@ -201,8 +201,35 @@ fn agent_command(binary: &Path, cwd: &Path) -> Command {
             command.env_remove(key);
         }
     }
-    command.env("RUST_BACKTRACE", "1").current_dir(cwd);
+    // Several agents share this machine: each relay takes a free port (written to relay.json in
+    // its state directory) unless a test sets BANHUB_AGENT_RELAY__LISTEN itself.
     command
+        .env("RUST_BACKTRACE", "1")
+        .env("BANHUB_AGENT_RELAY__LISTEN", "127.0.0.1:0")
+        .current_dir(cwd);
+    command
+}
+
+/// The address of a running agent's callback relay, from `relay.json` in its state directory.
+pub fn relay_addr(state_dir: &Path) -> anyhow::Result<std::net::SocketAddr> {
+    let path = state_dir.join("relay.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading {} (is the agent running?)", path.display()))?;
+    let value: serde_json::Value = serde_json::from_str(&text)?;
+    value["listen"]
+        .as_str()
+        .context("relay.json has no listen address")?
+        .parse()
+        .context("relay.json holds no socket address")
+}
+
+/// The relay's callback secret, from the agent's state directory.
+pub fn relay_secret(state_dir: &Path) -> anyhow::Result<String> {
+    let path = state_dir.join("relay.secret");
+    Ok(std::fs::read_to_string(&path)
+        .with_context(|| format!("reading {}", path.display()))?
+        .trim()
+        .to_owned())
 }
 
 #[cfg(test)]

@@ -46,8 +46,10 @@ impl TestHub {
 
     async fn start_with(backend: Backend, adjust: impl FnOnce(&mut Config)) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut config = Config::default();
-        config.data_dir = dir.path().join("data");
+        let mut config = Config {
+            data_dir: dir.path().join("data"),
+            ..Config::default()
+        };
         config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
         config.grpc.listen = SocketAddr::from(([127, 0, 0, 1], 0));
         config.database.max_connections = 4;
@@ -385,10 +387,12 @@ async fn filters_and_paging(backend: Backend) {
             .timestamp_millis()
     };
     let in_net = |e: &Value, prefix: &str| e["ip"].as_str().is_some_and(|ip| ip.starts_with(prefix));
-    let from = base + 2 * DAY;
-    let to = base + 5 * DAY;
+    // The 300 events span about 12 hours.
+    let from = base + 3 * HOUR;
+    let to = base + 8 * HOUR;
     let from_text = at(from).to_rfc3339();
-    let cases: Vec<(String, Box<dyn Fn(&Value) -> bool>)> = vec![
+    type Keep<'a> = Box<dyn Fn(&Value) -> bool + 'a>;
+    let cases: Vec<(String, Keep)> = vec![
         (format!("serverId={}", servers[1]), Box::new(|e: &Value| e["serverId"] == servers[1].to_string())),
         ("jail=postfix".to_owned(), Box::new(|e: &Value| e["jail"] == "postfix")),
         ("ip=192.0.2.77".to_owned(), Box::new(|e: &Value| e["ip"] == "192.0.2.77")),

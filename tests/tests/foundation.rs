@@ -125,6 +125,7 @@ async fn open_session(
             hostname: "test".to_owned(),
             fail2ban_version: String::new(),
             capabilities: vec![],
+            spool: None,
         })),
     };
     // Keep the request stream open after the hello, as a real agent does.

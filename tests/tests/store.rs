@@ -490,15 +490,6 @@ async fn concurrent_redemptions_of_one_token_admit_one(backend: Backend) {
         };
         match loser {
             Ok((outcome, _)) => assert_eq!(refusal(outcome), TokenRefusal::Used, "round {round}"),
-            // KNOWN ISSUE (hub store): on SQLite, `enroll` reads before it writes inside a deferred
-            // transaction, so the loser's upgrade to a write lock fails with SQLITE_BUSY instead of
-            // seeing the claimed token (the hub would answer 500, not "token already used"). Still
-            // exactly one enrollment, which is what this test guards; PostgreSQL gives `Used`.
-            Err(StoreError::Db(e))
-                if backend == Backend::Sqlite && e.to_string().contains("database is locked") =>
-            {
-                eprintln!("round {round}: the losing redemption failed with SQLITE_BUSY: {e}");
-            }
             Err(e) => panic!("round {round}: the losing redemption failed: {e}"),
         }
         let (_, cert, agent) = enrolled(winner);

@@ -835,6 +835,13 @@ impl ConfigEditor {
             Scope::Jails(jails) => {
                 let reader = self.inner.reader.clone();
                 let live = blocking(move || reader.load().map_err(EditError::from)).await?;
+                if jails.is_empty() {
+                    // A `[DEFAULT]` edit reaches every jail: check what each enabled one
+                    // would start with (a bad backend would stop them all at reload).
+                    for jail in config.enabled_jails() {
+                        problems.extend(content::check_jail_references(&config, &jail));
+                    }
+                }
                 for jail in jails {
                     problems.extend(content::check_jail_references(&config, jail));
                     let Some(info) = config.jail(jail).filter(|j| j.enabled) else {

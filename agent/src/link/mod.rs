@@ -16,10 +16,12 @@ use tracing::Instrument;
 
 use crate::enroll::{Credentials, StateError};
 use crate::settings::Settings;
+use crate::spool::Spool;
 use crate::tls::{self, ConnectProblem};
 
 mod backoff;
 pub mod commands;
+pub mod delivery;
 mod recent;
 mod session;
 
@@ -54,11 +56,17 @@ pub enum LinkError {
     Tls { state_dir: String, detail: String },
 }
 
-/// Runs the link until `shutdown` is cancelled or the hub removes this agent.
-pub async fn run(settings: &Settings, shutdown: CancellationToken) -> Result<LinkExit, LinkError> {
+/// Runs the link until `shutdown` is cancelled or the hub removes this agent. Events in `spool` are
+/// delivered to the hub over each session.
+pub async fn run(
+    settings: &Settings,
+    spool: Option<Spool>,
+    shutdown: CancellationToken,
+) -> Result<LinkExit, LinkError> {
     let credentials = Credentials::load(&settings.state_dir)?;
     let span = tracing::info_span!("link", agent_id = %credentials.identity.agent_id);
-    let link = Link::new(settings, &credentials)?;
+    let mut link = Link::new(settings, &credentials)?;
+    link.spool = spool;
     Ok(link.run(shutdown).instrument(span).await)
 }
 
@@ -73,6 +81,8 @@ struct Link {
     results_rx: mpsc::Receiver<CommandResult>,
     backoff: Backoff,
     hostname: String,
+    /// The event spool whose events each session delivers.
+    spool: Option<Spool>,
 }
 
 impl Link {
@@ -95,6 +105,7 @@ impl Link {
                 Duration::from_millis(settings.link.backoff_max_ms),
             ),
             hostname: crate::enroll::local_hostname(),
+            spool: None,
         })
     }
 

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use banhub_proto::v1::agent_gateway_client::AgentGatewayClient;
 use banhub_proto::v1::{
-    AgentFrame, Command, CommandResult, Drain, ErrorCode, Heartbeat, Hello, HubFrame, Welcome,
+    Ack, AgentFrame, Command, CommandResult, Drain, ErrorCode, Heartbeat, Hello, HubFrame, Welcome,
     agent_frame, hub_frame,
 };
 use futures::StreamExt;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_stream::wrappers::ReceiverStream;
@@ -20,6 +20,8 @@ use tonic::Streaming;
 use tracing::Instrument;
 
 use super::commands;
+use super::delivery::{self, Delivery};
+use crate::spool::SpoolError;
 use super::recent::Seen;
 use super::{Link, SessionReport, now_unix_ms};
 use crate::tls::{self, ConnectProblem};
@@ -88,12 +90,23 @@ pub(super) async fn run(link: &mut Link, shutdown: &CancellationToken) -> Sessio
             "the hub speaks another protocol version; upgrade the older side"
         );
     }
+    let delivery = match &link.spool {
+        Some(spool) => match Delivery::start(spool.clone(), welcome.committed_seq).await {
+            Ok(delivery) => Some(delivery),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the event spool; events wait for the next session");
+                None
+            }
+        },
+        None => None,
+    };
     let mut live = Live {
         link,
         tx,
         inbound,
         pending: VecDeque::new(),
         heartbeat_seq: 0,
+        delivery,
     };
     let end = live.serve(interval, shutdown).await;
     SessionReport {
@@ -124,7 +137,16 @@ async fn open(link: &Link) -> Result<Opened, SessionEnd> {
             .iter()
             .map(|c| (*c).to_owned())
             .collect(),
-        spool: None,
+        spool: match &link.spool {
+            Some(spool) => match delivery::head(spool).await {
+                Ok(head) => Some(head),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read the event spool; events wait for the next session");
+                    None
+                }
+            },
+            None => None,
+        },
     };
     // The hub reads the hello before it answers the call, so it must be queued first. The channel is
     // new and empty, so there is room.
@@ -207,6 +229,8 @@ enum Event {
     Inbound(Option<Result<HubFrame, tonic::Status>>),
     Finished(CommandResult),
     Heartbeat,
+    /// New events are durable in the spool.
+    Spooled,
 }
 
 /// A session past its welcome.
@@ -217,6 +241,8 @@ struct Live<'a> {
     /// Frames waiting for room in `tx`, oldest first; nothing is dropped while the session lives.
     pending: VecDeque<AgentFrame>,
     heartbeat_seq: u64,
+    /// The spool's delivery, when the agent has a spool and it could be read.
+    delivery: Option<Delivery>,
 }
 
 impl Live<'_> {
@@ -226,6 +252,11 @@ impl Live<'_> {
         tokio::pin!(silence);
         let mut heartbeat = tokio::time::interval_at(Instant::now() + interval, interval);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut durable = self.delivery.as_ref().map(Delivery::durable);
+        // Whatever waited in the spool while there was no session goes first.
+        if let Err(end) = self.fill().await {
+            return end;
+        }
         loop {
             let sending = !self.pending.is_empty();
             // Branches that need all of `self` hand an event out of the `select!`, whose futures
@@ -236,6 +267,14 @@ impl Live<'_> {
                 frame = self.inbound.next() => Event::Inbound(frame),
                 Some(result) = self.link.results_rx.recv() => Event::Finished(result),
                 _ = heartbeat.tick() => Event::Heartbeat,
+                spooled = spool_changed(&mut durable) => {
+                    if !spooled {
+                        // The spool's writer stopped; delivery resumes with the next session.
+                        tracing::error!("the event spool closed; no more events are delivered in this session");
+                        durable = None;
+                    }
+                    Event::Spooled
+                }
                 permit = self.tx.reserve(), if sending => match permit {
                     Ok(permit) => {
                         if let Some(frame) = self.pending.pop_front() {
@@ -254,7 +293,10 @@ impl Live<'_> {
             let step = match event {
                 Event::Inbound(Some(Ok(frame))) => {
                     silence.as_mut().reset(Instant::now() + silence_limit);
-                    self.on_frame(frame)
+                    match frame.body {
+                        Some(hub_frame::Body::Ack(ack)) => self.on_ack(ack).await,
+                        body => self.on_frame(HubFrame { body }),
+                    }
                 }
                 Event::Inbound(Some(Err(status))) => Err(stream_error(status)),
                 Event::Inbound(None) => Err(SessionEnd::Lost {
@@ -265,6 +307,7 @@ impl Live<'_> {
                     self.push_result(result)
                 }
                 Event::Heartbeat => self.push_heartbeat(),
+                Event::Spooled => self.fill().await,
             };
             if let Err(end) = step {
                 return end;
@@ -285,6 +328,7 @@ impl Live<'_> {
                 Ok(())
             }
             Some(hub_frame::Body::Ack(ack)) => {
+                // Acks are handled (asynchronously) by the loop before frames reach here.
                 tracing::debug!(epoch = ack.epoch, seq = ack.seq, "ack from the hub");
                 Ok(())
             }
@@ -351,6 +395,36 @@ impl Live<'_> {
         Ok(())
     }
 
+    /// The hub committed events: acknowledge them in the spool and send what now fits in flight.
+    async fn on_ack(&mut self, ack: Ack) -> Result<(), SessionEnd> {
+        let Some(delivery) = self.delivery.as_mut() else {
+            tracing::warn!("an ack from the hub, but this session delivers no events");
+            return Ok(());
+        };
+        delivery
+            .on_ack(ack.epoch, ack.seq)
+            .await
+            .map_err(spool_failed)?;
+        self.fill().await
+    }
+
+    /// Queues event batches while the in-flight window has room and the spool has more.
+    async fn fill(&mut self) -> Result<(), SessionEnd> {
+        loop {
+            let Some(delivery) = self.delivery.as_mut() else {
+                return Ok(());
+            };
+            match delivery.next_batch().await.map_err(spool_failed)? {
+                Some(frame) => {
+                    if let Some(body) = frame.body {
+                        self.push(body)?;
+                    }
+                }
+                None => return Ok(()),
+            }
+        }
+    }
+
     fn push_heartbeat(&mut self) -> Result<(), SessionEnd> {
         self.heartbeat_seq += 1;
         self.push(agent_frame::Body::Heartbeat(Heartbeat {
@@ -384,6 +458,21 @@ impl Live<'_> {
             });
         }
         Ok(())
+    }
+}
+
+/// Waits until the spool has new durable events; false when it closed. Never ready without a spool.
+async fn spool_changed(durable: &mut Option<watch::Receiver<u64>>) -> bool {
+    match durable {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
+/// The spool failed under the session: end it, and retry from the spool's state next time.
+fn spool_failed(e: SpoolError) -> SessionEnd {
+    SessionEnd::Lost {
+        reason: format!("the event spool failed: {e}"),
     }
 }
 

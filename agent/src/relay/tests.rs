@@ -279,6 +279,18 @@ async fn concurrent_callbacks_all_get_distinct_numbers() {
 }
 
 #[tokio::test]
+async fn a_spool_that_cannot_store_makes_503() {
+    let relay = start().await;
+    relay.spool.clone().close().await;
+    let (status, body) = relay
+        .post("/api/ban", Some(&relay.secret), callback().to_string())
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["code"], "spool-unavailable");
+    assert_eq!(relay.stats.accepted(), 0);
+}
+
+#[tokio::test]
 async fn shutdown_stops_the_server_and_non_loopback_is_refused() {
     let relay = start().await;
     relay.shutdown.cancel();

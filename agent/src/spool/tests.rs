@@ -223,6 +223,52 @@ async fn damage_in_the_middle_is_refused_or_salvaged_with_a_gap() {
 }
 
 #[tokio::test]
+async fn damage_in_an_older_segment_is_salvaged_too() {
+    let dir = TempDir::new().expect("tempdir");
+    let spool = open(&dir, small()).await;
+    append_all(&spool, (1..=1200).map(ban)).await;
+    spool.close().await;
+    let files = segments(&dir);
+    assert!(files.len() >= 3, "{files:?}");
+    let next_first = before_first(&files[1..]);
+
+    // Cut the first segment's last record short: in an older segment that is damage, not a torn
+    // write, because later segments were written after it.
+    let bytes = fs::read(&files[0]).expect("read");
+    let frames = frame::scan(&bytes, 0).frames;
+    let (last_seq, last_offset) = *frames.last().expect("frames");
+    assert_eq!(last_seq, next_first - 1);
+    fs::write(&files[0], &bytes[..last_offset as usize + 10]).expect("write");
+
+    let err = Spool::open(dir.path(), small()).await.expect_err("refused");
+    assert!(
+        matches!(err, SpoolError::Corrupt { after_seq, .. } if after_seq == last_seq - 1),
+        "{err}"
+    );
+
+    let config = SpoolConfig {
+        on_corruption: OnCorruption::Salvage,
+        ..small()
+    };
+    let spool = open(&dir, config).await;
+    let records = spool.pending(0, usize::MAX).await.expect("pending");
+    assert_eq!(records.len(), 1200, "1199 events and one gap");
+    assert!(records.iter().all(|r| r.seq != last_seq));
+    let Event::Gap(gap) = &records[1199].event else {
+        panic!("not a gap: {:?}", records[1199]);
+    };
+    assert_eq!(records[1199].seq, 1201);
+    assert_eq!(
+        gap.ranges,
+        [SeqRange {
+            first: last_seq,
+            last: last_seq
+        }]
+    );
+    assert_eq!(gap.reason, GapReason::Corruption);
+}
+
+#[tokio::test]
 async fn acks_persist_and_compaction_deletes_acknowledged_segments() {
     let dir = TempDir::new().expect("tempdir");
     let spool = open(&dir, small()).await;
@@ -301,6 +347,9 @@ async fn pending_pages_across_segments() {
         seen.extend(batch.into_iter().map(|r| (r.seq, failures(&r.event))));
     }
     assert_eq!(seen.len(), 1000);
+    let rest = spool.pending(500, usize::MAX).await.expect("pending");
+    assert_eq!(rest.len(), 500);
+    assert_eq!(rest[0].seq, 501);
     assert!(seen.windows(2).all(|w| w[1].0 == w[0].0 + 1));
     let failures: BTreeSet<u32> = seen.iter().map(|s| s.1).collect();
     assert_eq!(failures, (1..=1000).collect());

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use banhub_proto::v1::agent_gateway_server::AgentGateway;
 use banhub_proto::v1::{
-    AgentFrame, CommandResult, Drain, Heartbeat, Hello, HubFrame, Welcome, agent_frame, hub_frame,
+    Ack, AgentFrame, CommandResult, Drain, EventBatch, Heartbeat, Hello, HubFrame, Welcome,
+    agent_frame, hub_frame,
 };
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot};
@@ -18,7 +19,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-use super::Fleet;
+use super::{Fleet, ingest};
 use super::sessions::{Registration, SessionInfo};
 use crate::domain::{AgentFacts, AgentId, Server};
 use crate::pki::agent_from_cert;
@@ -108,6 +109,16 @@ impl AgentGateway for Gateway {
                 .map(|c| clip(c, 64))
                 .collect(),
         };
+        // What the hub already holds of this spool epoch, so the agent resends nothing it need not.
+        let spool_epoch = hello.spool.as_ref().map(|s| s.epoch);
+        let committed_seq = match spool_epoch {
+            Some(epoch) => fleet
+                .events()
+                .committed_seq(agent, epoch)
+                .await
+                .map_err(internal)?,
+            None => 0,
+        };
         let registration = fleet.sessions().register(server.id, info);
         let (out, out_rx) = mpsc::channel(64);
         let welcome = HubFrame {
@@ -117,7 +128,7 @@ impl AgentGateway for Gateway {
                 server_id: server.id.to_string(),
                 server_name: server.name.to_string(),
                 heartbeat_interval_ms: fleet.heartbeat_interval_ms(),
-                committed_seq: 0,
+                committed_seq,
             })),
         };
         // The channel is empty, so this cannot wait.
@@ -130,6 +141,7 @@ impl AgentGateway for Gateway {
         let span = tracing::info_span!("agent", server_id = %server.id, server = %server.name, %agent, session = registration.session_id);
         let task = SessionTask {
             fleet: fleet.clone(),
+            agent,
             server,
             inbound,
             out,
@@ -179,6 +191,7 @@ async fn read_hello(inbound: &mut Streaming<AgentFrame>) -> Result<Hello, Status
 
 struct SessionTask {
     fleet: Fleet,
+    agent: AgentId,
     server: Server,
     inbound: Streaming<AgentFrame>,
     out: mpsc::Sender<Result<HubFrame, Status>>,
@@ -234,7 +247,9 @@ impl SessionTask {
                             }
                             Some(agent_frame::Body::Hello(_)) => return "protocol error: a second hello".to_owned(),
                             Some(agent_frame::Body::Events(batch)) => {
-                                tracing::warn!(epoch = batch.epoch, events = batch.events.len(), "event batch not stored: this hub does not ingest events yet");
+                                if let Err(reason) = self.ingest(batch).await {
+                                    return reason;
+                                }
                             }
                             None => return "protocol error: an empty frame".to_owned(),
                         }
@@ -268,6 +283,43 @@ impl SessionTask {
                     }
                 }
             }
+        }
+    }
+
+    /// Stores a batch and acknowledges it once committed. Events that break the rules cannot be fixed
+    /// by sending them again, so they are logged, counted and acknowledged with the rest rather than
+    /// blocking the agent's spool forever. A store failure ends the session: the agent resends.
+    async fn ingest(&self, batch: EventBatch) -> Result<(), String> {
+        let epoch = batch.epoch;
+        let mut events = Vec::with_capacity(batch.events.len());
+        let mut last_seq = 0;
+        for event in batch.events {
+            last_seq = last_seq.max(event.seq);
+            match ingest::to_new_event(event) {
+                Ok(pair) => events.push(pair),
+                Err(reason) => {
+                    self.fleet.metrics().events_rejected.inc();
+                    tracing::warn!(epoch, %reason, "an event from the agent breaks the rules; dropped");
+                }
+            }
+        }
+        let committed = if events.is_empty() {
+            last_seq
+        } else {
+            let count = events.len();
+            let committed = self
+                .fleet
+                .events()
+                .ingest_batch(self.server.id, self.agent, epoch, events)
+                .await
+                .map_err(|e| format!("could not store an event batch: {e}"))?;
+            self.fleet.metrics().events_ingested.inc_by(count as u64);
+            committed.max(last_seq)
+        };
+        if self.send(hub_frame::Body::Ack(Ack { epoch, seq: committed })).await {
+            Ok(())
+        } else {
+            Err("the agent stopped reading".to_owned())
         }
     }
 

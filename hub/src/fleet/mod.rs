@@ -5,6 +5,7 @@
 mod control;
 mod enrollment;
 mod gateway;
+mod ingest;
 mod listener;
 mod sessions;
 
@@ -20,6 +21,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::AgentsConfig;
+use crate::events::Events;
 use crate::domain::{NewServer, Server, ServerId, ServerStatus};
 use crate::metrics::{CommandLabels, Metrics};
 use crate::pki::{Ca, RevocationList, random_secret};
@@ -120,6 +122,7 @@ struct Inner {
     token_ttl: Duration,
     /// `host:port` written into enrollment tokens.
     advertise: String,
+    events: Events,
 }
 
 /// The fleet; cheap to clone.
@@ -146,6 +149,8 @@ pub struct FleetParts {
     pub token_ttl: Duration,
     pub advertise: String,
     pub shutdown: CancellationToken,
+    /// Where agents' event batches are stored.
+    pub events: Events,
 }
 
 impl Fleet {
@@ -159,11 +164,16 @@ impl Fleet {
             agents: parts.agents,
             token_ttl: parts.token_ttl,
             advertise: parts.advertise,
+            events: parts.events,
         }))
     }
 
     pub(crate) fn store(&self) -> &Store {
         &self.0.store
+    }
+
+    fn events(&self) -> &Events {
+        &self.0.events
     }
 
     fn ca(&self) -> &Ca {

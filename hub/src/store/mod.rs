@@ -12,8 +12,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectOptions, ConnectionTrait, Database, DatabaseConnection,
-    DbBackend, EntityTrait, QueryFilter, QueryOrder, Set, Statement, TransactionTrait,
+    ActiveModelTrait, ColumnTrait, ConnectOptions, Database, DatabaseConnection,
+    DbBackend, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait,
 };
 use sea_orm_migration::MigratorTrait;
 use subtle::ConstantTimeEq;
@@ -77,18 +77,17 @@ impl Store {
             .min_connections(1)
             .connect_timeout(Duration::from_secs(10))
             .sqlx_logging(false);
+        // Every pooled SQLite connection gets these settings, not just the first one: WAL so readers
+        // never wait for the writer, a busy timeout so writers queue instead of failing.
+        options.map_sqlx_sqlite_opts(|sqlite| {
+            use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+            sqlite
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+                .busy_timeout(Duration::from_secs(5))
+                .foreign_keys(true)
+        });
         let db = Database::connect(options).await?;
-        if db.get_database_backend() == DbBackend::Sqlite {
-            for pragma in [
-                "PRAGMA journal_mode=WAL",
-                "PRAGMA synchronous=NORMAL",
-                "PRAGMA busy_timeout=5000",
-                "PRAGMA foreign_keys=ON",
-            ] {
-                db.execute_raw(Statement::from_string(DbBackend::Sqlite, pragma))
-                    .await?;
-            }
-        }
         migration::Migrator::up(&db, None).await?;
         Ok(Self { db })
     }
@@ -193,16 +192,18 @@ impl Store {
     /// revoked serials, or `None` if there was no such server.
     pub async fn delete_server(&self, id: ServerId) -> Result<Option<Vec<String>>, StoreError> {
         let txn = self.db.begin().await?;
-        let Some(row) = server::Entity::find_by_id(id.to_string()).one(&txn).await? else {
-            return Ok(None);
-        };
         let now = now_ms();
+        // Write before reading (see `enroll`): revoking the certificates of a server that does not
+        // exist changes nothing, and the transaction then holds the write lock.
         agent_cert::Entity::update_many()
             .col_expr(agent_cert::Column::RevokedAt, Expr::value(now))
-            .filter(agent_cert::Column::ServerId.eq(row.id.clone()))
+            .filter(agent_cert::Column::ServerId.eq(id.to_string()))
             .filter(agent_cert::Column::RevokedAt.is_null())
             .exec(&txn)
             .await?;
+        let Some(row) = server::Entity::find_by_id(id.to_string()).one(&txn).await? else {
+            return Ok(None);
+        };
         let serials = agent_cert::Entity::find()
             .filter(agent_cert::Column::ServerId.eq(row.id.clone()))
             .all(&txn)
@@ -251,33 +252,42 @@ impl Store {
         sign: impl FnOnce(&Server, AgentId) -> Result<SignedAgentCert, E>,
     ) -> Result<(EnrollOutcome<E>, Vec<String>), StoreError> {
         let txn = self.db.begin().await?;
-        let token = enrollment_token::Entity::find_by_id(token_id.to_owned())
-            .one(&txn)
-            .await?;
-        let Some(token) = token else {
-            return Ok((EnrollOutcome::Refused(TokenRefusal::Invalid), Vec::new()));
-        };
-        let presented = sha256_hex(secret.as_bytes());
-        if !bool::from(presented.as_bytes().ct_eq(token.secret_hash.as_bytes())) {
-            return Ok((EnrollOutcome::Refused(TokenRefusal::Invalid), Vec::new()));
-        }
-        if token.used_at.is_some() {
-            return Ok((EnrollOutcome::Refused(TokenRefusal::Used), Vec::new()));
-        }
         let now = now_ms();
-        if token.expires_at <= now {
-            return Ok((EnrollOutcome::Refused(TokenRefusal::Expired), Vec::new()));
-        }
-        // Claim the token; a concurrent redemption of the same token updates zero rows.
+        // Claim the token with one write before reading anything: on SQLite a transaction that
+        // reads first and writes later fails with "database is locked" when another redemption
+        // races it, instead of waiting. Only one concurrent redemption can update the row.
+        let presented = sha256_hex(secret.as_bytes());
         let claimed = enrollment_token::Entity::update_many()
             .col_expr(enrollment_token::Column::UsedAt, Expr::value(now))
-            .filter(enrollment_token::Column::Id.eq(token.id.clone()))
+            .filter(enrollment_token::Column::Id.eq(token_id.to_owned()))
+            .filter(enrollment_token::Column::SecretHash.eq(presented.clone()))
             .filter(enrollment_token::Column::UsedAt.is_null())
+            .filter(enrollment_token::Column::ExpiresAt.gt(now))
             .exec(&txn)
             .await?;
         if claimed.rows_affected != 1 {
-            return Ok((EnrollOutcome::Refused(TokenRefusal::Used), Vec::new()));
+            // Say why, from the row as it is (the transaction changed nothing).
+            let token = enrollment_token::Entity::find_by_id(token_id.to_owned())
+                .one(&txn)
+                .await?;
+            let refusal = match token {
+                Some(token)
+                    if bool::from(presented.as_bytes().ct_eq(token.secret_hash.as_bytes())) =>
+                {
+                    if token.used_at.is_some() {
+                        TokenRefusal::Used
+                    } else {
+                        TokenRefusal::Expired
+                    }
+                }
+                _ => TokenRefusal::Invalid,
+            };
+            return Ok((EnrollOutcome::Refused(refusal), Vec::new()));
         }
+        let token = enrollment_token::Entity::find_by_id(token_id.to_owned())
+            .one(&txn)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("a claimed token vanished".to_owned()))?;
         let Some(server_row) = server::Entity::find_by_id(token.server_id.clone())
             .one(&txn)
             .await?

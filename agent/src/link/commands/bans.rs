@@ -144,7 +144,7 @@ fn entries<Z: chrono::TimeZone>(records: &[BanRecord], zone: &Z) -> Vec<BannedEn
             }
         })
         .collect();
-    entries.sort_by(|a, b| b.banned_at_unix.cmp(&a.banned_at_unix));
+    entries.sort_by_key(|e| std::cmp::Reverse(e.banned_at_unix));
     entries
 }
 

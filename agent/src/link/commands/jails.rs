@@ -183,7 +183,7 @@ pub(super) async fn config_change(
     let mut message = if files.is_empty() {
         format!("{what}: nothing to change, the configuration already says so")
     } else {
-        let reload = match reports.iter().map(|r| &r.reload).last() {
+        let reload = match reports.last().map(|r| &r.reload) {
             Some(ReloadScope::Jail(jail)) => format!("fail2ban reloaded jail {jail}"),
             Some(ReloadScope::All) => "fail2ban reloaded every jail".to_owned(),
             _ => "fail2ban was not reloaded".to_owned(),

@@ -68,7 +68,7 @@ fn tail(path: &Path, wanted: usize, needle: Option<&str>) -> std::io::Result<Vec
     // The start of a line whose beginning lies in a block not read yet.
     let mut partial: Vec<u8> = Vec::new();
     let mut scanned = 0u64;
-    let mut keep = |line: &[u8], found: &mut Vec<String>| {
+    let keep = |line: &[u8], found: &mut Vec<String>| {
         if line.is_empty() {
             return;
         }

@@ -48,10 +48,15 @@ impl Fail2banPool {
 
     /// A working connection: an idle one that still answers `ping`, else a new one.
     pub async fn lease(&self) -> Result<Lease<'_>, Fail2banError> {
-        while let Some(mut socket) = self.take_idle() {
+        if let Some(mut socket) = self.take_idle() {
             match socket.ping().await {
                 Ok(()) => return Ok(self.wrap(socket)),
-                Err(e) => tracing::debug!(error = %e, "dropping a stale fail2ban connection"),
+                Err(e) => {
+                    // fail2ban restarted (or hangs): the other idle connections are no better,
+                    // and trying each could cost a timeout apiece.
+                    tracing::debug!(error = %e, "dropping stale fail2ban connections");
+                    self.clear();
+                }
             }
         }
         let socket = Fail2banSocket::connect(&self.path, self.timeout).await?;

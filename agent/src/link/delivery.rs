@@ -1,0 +1,159 @@
+//! Delivery of the spool to the hub over the live session: batches in sequence order, a bounded
+//! number in flight, acknowledged cumulatively by the hub once its transaction committed, and only
+//! then acknowledged (and compacted) in the spool. A session that ends loses nothing: the next one
+//! starts again from the spool's last acknowledged event, and the hub stores each
+//! `(agent, epoch, seq)` once.
+
+use std::collections::VecDeque;
+
+use banhub_proto::v1::{
+    self as pb, AgentFrame, EventBatch, EventKind, EventSource, SpoolHead, agent_frame,
+};
+use tokio::sync::watch;
+
+use crate::spool::{BanEvent, Event, GapReason, Record, Source, Spool, SpoolError};
+
+/// Events per batch: large enough to amortise the hub's transaction, small enough to keep a frame
+/// well under gRPC's message limit (an event's logs are capped at 16 KiB).
+pub const BATCH_EVENTS: usize = 200;
+/// Batches sent but not yet acknowledged.
+pub const MAX_IN_FLIGHT: usize = 4;
+
+/// The spool as one session sees it.
+#[derive(Debug)]
+pub struct Delivery {
+    spool: Spool,
+    epoch: u64,
+    /// The highest sequence number put into a batch in this session.
+    sent: u64,
+    /// The last sequence number of each batch awaiting its ack, oldest first.
+    in_flight: VecDeque<u64>,
+    durable: watch::Receiver<u64>,
+}
+
+/// The spool's head for the hello.
+pub async fn head(spool: &Spool) -> Result<SpoolHead, SpoolError> {
+    let head = spool.head().await?;
+    Ok(SpoolHead {
+        epoch: head.position.epoch,
+        last_seq: head.position.seq,
+        acked_seq: head.acked_seq,
+        depth: head.depth,
+        oldest_unacked_unix_ms: head.oldest_unacked_received_at_ms.unwrap_or(0),
+    })
+}
+
+impl Delivery {
+    /// Starts delivery after the welcome: what the hub says it already committed is acknowledged
+    /// here first, so it is not sent again.
+    pub async fn start(spool: Spool, committed_seq: u64) -> Result<Self, SpoolError> {
+        let head = spool.head().await?;
+        let epoch = head.position.epoch;
+        let mut acked = head.acked_seq;
+        // The hub cannot hold more than was written; a larger number means another spool, ignore it.
+        if committed_seq > acked && committed_seq <= head.position.seq {
+            spool.ack(epoch, committed_seq).await?;
+            acked = committed_seq;
+        }
+        Ok(Self {
+            durable: spool.watch(),
+            spool,
+            epoch,
+            sent: acked,
+            in_flight: VecDeque::new(),
+        })
+    }
+
+    /// A receiver that changes whenever an event becomes durable: the session waits on it.
+    pub fn durable(&self) -> watch::Receiver<u64> {
+        self.durable.clone()
+    }
+
+    /// The next batch to send, if there is room in flight and something new in the spool.
+    pub async fn next_batch(&mut self) -> Result<Option<AgentFrame>, SpoolError> {
+        if self.in_flight.len() >= MAX_IN_FLIGHT || *self.durable.borrow() <= self.sent {
+            return Ok(None);
+        }
+        let records = self.spool.pending(self.sent, BATCH_EVENTS).await?;
+        let Some(last) = records.last().map(|r| r.seq) else {
+            return Ok(None);
+        };
+        self.sent = last;
+        self.in_flight.push_back(last);
+        let events = records.into_iter().map(to_wire).collect();
+        Ok(Some(AgentFrame {
+            body: Some(agent_frame::Body::Events(EventBatch {
+                epoch: self.epoch,
+                events,
+            })),
+        }))
+    }
+
+    /// The hub committed every event up to `seq` of `epoch`.
+    pub async fn on_ack(&mut self, epoch: u64, seq: u64) -> Result<(), SpoolError> {
+        if epoch != self.epoch {
+            tracing::warn!(
+                epoch,
+                ours = self.epoch,
+                "an ack for another spool epoch; ignored"
+            );
+            return Ok(());
+        }
+        while self.in_flight.front().is_some_and(|&last| last <= seq) {
+            self.in_flight.pop_front();
+        }
+        self.spool.ack(epoch, seq).await
+    }
+}
+
+/// One spool record as the protocol carries it.
+pub fn to_wire(record: Record) -> pb::Event {
+    let seq = record.seq;
+    let received_at_unix_ms = record.event.received_at_ms();
+    match record.event {
+        Event::Ban(ban) => ban_to_wire(seq, EventKind::Ban, ban),
+        Event::Unban(ban) => ban_to_wire(seq, EventKind::Unban, ban),
+        Event::Gap(gap) => pb::Event {
+            seq,
+            kind: EventKind::Gap.into(),
+            received_at_unix_ms,
+            gap_lost: gap.lost,
+            gap_ranges: gap
+                .ranges
+                .iter()
+                .map(|r| pb::SeqRange {
+                    first: r.first,
+                    last: r.last,
+                })
+                .collect(),
+            gap_reason: match gap.reason {
+                GapReason::Overflow => "overflow",
+                GapReason::Corruption => "corruption",
+            }
+            .to_owned(),
+            ..pb::Event::default()
+        },
+    }
+}
+
+fn ban_to_wire(seq: u64, kind: EventKind, ban: BanEvent) -> pb::Event {
+    pb::Event {
+        seq,
+        kind: kind.into(),
+        ip: ban.ip.to_string(),
+        jail: ban.jail.as_str().to_owned(),
+        hostname: ban.hostname,
+        failures: ban.failures,
+        logs: ban.logs.lines().to_vec(),
+        ban_time_unix: ban.ban_time,
+        ban_duration_secs: ban.ban_duration.map(|d| d.as_seconds()),
+        ban_count: ban.ban_count,
+        received_at_unix_ms: ban.received_at_ms,
+        source: match ban.source {
+            Source::Action => EventSource::Action,
+            Source::Observed => EventSource::Observed,
+        }
+        .into(),
+        ..pb::Event::default()
+    }
+}
