@@ -148,8 +148,11 @@ fn address(k: u64) -> String {
         return format!("2001:db8:{:x}:{:x}::{:x}", (h >> 48) & 0xffff, (h >> 32) & 0xffff, k & 0xffff);
     }
     let v4 = (h >> 32) as u32;
-    // First octet 11..=222: no loopback, private 10/8, multicast or reserved space.
-    let first = 11 + (v4 >> 24) % 212;
+    // First octet 11..=222 but 127: no loopback, private 10/8, multicast or reserved space.
+    let first = match 11 + (v4 >> 24) % 212 {
+        127 => 128,
+        other => other,
+    };
     format!("{first}.{}.{}.{}", (v4 >> 16) & 0xff, (v4 >> 8) & 0xff, v4 & 0xff)
 }
 
