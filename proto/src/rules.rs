@@ -79,6 +79,40 @@ macro_rules! name_type {
                 Self::parse(s)
             }
         }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = NameError;
+            fn try_from(raw: String) -> Result<Self, NameError> {
+                check_name(&raw)?;
+                Ok(Self(raw))
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(name: $name) -> String {
+                name.0
+            }
+        }
+
+        // Read back from JSON (a spool record, a request body) through the same rule.
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let raw = String::deserialize(d)?;
+                Self::try_from(raw).map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
     };
 }
 
@@ -231,6 +265,15 @@ mod tests {
         addr("::1", Err(AddressError::NotAClient));
         addr("0.0.0.0", Err(AddressError::NotAClient));
         addr("224.0.0.1", Err(AddressError::NotAClient));
+    }
+
+    #[test]
+    fn names_deserialize_through_the_rule() {
+        let jail: JailName = serde_json::from_str("\"sshd\"").expect("valid");
+        assert_eq!(jail.as_str(), "sshd");
+        assert_eq!(serde_json::to_string(&jail).expect("json"), "\"sshd\"");
+        assert!(serde_json::from_str::<JailName>("\"../etc\"").is_err());
+        assert!(serde_json::from_str::<FilterName>("\"a\\nb\"").is_err());
     }
 
     #[test]

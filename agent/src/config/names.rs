@@ -1,76 +1,7 @@
 //! Validated jail and filter names: the only way a name from the hub reaches a file path or a
 //! fail2ban command line.
 
-use std::fmt;
-use std::str::FromStr;
-
-use banhub_proto::rules::{NameError, check_name};
-
-macro_rules! name_type {
-    ($(#[$doc:meta])* $name:ident) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub struct $name(String);
-
-        impl $name {
-            /// Checks `raw` against the shared name rule (`banhub_proto::rules::check_name`).
-            pub fn parse(raw: &str) -> Result<Self, NameError> {
-                check_name(raw)?;
-                Ok(Self(raw.to_owned()))
-            }
-
-            /// The name as text; safe as one file name component and as one fail2ban argument.
-            pub fn as_str(&self) -> &str {
-                &self.0
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
-            }
-        }
-
-        impl FromStr for $name {
-            type Err = NameError;
-            fn from_str(s: &str) -> Result<Self, NameError> {
-                Self::parse(s)
-            }
-        }
-
-        impl AsRef<str> for $name {
-            fn as_ref(&self) -> &str {
-                &self.0
-            }
-        }
-
-        impl TryFrom<String> for $name {
-            type Error = NameError;
-            fn try_from(raw: String) -> Result<Self, NameError> {
-                check_name(&raw)?;
-                Ok(Self(raw))
-            }
-        }
-
-        impl From<$name> for String {
-            fn from(name: $name) -> String {
-                name.0
-            }
-        }
-
-    };
-}
-
-name_type!(
-    /// A jail name: a section of `jail.conf`, and the stem of its override file
-    /// `jail.d/<name>.local`.
-    JailName
-);
-
-name_type!(
-    /// A filter name: the stem of `filter.d/<name>.conf` and `filter.d/<name>.local`.
-    FilterName
-);
+pub use banhub_proto::rules::{FilterName, JailName};
 
 #[cfg(test)]
 mod tests {
