@@ -58,6 +58,7 @@ impl HubSide {
             server_id: "srv-1".to_owned(),
             server_name: "web-1".to_owned(),
             heartbeat_interval_ms,
+            committed_seq: 0,
         }))
         .await;
     }
@@ -233,7 +234,7 @@ impl Harness {
         let shutdown = CancellationToken::new();
         let settings = self.settings.clone();
         let token = shutdown.clone();
-        let task = tokio::spawn(async move { run(&settings, token).await });
+        let task = tokio::spawn(async move { run(&settings, None, token).await });
         (shutdown, task)
     }
 
@@ -281,7 +282,8 @@ async fn hello_commands_heartbeats_and_removal() {
     let mut hub = harness.session().await;
     assert_eq!(hub.hello.protocol_version, banhub_proto::PROTOCOL_VERSION);
     assert_eq!(hub.hello.agent_version, crate::AGENT_VERSION);
-    assert_eq!(hub.hello.capabilities, vec!["ping".to_owned()]);
+    assert_eq!(hub.hello.capabilities, super::commands::CAPABILITIES);
+    assert!(hub.hello.capabilities.iter().any(|c| c == "ping"));
     assert!(!hub.hello.hostname.is_empty());
     assert_eq!(hub.hello.fail2ban_version, "", "fail2ban is not running");
     hub.welcome(200).await;

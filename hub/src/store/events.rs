@@ -620,6 +620,7 @@ impl Store {
         let agent_text = agent.to_string();
         let stored_at = now_ms();
 
+        let t0 = std::time::Instant::now();
         let txn = self.db.begin().await?;
         // The first statement writes, so SQLite takes its write lock at once (waiting out its busy
         // timeout) rather than failing a read transaction that later wants to write.
@@ -646,6 +647,7 @@ impl Store {
                 inserted.push((get(&row, 0)?, to_u64(get(&row, 1)?)));
             }
         }
+        let t1 = t0.elapsed();
         inserted.sort_unstable();
         let mut stored = Vec::with_capacity(inserted.len());
         for (id, seq) in inserted {
@@ -664,6 +666,7 @@ impl Store {
             });
         }
         Rollups::of(&stored).apply(&txn).await?;
+        let t2 = t0.elapsed();
 
         let mut sql = Sql::new(
             self.backend(),
@@ -686,7 +689,9 @@ impl Store {
             Some(row) => get(&row, 0)?,
             None => max_seq_db,
         };
+        let t3 = t0.elapsed();
         txn.commit().await?;
+        if std::env::var_os("BANHUB_TIMING").is_some() { eprintln!("insert {t1:?} rollups {t2:?} cursor {t3:?} commit {:?}", t0.elapsed()); }
         Ok(IngestOutcome {
             committed_seq: to_u64(committed),
             stored,

@@ -1,24 +1,33 @@
 //! Banned addresses: pages of a jail's bans with their times (ListBanned), ban and unban
 //! (SetBan).
 //!
-//! Where the times come from: only `get <jail> banip --with-time` carries them, and for 10,000
-//! bans it is several times slower than the bare `get <jail> banned` (fail2ban formats two
-//! dates per ban in Python). Reading fail2ban's SQLite database instead was rejected: it may be
+//! Where the times come from, and why pages are fast: only `get <jail> banip --with-time`
+//! carries ban times, and for 10,000 bans it takes fail2ban about 100 ms (it formats two dates
+//! per ban in Python); the bare `get <jail> banned` takes about a sixth of that and a page
+//! target is 50 ms. Reading fail2ban's SQLite database instead was rejected: it may be
 //! `:memory:` or disabled, it lags behind the server, it also holds expired bans, and reading
-//! it means a C SQLite library in the agent. So the agent fetches the with-time list and keeps
-//! it for a short while per jail ([`BanCache`]), which makes paging and searching a big jail
-//! one `status <jail> short` round trip plus in-memory work. A kept list is used only while
-//! the jail's "currently banned" and "total banned" counters are what they were when it was
-//! fetched (any ban raises the total, any unban lowers the current count, so every change of
-//! the set of bans shows) and for at most [`CACHE_TTL`]: the times of bans already in the list
-//! change only when fail2ban prolongs one or its bantime is changed, and those show within
-//! that bound. SetBan drops the jail's list at once.
+//! it means a C SQLite library in the agent. So the agent keeps each browsed jail's list with
+//! times ([`BanCache`]) and brings it up to date as cheaply as the change allows:
+//! * every page first asks `status <jail> short` (well under a millisecond); while the jail's
+//!   "currently banned" and "total banned" counters are what the kept list was made with (any
+//!   ban raises the total, any unban lowers the current count, so every change of the set of
+//!   bans shows), the page is cut from the kept list in memory;
+//! * when the counters moved, `get <jail> banned` gives the exact set now: bans that ended are
+//!   dropped, kept times stay, and bans new since the list was fetched come first with times
+//!   not yet known (0, which the protocol reads as "fail2ban did not say"); a full fetch with
+//!   times then runs in the background for the next page;
+//! * a list older than [`FRESH_FOR`] is also refreshed in the background (the times of bans
+//!   already listed change only when fail2ban prolongs a ban or the jail's bantime changes);
+//! * a jail nobody browsed for [`KEEP_FOR`] is forgotten; its next page fetches with times
+//!   before answering.
+//!
+//! A ban through SetBan drops the jail's list, so the new ban shows with its time at once.
 //!
 //! fail2ban prints the times in its own local time, to the second; the agent reads them in the
 //! host's zone (its own), which is the same zone unless one of the two runs with another `TZ`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use banhub_proto::v1::command_result::Outcome;
@@ -27,59 +36,96 @@ use banhub_proto::v1::{BanChange, BannedEntry, BannedPage, ListBanned, SetBan};
 use super::Context;
 use super::args;
 use super::failure::{Failure, Reply};
+use super::pool::Fail2banPool;
 use crate::config::JailName;
+use crate::fail2ban::Fail2banError;
 use crate::fail2ban::client::BanRecord;
 
-/// How long a fetched list of bans with times is used while the jail's counters are unchanged.
-pub const CACHE_TTL: Duration = Duration::from_secs(10);
+/// Age after which a kept list is refreshed in the background.
+pub const FRESH_FOR: Duration = Duration::from_secs(10);
+/// A list nobody asked for this long is dropped.
+pub const KEEP_FOR: Duration = Duration::from_secs(300);
 
-/// Recently fetched ban lists, per jail.
-#[derive(Debug, Default)]
+/// Kept ban lists, per jail. Clones share them.
+#[derive(Debug, Clone, Default)]
 pub struct BanCache {
-    jails: Mutex<HashMap<String, Arc<JailBans>>>,
+    jails: Arc<Mutex<HashMap<String, Slot>>>,
 }
 
-/// A jail's bans, newest first, and the counters they were fetched with.
+#[derive(Debug)]
+struct Slot {
+    bans: Arc<JailBans>,
+    last_used: Instant,
+    /// A background fetch for this jail is running.
+    refreshing: bool,
+}
+
+/// A jail's bans, newest first, and the counters they match.
 #[derive(Debug)]
 pub struct JailBans {
+    /// When the times were fetched.
     fetched: Instant,
     currently_banned: u64,
     total_banned: u64,
     entries: Vec<BannedEntry>,
+    /// Some entries (the first ones) have no times yet.
+    partial: bool,
 }
 
 impl BanCache {
-    fn get(&self, jail: &str, currently_banned: u64, total_banned: u64) -> Option<Arc<JailBans>> {
-        let jails = self.jails.lock().unwrap_or_else(|e| e.into_inner());
-        jails
-            .get(jail)
-            .filter(|b| {
-                b.fetched.elapsed() < CACHE_TTL
-                    && b.currently_banned == currently_banned
-                    && b.total_banned == total_banned
-            })
-            .cloned()
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
+        self.jails.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Keeps `bans`, and forgets lists too old to be used (so memory holds only the jails
-    /// browsed in the last seconds).
+    /// The kept list, marked as used.
+    fn get(&self, jail: &str) -> Option<Arc<JailBans>> {
+        let mut jails = self.lock();
+        let slot = jails.get_mut(jail)?;
+        slot.last_used = Instant::now();
+        Some(Arc::clone(&slot.bans))
+    }
+
+    /// Keeps `bans`, and forgets lists nobody asked for in a while.
     fn put(&self, jail: &str, bans: Arc<JailBans>) {
-        let mut jails = self.jails.lock().unwrap_or_else(|e| e.into_inner());
-        jails.retain(|_, b| b.fetched.elapsed() < CACHE_TTL);
-        jails.insert(jail.to_owned(), bans);
+        let mut jails = self.lock();
+        jails.retain(|_, slot| slot.last_used.elapsed() < KEEP_FOR);
+        let refreshing = jails.get(jail).is_some_and(|s| s.refreshing);
+        jails.insert(
+            jail.to_owned(),
+            Slot {
+                bans,
+                last_used: Instant::now(),
+                refreshing,
+            },
+        );
     }
 
-    /// Forgets one jail's list (after a ban or unban there).
+    /// Marks a background fetch as started; `false` when one already runs (or the jail's list
+    /// was dropped meanwhile).
+    fn start_refresh(&self, jail: &str) -> bool {
+        match self.lock().get_mut(jail) {
+            Some(slot) if !slot.refreshing => {
+                slot.refreshing = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn end_refresh(&self, jail: &str) {
+        if let Some(slot) = self.lock().get_mut(jail) {
+            slot.refreshing = false;
+        }
+    }
+
+    /// Forgets one jail's list (after a ban there).
     pub fn invalidate(&self, jail: &str) {
-        self.jails
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(jail);
+        self.lock().remove(jail);
     }
 
-    /// Forgets every list (after an unban in every jail, a reload or a restart).
+    /// Forgets every list (after a reload or a restart).
     pub fn clear(&self) {
-        self.jails.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.lock().clear();
     }
 }
 
@@ -105,29 +151,95 @@ pub async fn list_banned(context: &Context, request: ListBanned) -> Reply {
     }))
 }
 
-/// The jail's bans: the kept list while it is current, else fetched afresh.
+/// The jail's bans, from the kept list brought up to date (see the module's comment).
 async fn bans_of(context: &Context, jail: &JailName) -> Result<Arc<JailBans>, Failure> {
     let mut socket = context.fail2ban.lease().await?;
     // Also answers NOT_FOUND for a jail fail2ban does not run.
     let status = socket.jail_status(jail.as_str()).await?;
-    if let Some(bans) =
-        context
-            .bans
-            .get(jail.as_str(), status.currently_banned, status.total_banned)
-    {
+    let counters = (status.currently_banned, status.total_banned);
+    let Some(kept) = context.bans.get(jail.as_str()) else {
+        drop(socket);
+        let bans = Arc::new(fetch(&context.fail2ban, jail.as_str()).await?);
+        context.bans.put(jail.as_str(), Arc::clone(&bans));
         return Ok(bans);
+    };
+    let bans = if (kept.currently_banned, kept.total_banned) == counters {
+        kept
+    } else {
+        let current = socket.banned(jail.as_str()).await?;
+        let merged = Arc::new(merge(&kept, &current, counters));
+        context.bans.put(jail.as_str(), Arc::clone(&merged));
+        merged
+    };
+    if bans.partial || bans.fetched.elapsed() >= FRESH_FOR {
+        refresh_in_background(context, jail);
     }
+    Ok(bans)
+}
+
+/// Every ban of the jail with its times.
+async fn fetch(pool: &Fail2banPool, jail: &str) -> Result<JailBans, Fail2banError> {
+    let mut socket = pool.lease().await?;
     let fetched = Instant::now();
-    let records = socket.banned_with_time(jail.as_str()).await?;
-    drop(socket);
-    let bans = Arc::new(JailBans {
+    let status = socket.jail_status(jail).await?;
+    let records = socket.banned_with_time(jail).await?;
+    Ok(JailBans {
         fetched,
         currently_banned: status.currently_banned,
         total_banned: status.total_banned,
         entries: entries(&records, &chrono::Local),
+        partial: false,
+    })
+}
+
+/// Fetches the jail's list with times beside the commands, once at a time per jail.
+fn refresh_in_background(context: &Context, jail: &JailName) {
+    if !context.bans.start_refresh(jail.as_str()) {
+        return;
+    }
+    let (pool, cache, jail) = (
+        context.fail2ban.clone(),
+        context.bans.clone(),
+        jail.to_string(),
+    );
+    tokio::spawn(async move {
+        match fetch(&pool, &jail).await {
+            Ok(bans) => cache.put(&jail, Arc::new(bans)),
+            Err(e) => tracing::debug!(%jail, error = %e, "refreshing a ban list failed"),
+        }
+        cache.end_refresh(&jail);
     });
-    context.bans.put(jail.as_str(), Arc::clone(&bans));
-    Ok(bans)
+}
+
+/// The kept list made to match `current` (fail2ban's `get <jail> banned`, oldest ban first):
+/// ended bans dropped, new ones first (newest first) without times.
+fn merge(kept: &JailBans, current: &[String], counters: (u64, u64)) -> JailBans {
+    let known: HashSet<&str> = kept.entries.iter().map(|e| e.ip.as_str()).collect();
+    let present: HashSet<&str> = current.iter().map(String::as_str).collect();
+    let mut entries: Vec<BannedEntry> = current
+        .iter()
+        .rev()
+        .filter(|ip| !known.contains(ip.as_str()))
+        .map(|ip| BannedEntry {
+            ip: ip.clone(),
+            banned_at_unix: 0,
+            expires_at_unix: 0,
+        })
+        .collect();
+    let new = !entries.is_empty();
+    entries.extend(
+        kept.entries
+            .iter()
+            .filter(|e| present.contains(e.ip.as_str()))
+            .cloned(),
+    );
+    JailBans {
+        fetched: kept.fetched,
+        currently_banned: counters.0,
+        total_banned: counters.1,
+        entries,
+        partial: kept.partial || new,
+    }
 }
 
 /// The entries of `records` with Unix times read in `zone`, newest ban first (fail2ban lists
@@ -168,8 +280,11 @@ pub async fn set_ban(context: &Context, request: SetBan) -> Reply {
             } else {
                 socket.unban(jail.as_str(), &address).await?
             };
-            // Even an unchanged ban may have prolonged the existing one.
-            context.bans.invalidate(jail.as_str());
+            if request.ban {
+                // The new ban (or a prolonged one) shows with its time on the next page; an
+                // unban shows through the counters without a new fetch.
+                context.bans.invalidate(jail.as_str());
+            }
             BanChange {
                 changed,
                 jails: vec![jail.to_string()],
@@ -178,7 +293,6 @@ pub async fn set_ban(context: &Context, request: SetBan) -> Reply {
         None => {
             let jails = socket.jails_banning(&address).await?;
             let lifted = socket.unban_everywhere(&address).await?;
-            context.bans.clear();
             BanChange {
                 changed: lifted > 0,
                 jails: if lifted > 0 { jails } else { Vec::new() },
@@ -232,34 +346,86 @@ mod tests {
         assert_eq!(entries[2].expires_at_unix, -1);
     }
 
+    fn kept(ips: &[(&str, i64)], partial: bool) -> JailBans {
+        JailBans {
+            fetched: Instant::now(),
+            currently_banned: u64::try_from(ips.len()).expect("len"),
+            total_banned: 10,
+            entries: ips
+                .iter()
+                .map(|(ip, at)| BannedEntry {
+                    ip: (*ip).to_owned(),
+                    banned_at_unix: *at,
+                    expires_at_unix: at + 600,
+                })
+                .collect(),
+            partial,
+        }
+    }
+
     #[test]
-    fn the_cache_follows_counters_and_age() {
+    fn merging_drops_ended_bans_and_puts_new_ones_first() {
+        let old = kept(
+            &[("192.0.2.3", 30), ("192.0.2.2", 20), ("192.0.2.1", 10)],
+            false,
+        );
+        // fail2ban's order is oldest first; .2 ended, .4 and .5 are new (.5 the newest).
+        let current = ["192.0.2.1", "192.0.2.3", "192.0.2.4", "192.0.2.5"].map(str::to_owned);
+        let merged = merge(&old, &current, (4, 12));
+        let got: Vec<(&str, i64)> = merged
+            .entries
+            .iter()
+            .map(|e| (e.ip.as_str(), e.banned_at_unix))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("192.0.2.5", 0),
+                ("192.0.2.4", 0),
+                ("192.0.2.3", 30),
+                ("192.0.2.1", 10)
+            ]
+        );
+        assert!(merged.partial);
+        assert_eq!((merged.currently_banned, merged.total_banned), (4, 12));
+        assert_eq!(merged.entries[2].expires_at_unix, 630);
+
+        // Only removals: complete as before.
+        let merged = merge(&old, &["192.0.2.3".to_owned()], (1, 10));
+        assert!(!merged.partial);
+        assert_eq!(merged.entries.len(), 1);
+        // Entries still without times stay so until the next full fetch.
+        let merged = merge(
+            &kept(&[("192.0.2.9", 0)], true),
+            &["192.0.2.9".to_owned()],
+            (1, 10),
+        );
+        assert!(merged.partial);
+    }
+
+    #[test]
+    fn the_cache_keeps_lists_and_single_flights_refreshes() {
         let cache = BanCache::default();
-        let bans = |fetched| {
-            Arc::new(JailBans {
-                fetched,
-                currently_banned: 2,
-                total_banned: 5,
-                entries: Vec::new(),
-            })
-        };
-        cache.put("a", bans(Instant::now()));
-        assert!(cache.get("a", 2, 5).is_some());
-        assert!(cache.get("a", 1, 5).is_none(), "an unban shows");
-        assert!(cache.get("a", 2, 6).is_none(), "a ban shows");
-        assert!(cache.get("b", 2, 5).is_none());
+        cache.put("a", Arc::new(kept(&[("192.0.2.1", 1)], false)));
+        assert_eq!(cache.get("a").map(|b| b.entries.len()), Some(1));
+        assert!(cache.get("b").is_none());
+        assert!(cache.start_refresh("a"));
+        assert!(!cache.start_refresh("a"), "one refresh at a time");
+        assert!(!cache.start_refresh("b"), "nothing to refresh");
+        // A list stored meanwhile keeps the flag; the refresh's end clears it.
+        cache.put("a", Arc::new(kept(&[], false)));
+        assert!(!cache.start_refresh("a"));
+        cache.end_refresh("a");
+        assert!(cache.start_refresh("a"));
         cache.invalidate("a");
-        assert!(cache.get("a", 2, 5).is_none());
-        if let Some(old) = Instant::now().checked_sub(CACHE_TTL) {
-            cache.put("old", bans(old));
-            assert!(cache.get("old", 2, 5).is_none(), "too old");
-            cache.put("a", bans(Instant::now()));
-            assert!(
-                !cache.jails.lock().expect("lock").contains_key("old"),
-                "old lists are dropped"
-            );
+        assert!(cache.get("a").is_none());
+        cache.put("c", Arc::new(kept(&[], false)));
+        if let Some(old) = Instant::now().checked_sub(KEEP_FOR) {
+            cache.lock().get_mut("c").expect("c").last_used = old;
+            cache.put("d", Arc::new(kept(&[], false)));
+            assert!(cache.get("c").is_none(), "unused lists are dropped");
         }
         cache.clear();
-        assert!(cache.get("a", 2, 5).is_none());
+        assert!(cache.get("d").is_none());
     }
 }

@@ -8,7 +8,7 @@
 
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::fail2ban::{Fail2banError, Fail2banSocket};
@@ -16,9 +16,14 @@ use crate::fail2ban::{Fail2banError, Fail2banSocket};
 /// Idle connections kept; more are opened when commands run side by side, and closed after.
 const MAX_IDLE: usize = 4;
 
-/// A pool of connections to one fail2ban socket.
-#[derive(Debug)]
+/// A pool of connections to one fail2ban socket. Clones share the connections.
+#[derive(Debug, Clone)]
 pub struct Fail2banPool {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
     path: PathBuf,
     timeout: Duration,
     idle: Mutex<Vec<Fail2banSocket>>,
@@ -26,8 +31,8 @@ pub struct Fail2banPool {
 
 /// A borrowed connection; goes back to the pool when dropped.
 #[derive(Debug)]
-pub struct Lease<'a> {
-    pool: &'a Fail2banPool,
+pub struct Lease {
+    pool: Fail2banPool,
     socket: Option<Fail2banSocket>,
 }
 
@@ -35,19 +40,21 @@ impl Fail2banPool {
     /// `timeout` bounds connecting and each call.
     pub fn new(path: &Path, timeout: Duration) -> Self {
         Self {
-            path: path.to_owned(),
-            timeout,
-            idle: Mutex::new(Vec::new()),
+            inner: Arc::new(Inner {
+                path: path.to_owned(),
+                timeout,
+                idle: Mutex::new(Vec::new()),
+            }),
         }
     }
 
     /// The socket path.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.inner.path
     }
 
     /// A working connection: an idle one that still answers `ping`, else a new one.
-    pub async fn lease(&self) -> Result<Lease<'_>, Fail2banError> {
+    pub async fn lease(&self) -> Result<Lease, Fail2banError> {
         if let Some(mut socket) = self.take_idle() {
             match socket.ping().await {
                 Ok(()) => return Ok(self.wrap(socket)),
@@ -59,35 +66,39 @@ impl Fail2banPool {
                 }
             }
         }
-        let socket = Fail2banSocket::connect(&self.path, self.timeout).await?;
+        let socket = Fail2banSocket::connect(&self.inner.path, self.inner.timeout).await?;
         Ok(self.wrap(socket))
     }
 
     /// Closes every idle connection (after fail2ban was restarted, they are all stale).
     pub fn clear(&self) {
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.idle().clear();
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Fail2banSocket>> {
+        self.inner.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn take_idle(&self) -> Option<Fail2banSocket> {
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+        self.idle().pop()
     }
 
-    fn wrap(&self, socket: Fail2banSocket) -> Lease<'_> {
+    fn wrap(&self, socket: Fail2banSocket) -> Lease {
         Lease {
-            pool: self,
+            pool: self.clone(),
             socket: Some(socket),
         }
     }
 }
 
-impl Lease<'_> {
+impl Lease {
     /// Drops the connection instead of returning it (its state is unknown).
     pub fn discard(mut self) {
         self.socket = None;
     }
 }
 
-impl Deref for Lease<'_> {
+impl Deref for Lease {
     type Target = Fail2banSocket;
     fn deref(&self) -> &Fail2banSocket {
         self.socket
@@ -96,7 +107,7 @@ impl Deref for Lease<'_> {
     }
 }
 
-impl DerefMut for Lease<'_> {
+impl DerefMut for Lease {
     fn deref_mut(&mut self) -> &mut Fail2banSocket {
         self.socket
             .as_mut()
@@ -104,10 +115,10 @@ impl DerefMut for Lease<'_> {
     }
 }
 
-impl Drop for Lease<'_> {
+impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(socket) = self.socket.take() {
-            let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let mut idle = self.pool.idle();
             if idle.len() < MAX_IDLE {
                 idle.push(socket);
             }
@@ -123,7 +134,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn idle(pool: &Fail2banPool) -> usize {
-        pool.idle.lock().expect("lock").len()
+        pool.idle().len()
     }
 
     #[tokio::test]
