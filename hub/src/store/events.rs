@@ -622,6 +622,10 @@ impl Store {
 
         let t0 = std::time::Instant::now();
         let txn = self.db.begin().await?;
+        if std::env::var_os("BANHUB_PRAGMA").is_some() && self.backend() == DbBackend::Sqlite {
+            txn.execute_unprepared("PRAGMA cache_size=-32768").await?;
+            txn.execute_unprepared("PRAGMA wal_autocheckpoint=8192").await?;
+        }
         // The first statement writes, so SQLite takes its write lock at once (waiting out its busy
         // timeout) rather than failing a read transaction that later wants to write.
         let mut inserted: Vec<(i64, u64)> = Vec::with_capacity(order.len());
