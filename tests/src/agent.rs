@@ -53,6 +53,23 @@ impl AgentProcess {
         fail2ban_conf_dir: &Path,
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
+        Self::start_binary(
+            binary(BINARY)?,
+            state_dir,
+            fail2ban_socket,
+            fail2ban_conf_dir,
+            env,
+        )
+    }
+
+    /// [`AgentProcess::start`] with a given binary (e.g. a release build, for benchmarks).
+    pub fn start_binary(
+        binary: PathBuf,
+        state_dir: &Path,
+        fail2ban_socket: &Path,
+        fail2ban_conf_dir: &Path,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let args = vec![
             OsString::from("run"),
             "--state-dir".into(),
@@ -62,7 +79,7 @@ impl AgentProcess {
             "--fail2ban-config-dir".into(),
             fail2ban_conf_dir.into(),
         ];
-        Self::start_with(binary(BINARY)?, args, env)
+        Self::start_with(binary, args, env)
     }
 
     fn start_with(

@@ -242,11 +242,15 @@ async fn status_counts_match_fail2ban_client() {
     h.sandbox
         .append_failures(&h.sandbox.log_path("testauth"), "192.0.2.9", 1)
         .expect("log");
-    let status = wait_for_async(Duration::from_secs(10), "the failure to be counted", || async {
-        let status = h.status().await;
-        let testauth = status.jails.iter().find(|j| j.name == "testauth")?;
-        (testauth.total_failed == 1).then_some(status)
-    })
+    let status = wait_for_async(
+        Duration::from_secs(10),
+        "the failure to be counted",
+        || async {
+            let status = h.status().await;
+            let testauth = status.jails.iter().find(|j| j.name == "testauth")?;
+            (testauth.total_failed == 1).then_some(status)
+        },
+    )
     .await
     .expect("status");
     assert_eq!(status.fail2ban_version, h.client(&["version"]));
@@ -254,9 +258,15 @@ async fn status_counts_match_fail2ban_client() {
     assert_eq!(names, ["dummyjail", "testauth"]);
     for jail in &status.jails {
         let text = h.client(&["status", &jail.name]);
-        assert_eq!(jail.currently_failed, client_count(&text, "Currently failed"));
+        assert_eq!(
+            jail.currently_failed,
+            client_count(&text, "Currently failed")
+        );
         assert_eq!(jail.total_failed, client_count(&text, "Total failed"));
-        assert_eq!(jail.currently_banned, client_count(&text, "Currently banned"));
+        assert_eq!(
+            jail.currently_banned,
+            client_count(&text, "Currently banned")
+        );
         assert_eq!(jail.total_banned, client_count(&text, "Total banned"));
         let log = h.sandbox.log_path(&jail.name).display().to_string();
         assert_eq!(jail.file_list, [log]);
@@ -312,12 +322,18 @@ async fn ban_and_unban_are_reflected_in_fail2ban() {
         (true, vec!["testauth".to_owned()])
     );
     assert!(h.banned_by_client("testauth").contains("198.51.100.7"));
-    assert!(!h.set_ban("testauth", "198.51.100.7", true).await.0, "already banned");
+    assert!(
+        !h.set_ban("testauth", "198.51.100.7", true).await.0,
+        "already banned"
+    );
     // IPv6 in any spelling reaches fail2ban in canonical form; networks are banned whole.
     assert!(h.set_ban("testauth", "2001:DB8:0::5", true).await.0);
     assert!(h.set_ban("testauth", "198.18.0.0/24", true).await.0);
     let banned = h.banned_by_client("testauth");
-    assert!(banned.contains("2001:db8::5") && banned.contains("198.18.0.0/24"), "{banned:?}");
+    assert!(
+        banned.contains("2001:db8::5") && banned.contains("198.18.0.0/24"),
+        "{banned:?}"
+    );
     // The page is fresh after a ban through the agent.
     assert_eq!(h.banned("testauth", "", 0, 0).await.total, 3);
 
@@ -326,7 +342,10 @@ async fn ban_and_unban_are_reflected_in_fail2ban() {
         (true, vec!["testauth".to_owned()])
     );
     assert!(!h.banned_by_client("testauth").contains("198.51.100.7"));
-    assert!(!h.set_ban("testauth", "198.51.100.7", false).await.0, "not banned");
+    assert!(
+        !h.set_ban("testauth", "198.51.100.7", false).await.0,
+        "not banned"
+    );
     assert_eq!(h.banned("testauth", "", 0, 0).await.total, 2);
 
     // Unban everywhere.
@@ -335,7 +354,9 @@ async fn ban_and_unban_are_reflected_in_fail2ban() {
     jails.sort();
     assert!(changed);
     assert_eq!(jails, ["dummyjail", "testauth"]);
-    assert!(h.banned_by_client("testauth").len() == 1 && h.banned_by_client("dummyjail").is_empty());
+    assert!(
+        h.banned_by_client("testauth").len() == 1 && h.banned_by_client("dummyjail").is_empty()
+    );
     assert_eq!(h.set_ban("", "2001:db8::5", false).await, (false, vec![]));
 
     // An unknown jail is NOT_FOUND, for bans and pages alike.
@@ -367,7 +388,9 @@ async fn banned_lists_page_and_search() {
             .start()
             .expect("sandbox"),
     );
-    let ips: Vec<String> = (0..250).map(|i| format!("198.18.{}.{}", i / 100, i % 100)).collect();
+    let ips: Vec<String> = (0..250)
+        .map(|i| format!("198.18.{}.{}", i / 100, i % 100))
+        .collect();
     let mut args = vec!["set", "extra01", "banip"];
     args.extend(ips.iter().map(String::as_str));
     assert_eq!(h.client(&args), "250");
@@ -378,22 +401,37 @@ async fn banned_lists_page_and_search() {
         assert_eq!(page.total, 250);
         assert_eq!(page.entries.len(), if offset == 200 { 50 } else { 100 });
         for entry in &page.entries {
-            assert!(entry.banned_at_unix > 0 && entry.expires_at_unix == entry.banned_at_unix + 600);
+            assert!(
+                entry.banned_at_unix > 0 && entry.expires_at_unix == entry.banned_at_unix + 600
+            );
             assert!(seen.insert(entry.ip.clone()), "{} twice", entry.ip);
         }
     }
     assert_eq!(seen, ips.iter().cloned().collect::<BTreeSet<_>>());
     assert_eq!(h.banned("extra01", "", 300, 100).await.entries.len(), 0);
-    assert_eq!(h.banned("extra01", "", 0, 0).await.entries.len(), 50, "default page");
+    assert_eq!(
+        h.banned("extra01", "", 0, 0).await.entries.len(),
+        50,
+        "default page"
+    );
 
     // Substring and network searches.
     let page = h.banned("extra01", "198.18.2.", 0, 1000).await;
     assert_eq!(page.total, 50);
     assert!(page.entries.iter().all(|e| e.ip.starts_with("198.18.2.")));
     assert_eq!(h.banned("extra01", "198.18.1.9", 0, 1000).await.total, 11); // .9 and .90-.99
-    assert_eq!(h.banned("extra01", "198.18.0.0/25", 0, 1000).await.total, 100);
-    assert_eq!(h.banned("extra01", "198.18.1.64/26", 0, 1000).await.total, 36); // .64-.99
-    assert_eq!(h.banned("extra01", "203.0.113.0/24", 0, 1000).await.total, 0);
+    assert_eq!(
+        h.banned("extra01", "198.18.0.0/25", 0, 1000).await.total,
+        100
+    );
+    assert_eq!(
+        h.banned("extra01", "198.18.1.64/26", 0, 1000).await.total,
+        36
+    ); // .64-.99
+    assert_eq!(
+        h.banned("extra01", "203.0.113.0/24", 0, 1000).await.total,
+        0
+    );
 
     // A ban from elsewhere (fail2ban-client) shows on the next page: the counters changed.
     h.client(&["set", "extra01", "banip", "198.18.9.9"]);
@@ -437,7 +475,11 @@ async fn jails_filters_and_their_config_are_listed() {
     assert_eq!(config.filter, "testauth");
     let jail_override = config.jail_override.expect("override");
     assert_eq!(
-        (jail_override.path.as_str(), jail_override.exists, jail_override.version.as_str()),
+        (
+            jail_override.path.as_str(),
+            jail_override.exists,
+            jail_override.version.as_str()
+        ),
         ("jail.d/testauth.local", false, "")
     );
     let filter_conf = config.filter_conf.expect("filter conf");
@@ -466,12 +508,20 @@ async fn writes_apply_and_a_stale_version_conflicts() {
     assert_eq!(version.len(), 64);
     assert!(written.failed_jails.is_empty(), "{written:?}");
     assert_eq!(h.client(&["get", "testauth", "maxretry"]), "7");
-    assert_eq!(h.jail_config("testauth").await.jail_override.expect("file").version, version);
+    assert_eq!(
+        h.jail_config("testauth")
+            .await
+            .jail_override
+            .expect("file")
+            .version,
+        version
+    );
 
     // Someone else's edit started from the old version ("" = no file): refused, nothing changed.
     let files = h.files();
     let conflict = error(
-        h.write_override("testauth", "[testauth]\nmaxretry = 9\n", "").await,
+        h.write_override("testauth", "[testauth]\nmaxretry = 9\n", "")
+            .await,
         ErrorCode::Conflict,
     );
     assert_eq!(conflict.current_version, version);
@@ -536,8 +586,15 @@ async fn a_jail_with_a_broken_filter_is_refused_and_fail2ban_keeps_the_old_confi
     );
 
     let files = h.files();
-    let refused = error(h.set_enabled("dummyjail", true).await, ErrorCode::ValidationFailed);
-    assert!(refused.message.contains("nothing was changed"), "{}", refused.message);
+    let refused = error(
+        h.set_enabled("dummyjail", true).await,
+        ErrorCode::ValidationFailed,
+    );
+    assert!(
+        refused.message.contains("nothing was changed"),
+        "{}",
+        refused.message
+    );
     assert!(
         refused
             .details
@@ -580,9 +637,15 @@ async fn filter_tests_report_matches() {
         .iter()
         .map(|m| (m.index, m.ip.as_str()))
         .collect();
-    assert_eq!(matched, [(0, "192.0.2.1"), (2, "2001:db8::7"), (3, "192.0.2.10")]);
+    assert_eq!(
+        matched,
+        [(0, "192.0.2.1"), (2, "2001:db8::7"), (3, "192.0.2.10")]
+    );
     assert_eq!(report.ips, ["192.0.2.1", "2001:db8::7", "192.0.2.10"]);
-    assert_eq!((report.lines, report.matched_count, report.missed), (4, 3, 1));
+    assert_eq!(
+        (report.lines, report.matched_count, report.missed),
+        (4, 3, 1)
+    );
     assert_eq!(report.regex_hits.len(), 1);
     assert_eq!(report.regex_hits[0].hits, 3);
 
@@ -631,10 +694,7 @@ async fn reload_and_restart_report_running_jails() {
     let h = host("cmd-restart");
     let pid = h.sandbox.pid();
     for mode in [RestartMode::Reload, RestartMode::Restart] {
-        let report = match h
-            .run(Kind::Restart(Restart { mode: mode.into() }))
-            .await
-        {
+        let report = match h.run(Kind::Restart(Restart { mode: mode.into() })).await {
             Outcome::Restart(report) => report,
             other => panic!("expected a restart report, got {other:?}"),
         };
@@ -647,7 +707,10 @@ async fn reload_and_restart_report_running_jails() {
     }
     let log = std::fs::read_to_string(h.sandbox.server_log_path()).expect("log");
     assert!(log.contains("Reload all jails"), "{log}");
-    assert!(log.contains("Stopping all jails"), "the restart stopped the jails: {log}");
+    assert!(
+        log.contains("Stopping all jails"),
+        "the restart stopped the jails: {log}"
+    );
 
     // A jail that cannot start after a reload is reported (the file is broken behind the
     // agent's back; the restart command itself does not validate).
@@ -684,15 +747,24 @@ async fn ignore_lists_round_trip() {
     );
     assert_eq!(set.files[0].path, "jail.d/banhub-defaults.local");
     let global = h.ignore_list("").await;
-    assert_eq!(global.entries, ["127.0.0.1/8", "::1", "192.0.2.0/24", "localhost"]);
+    assert_eq!(
+        global.entries,
+        ["127.0.0.1/8", "::1", "192.0.2.0/24", "localhost"]
+    );
     assert_eq!(global.version, set.files[0].version);
     let live = h.client(&["get", "testauth", "ignoreip"]);
-    assert!(live.contains("192.0.2.0/24") && live.contains("localhost"), "{live}");
+    assert!(
+        live.contains("192.0.2.0/24") && live.contains("localhost"),
+        "{live}"
+    );
 
     // A jail's own list adds to the global one.
     let testauth = h.ignore_list("testauth").await;
     assert!(testauth.entries.is_empty());
-    assert!(testauth.effective.contains(&"192.0.2.0/24".to_owned()), "{testauth:?}");
+    assert!(
+        testauth.effective.contains(&"192.0.2.0/24".to_owned()),
+        "{testauth:?}"
+    );
     change(
         h.set_ignore_list("testauth", &["198.51.100.7"], &testauth.version)
             .await,
@@ -701,19 +773,22 @@ async fn ignore_lists_round_trip() {
     assert_eq!(testauth.entries, ["198.51.100.7"]);
     assert_eq!(testauth.path, "jail.d/testauth.local");
     for expected in ["192.0.2.0/24", "198.51.100.7", "127.0.0.0/8"] {
-        assert!(testauth.effective.contains(&expected.to_owned()), "{testauth:?}");
+        assert!(
+            testauth.effective.contains(&expected.to_owned()),
+            "{testauth:?}"
+        );
     }
     let dummy = h.ignore_list("dummyjail").await;
     assert!(!dummy.effective.contains(&"198.51.100.7".to_owned()));
     let text = std::fs::read_to_string(h.sandbox.conf_dir().join("jail.d/testauth.local"))
         .expect("override");
-    assert!(text.contains("ignoreip = %(default/ignoreip)s 198.51.100.7"), "{text}");
+    assert!(
+        text.contains("ignoreip = %(default/ignoreip)s 198.51.100.7"),
+        "{text}"
+    );
 
     // The global list can be emptied; a stale version conflicts.
-    error(
-        h.set_ignore_list("", &[], "").await,
-        ErrorCode::Conflict,
-    );
+    error(h.set_ignore_list("", &[], "").await, ErrorCode::Conflict);
     change(h.set_ignore_list("", &[], &global.version).await);
     assert_eq!(h.ignore_list("").await.entries, Vec::<String>::new());
     assert_eq!(h.ignore_list("testauth").await.effective, ["198.51.100.7"]);
@@ -725,26 +800,36 @@ async fn log_tail_shows_fail2bans_log() {
     h.sandbox
         .append_failures(&h.sandbox.log_path("testauth"), "203.0.113.9", 3)
         .expect("log");
-    let lines = wait_for_async(Duration::from_secs(10), "the ban in fail2ban's log", || async {
-        match h
-            .run(Kind::LogTail(LogTail {
-                jail: "testauth".to_owned(),
-                lines: 50,
-            }))
-            .await
-        {
-            Outcome::LogLines(log) => log
-                .lines
-                .iter()
-                .any(|l| l.contains("Ban 203.0.113.9"))
-                .then_some(log),
-            _ => None,
-        }
-    })
+    let lines = wait_for_async(
+        Duration::from_secs(10),
+        "the ban in fail2ban's log",
+        || async {
+            match h
+                .run(Kind::LogTail(LogTail {
+                    jail: "testauth".to_owned(),
+                    lines: 50,
+                }))
+                .await
+            {
+                Outcome::LogLines(log) => log
+                    .lines
+                    .iter()
+                    .any(|l| l.contains("Ban 203.0.113.9"))
+                    .then_some(log),
+                _ => None,
+            }
+        },
+    )
     .await
     .expect("log lines");
-    assert_eq!(lines.path, h.sandbox.server_log_path().display().to_string());
-    assert!(lines.lines.iter().all(|l| l.contains("[testauth]")), "{lines:?}");
+    assert_eq!(
+        lines.path,
+        h.sandbox.server_log_path().display().to_string()
+    );
+    assert!(
+        lines.lines.iter().all(|l| l.contains("[testauth]")),
+        "{lines:?}"
+    );
     let all = match h
         .run(Kind::LogTail(LogTail {
             jail: String::new(),
@@ -758,7 +843,10 @@ async fn log_tail_shows_fail2bans_log() {
     assert_eq!(all.len(), 3);
     let text = std::fs::read_to_string(h.sandbox.server_log_path()).expect("log");
     let last: Vec<&str> = text.lines().rev().take(3).collect();
-    assert_eq!(all.iter().rev().map(String::as_str).collect::<Vec<_>>(), last);
+    assert_eq!(
+        all.iter().rev().map(String::as_str).collect::<Vec<_>>(),
+        last
+    );
 }
 
 #[tokio::test]
@@ -768,7 +856,15 @@ async fn bad_input_is_refused_and_changes_nothing() {
     let files = h.files();
     let banned = h.banned_by_client("testauth");
     let mut kinds = Vec::new();
-    for jail in ["../x", "/etc/passwd", "a\nb", "[DEFAULT]", "DEFAULT", "INCLUDES", "jail.d/x"] {
+    for jail in [
+        "../x",
+        "/etc/passwd",
+        "a\nb",
+        "[DEFAULT]",
+        "DEFAULT",
+        "INCLUDES",
+        "jail.d/x",
+    ] {
         kinds.push(Kind::WriteJailConfig(WriteJailConfig {
             jail: jail.to_owned(),
             jail_override: Some(FileEdit {
@@ -801,7 +897,13 @@ async fn bad_input_is_refused_and_changes_nothing() {
             }));
         }
     }
-    for ip in ["not-an-ip", "198.51.100.1; rm -rf /", "198.51.100.1\n", "0.0.0.0/0", "::1"] {
+    for ip in [
+        "not-an-ip",
+        "198.51.100.1; rm -rf /",
+        "198.51.100.1\n",
+        "0.0.0.0/0",
+        "::1",
+    ] {
         for ban in [true, false] {
             kinds.push(Kind::SetBan(SetBan {
                 jail: "testauth".to_owned(),
@@ -826,7 +928,12 @@ async fn bad_input_is_refused_and_changes_nothing() {
             filter_local: None,
         }));
     }
-    for entry in ["192.0.2.1\n[DEFAULT]", "192.0.2.1 192.0.2.2", "%(x)s", "file:/etc/shadow"] {
+    for entry in [
+        "192.0.2.1\n[DEFAULT]",
+        "192.0.2.1 192.0.2.2",
+        "%(x)s",
+        "file:/etc/shadow",
+    ] {
         kinds.push(Kind::SetIgnoreList(SetIgnoreList {
             jail: "testauth".to_owned(),
             entries: vec![entry.to_owned()],
@@ -864,7 +971,9 @@ async fn bad_input_is_refused_and_changes_nothing() {
     }));
     kinds.push(Kind::SetIgnoreList(SetIgnoreList {
         jail: String::new(),
-        entries: (0..600).map(|i| format!("10.0.{}.{}", i / 250, i % 250)).collect(),
+        entries: (0..600)
+            .map(|i| format!("10.0.{}.{}", i / 250, i % 250))
+            .collect(),
         expected_version: String::new(),
     }));
     kinds.push(Kind::ListBanned(ListBanned {

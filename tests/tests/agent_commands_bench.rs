@@ -6,8 +6,9 @@
 //! What it measures, each through `commands::execute` with the context `banhub-agent run`
 //! builds: GetStatus (`status` + `status <jail> short` for every jail on one kept connection),
 //! the same numbers gathered the old way with one `fail2ban-client` process per jail, and pages
-//! of ListBanned on a 10,000-ban jail (the first, which fetches the list with times, and the
-//! following ones, served from the short-lived copy).
+//! of ListBanned on a 10,000-ban jail: the first page of a jail not browsed before (fetches the
+//! list with times), the first page after bans changed (`get <jail> banned` merged into the
+//! kept list), and the following ones (served from the kept list).
 
 use std::path::PathBuf;
 use std::process::Command as Process;
@@ -140,7 +141,10 @@ async fn bench_status_and_banned_pages() {
         assert!(matches!(outcome, Outcome::Status(_)));
         fresh.push(elapsed);
     }
-    println!("GetStatus on a new connection each time: {}", summary(fresh));
+    println!(
+        "GetStatus on a new connection each time: {}",
+        summary(fresh)
+    );
 
     // The same numbers the old way: one fail2ban-client process per call.
     let mut old_way = Vec::new();
@@ -206,15 +210,43 @@ async fn bench_status_and_banned_pages() {
     }
     println!("ListBanned first page after a change: {}", summary(cold));
     println!("ListBanned next pages: {}", summary(warm));
+    // A jail nobody browsed yet: the first page fetches the list with times.
+    let mut first = Vec::new();
+    for other in &jails[1..11] {
+        let (elapsed, outcome) = run(
+            &context,
+            Kind::ListBanned(ListBanned {
+                jail: other.clone(),
+                limit: 50,
+                ..Default::default()
+            }),
+        )
+        .await;
+        let Outcome::Banned(page) = outcome else {
+            panic!("expected a page, got {outcome:?}");
+        };
+        assert!(page.entries.iter().all(|e| e.banned_at_unix > 0));
+        first.push(elapsed);
+    }
+    println!(
+        "ListBanned first page of a jail not browsed before: {}",
+        summary(first)
+    );
     let mut searches = Vec::new();
     for search in ["198.18.1", "198.18.0.0/24", "0.7"] {
         for _ in 0..20 {
             let (elapsed, outcome) = run(&context, page(0, search)).await;
-            assert!(matches!(outcome, Outcome::Banned(p) if p.total > 0), "{search}");
+            assert!(
+                matches!(outcome, Outcome::Banned(p) if p.total > 0),
+                "{search}"
+            );
             searches.push(elapsed);
         }
     }
-    println!("ListBanned searches (substring, CIDR): {}", summary(searches));
+    println!(
+        "ListBanned searches (substring, CIDR): {}",
+        summary(searches)
+    );
 
     // The raw socket calls behind them, for reference.
     let mut socket = Fail2banSocket::connect(&sandbox.socket_path(), Duration::from_secs(10))
@@ -228,7 +260,11 @@ async fn bench_status_and_banned_pages() {
         banned.push(started.elapsed());
         let started = Instant::now();
         assert_eq!(
-            socket.banned_with_time(&jail).await.expect("with time").len(),
+            socket
+                .banned_with_time(&jail)
+                .await
+                .expect("with time")
+                .len(),
             BANS
         );
         with_time.push(started.elapsed());

@@ -273,23 +273,17 @@ impl Store {
                 continue;
             }
             let next_first = names.get(i + 1).map(|n| n.0);
-            let mut size = bytes.len() as u64;
             let mut bad = Vec::new();
             if !header_ok {
                 bad.push((0u64, floor, scan.frames.first().map(|f| f.0).or(next_first)));
             }
+            // Damage that runs to the end of the newest segment, with no good record after it, is
+            // a write cut short by a crash: its records were never acknowledged.
+            let mut torn = None;
             for (d, damage) in scan.damage.iter().enumerate() {
                 let is_tail = d + 1 == scan.damage.len() && damage.seq_after.is_none();
                 if is_tail && is_last {
-                    // A write cut short by a crash: its records were never acknowledged.
-                    tracing::warn!(
-                        path = %path.display(),
-                        offset = damage.range.start,
-                        bytes = damage.range.end - damage.range.start,
-                        "truncating a torn write at the end of the spool"
-                    );
-                    truncate(&path, damage.range.start)?;
-                    size = damage.range.start;
+                    torn = Some(damage.range.clone());
                 } else {
                     bad.push((
                         damage.range.start,
@@ -298,26 +292,37 @@ impl Store {
                     ));
                 }
             }
-            if let Some(&(offset, after_seq, _)) = bad.first() {
-                if self.config.on_corruption == OnCorruption::Refuse {
-                    return Err(SpoolError::Corrupt {
-                        path,
-                        offset,
-                        after_seq,
-                    });
-                }
-                for &(offset, before, after) in &bad {
-                    tracing::error!(
-                        path = %path.display(), offset, after_seq = before,
-                        "spool segment is damaged; salvaging the records that can be read"
-                    );
-                    // Numbers between the last good record before the damage and the first
-                    // good one after it; those the hub already acknowledged are not lost.
-                    let first = (before + 1).max(self.acked + 1);
-                    let last = after.map_or(before, |a| a.saturating_sub(1));
-                    if first <= last {
-                        lost.push(Lost { first, last });
-                    }
+            if let Some(&(offset, after_seq, _)) = bad.first()
+                && self.config.on_corruption == OnCorruption::Refuse
+            {
+                return Err(SpoolError::Corrupt {
+                    path,
+                    offset,
+                    after_seq,
+                });
+            }
+            let mut size = bytes.len() as u64;
+            if let Some(range) = torn {
+                tracing::warn!(
+                    path = %path.display(),
+                    offset = range.start,
+                    bytes = range.end - range.start,
+                    "truncating a torn write at the end of the spool"
+                );
+                truncate(&path, range.start)?;
+                size = range.start;
+            }
+            for &(offset, before, after) in &bad {
+                tracing::error!(
+                    path = %path.display(), offset, after_seq = before,
+                    "spool segment is damaged; salvaging the records that can be read"
+                );
+                // Numbers between the last good record before the damage and the first
+                // good one after it; those the hub already acknowledged are not lost.
+                let first = (before + 1).max(self.acked + 1);
+                let last = after.map_or(before, |a| a.saturating_sub(1));
+                if first <= last {
+                    lost.push(Lost { first, last });
                 }
             }
             let index = scan.frames;
