@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use clap::{Parser, ValueEnum};
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
-use sea_orm::{ConnectionTrait as _, Database, DbBackend, Statement, Value};
+use sea_orm::{ConnectOptions, ConnectionTrait as _, Database, DbBackend, Statement, Value};
 use tokio_util::sync::CancellationToken;
 
 const SERVERS: usize = 20;
@@ -94,7 +94,10 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run(name: &str, url: &str, args: &Args) -> anyhow::Result<()> {
-    println!("\n=== {name}: {} events, batches of {}, {} writer(s) ===", args.events, args.batch, args.writers);
+    println!(
+        "\n=== {name}: {} events, batches of {}, {} writer(s) ===",
+        args.events, args.batch, args.writers
+    );
     raw_insert_rate(url, args).await?;
 
     let store = Store::connect(url, 8).await?;
@@ -117,7 +120,7 @@ async fn run(name: &str, url: &str, args: &Args) -> anyhow::Result<()> {
 
     let end = Utc::now().timestamp_millis();
     let start = end - DAYS * DAY_MS;
-    let loaded = load(&events, &servers, start, end, args).await?;
+    let loaded = load(url, &events, &servers, start, end, args).await?;
     queries(&events, &servers, start, end, loaded, args).await?;
     Ok(())
 }
@@ -145,7 +148,12 @@ fn jail_name(i: usize) -> String {
 fn address(k: u64) -> String {
     let h = k.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17);
     if k % 10 == 9 {
-        return format!("2001:db8:{:x}:{:x}::{:x}", (h >> 48) & 0xffff, (h >> 32) & 0xffff, k & 0xffff);
+        return format!(
+            "2001:db8:{:x}:{:x}::{:x}",
+            (h >> 48) & 0xffff,
+            (h >> 32) & 0xffff,
+            k & 0xffff
+        );
     }
     let v4 = (h >> 32) as u32;
     // First octet 11..=222 but 127: no loopback, private 10/8, multicast or reserved space.
@@ -153,7 +161,12 @@ fn address(k: u64) -> String {
         127 => 128,
         other => other,
     };
-    format!("{first}.{}.{}.{}", (v4 >> 16) & 0xff, (v4 >> 8) & 0xff, v4 & 0xff)
+    format!(
+        "{first}.{}.{}.{}",
+        (v4 >> 16) & 0xff,
+        (v4 >> 8) & 0xff,
+        v4 & 0xff
+    )
 }
 
 /// A skewed pick in `0..n`: low numbers far more often, like offenders and jails in real logs.
@@ -172,8 +185,18 @@ fn event(rng: &mut StdRng, at_ms: i64) -> anyhow::Result<NewEvent> {
         hostname: "mail-03.example.net".to_owned(),
         failures: rng.random_range(3..10),
         logs: Logs::capped([
-            format!("{} sshd[{}]: Failed password for invalid user admin from {ip} port {} ssh2", when.format("%b %e %T"), rng.random_range(1000..60000), rng.random_range(1024..65535)),
-            format!("{} sshd[{}]: Connection closed by authenticating user root {ip} port {} [preauth]", when.format("%b %e %T"), rng.random_range(1000..60000), rng.random_range(1024..65535)),
+            format!(
+                "{} sshd[{}]: Failed password for invalid user admin from {ip} port {} ssh2",
+                when.format("%b %e %T"),
+                rng.random_range(1000..60000),
+                rng.random_range(1024..65535)
+            ),
+            format!(
+                "{} sshd[{}]: Connection closed by authenticating user root {ip} port {} [preauth]",
+                when.format("%b %e %T"),
+                rng.random_range(1000..60000),
+                rng.random_range(1024..65535)
+            ),
         ]),
         ban_time: Some(at_ms / 1000),
         ban_duration: Some(BanDuration::Seconds(600)),
@@ -216,9 +239,19 @@ async fn raw_insert_rate(url: &str, args: &Args) -> anyhow::Result<()> {
     if args.raw_events == 0 {
         return Ok(());
     }
-    let db = Database::connect(url).await?;
+    // The same SQLite settings as the hub's store: WAL, synchronous=NORMAL.
+    let mut options = ConnectOptions::new(url.to_owned());
+    options.max_connections(1).sqlx_logging(false);
+    options.map_sqlx_sqlite_opts(|sqlite| {
+        use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+        sqlite
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+    });
+    let db = Database::connect(options).await?;
     let backend = db.get_database_backend();
-    db.execute_unprepared("DROP TABLE IF EXISTS bench_raw").await?;
+    db.execute_unprepared("DROP TABLE IF EXISTS bench_raw")
+        .await?;
     db.execute_unprepared(
         "CREATE TABLE bench_raw (server_id VARCHAR(36) NOT NULL, agent_id VARCHAR(36), epoch BIGINT, \
          seq BIGINT, kind VARCHAR(8) NOT NULL, source VARCHAR(16) NOT NULL, ip VARCHAR(64), \
@@ -232,6 +265,7 @@ async fn raw_insert_rate(url: &str, args: &Args) -> anyhow::Result<()> {
     let agent = AgentId::new().to_string();
     let now = Utc::now().timestamp_millis();
     let started = Instant::now();
+    let cpu = cpu_seconds();
     let mut seq = 0i64;
     while (seq as u64) < args.raw_events {
         let rows = args.batch.min((args.raw_events - seq as u64) as usize);
@@ -280,12 +314,17 @@ async fn raw_insert_rate(url: &str, args: &Args) -> anyhow::Result<()> {
             .await?;
     }
     let elapsed = started.elapsed();
+    let cpu = cpu_seconds() - cpu;
     println!(
-        "raw insert (bare table, no index, no rollup, batches of {}): {} rows in {:.1} s = {:.0} rows/s",
+        "raw insert (bare table, no index, no rollup, one transaction per batch of {}): {} rows in \
+         {:.1} s = {:.0} rows/s; {:.1} CPU-s of this process = {:.0} rows per CPU-second{}",
         args.batch,
         args.raw_events,
         elapsed.as_secs_f64(),
-        args.raw_events as f64 / elapsed.as_secs_f64()
+        args.raw_events as f64 / elapsed.as_secs_f64(),
+        cpu,
+        args.raw_events as f64 / cpu.max(0.001),
+        cpu_note(url),
     );
     db.execute_unprepared("DROP TABLE bench_raw").await?;
     db.close().await?;
@@ -295,6 +334,7 @@ async fn raw_insert_rate(url: &str, args: &Args) -> anyhow::Result<()> {
 /// Loads `args.events` events over `[start, end)` through `ingest_batch`, the servers split between
 /// `args.writers` concurrent agents. Returns the id of the newest event.
 async fn load(
+    url: &str,
     events: &Events,
     servers: &[ServerId],
     start: i64,
@@ -304,6 +344,8 @@ async fn load(
     let writers = args.writers.clamp(1, servers.len());
     let per_writer = args.events / writers as u64;
     let started = Instant::now();
+    let cpu = cpu_seconds();
+    let load_before = load_average();
     let mut tasks = Vec::new();
     for w in 0..writers {
         let events = events.clone();
@@ -345,16 +387,27 @@ async fn load(
         latencies.extend(task.await??);
     }
     let elapsed = started.elapsed();
+    let cpu = cpu_seconds() - cpu;
     let total = per_writer * writers as u64;
+    let mut sorted = latencies.clone();
+    sorted.sort_unstable();
+    let p10 = sorted.get(sorted.len() / 10).copied().unwrap_or_default();
     let (p50, p99, max) = percentiles(latencies);
     println!(
         "ingest via Events::ingest_batch (events + rollups + cursor, one transaction per batch): \
-         {total} events in {:.1} s = {:.0} events/s; batch commit p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+         {total} events in {:.1} s = {:.0} events/s; batch commit p10 {:.1} ms, p50 {:.1} ms, \
+         p99 {:.1} ms, max {:.1} ms; {:.1} CPU-s of this process = {:.0} events per CPU-second{}; \
+         load average {load_before} before, {} after",
         elapsed.as_secs_f64(),
         total as f64 / elapsed.as_secs_f64(),
+        ms(p10),
         ms(p50),
         ms(p99),
-        ms(max)
+        ms(max),
+        cpu,
+        total as f64 / cpu.max(0.001),
+        cpu_note(url),
+        load_average(),
     );
     Ok(total)
 }
@@ -391,7 +444,10 @@ async fn queries(
     loaded: u64,
     args: &Args,
 ) -> anyhow::Result<()> {
-    println!("queries over {loaded} events ({} runs each, after 3 warm-up runs):", args.runs);
+    println!(
+        "queries over {loaded} events ({} runs each, after 3 warm-up runs):",
+        args.runs
+    );
     let runs = args.runs;
     let now = DateTime::<Utc>::from_timestamp_millis(end).unwrap_or_default();
     let deep = Some(Cursor {
@@ -415,7 +471,10 @@ async fn queries(
         anyhow::bail!("address 1 is not a single address");
     };
     let cidr = EventFilter {
-        ip: Some(IpOrCidr::parse(&format!("{}/16", mask16(first))).map_err(|e| anyhow::anyhow!("{e}"))?),
+        ip: Some(
+            IpOrCidr::parse(&format!("{}/16", mask16(first)))
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        ),
         ..EventFilter::default()
     };
     let page = |filter: EventFilter, after: Option<Cursor>| {
@@ -428,15 +487,33 @@ async fn queries(
     };
     time_query("page 1 (50 newest)", runs, page(all.clone(), None)).await?;
     time_query("deep page (27 days back)", runs, page(all.clone(), deep)).await?;
-    time_query("page 1, one server + one jail", runs, page(by_server_jail.clone(), None)).await?;
-    time_query("deep page, one server + one jail", runs, page(by_server_jail, deep)).await?;
+    time_query(
+        "page 1, one server + one jail",
+        runs,
+        page(by_server_jail.clone(), None),
+    )
+    .await?;
+    time_query(
+        "deep page, one server + one jail",
+        runs,
+        page(by_server_jail, deep),
+    )
+    .await?;
     time_query("page 1, one (hot) address", runs, page(hot_ip, None)).await?;
     time_query("page 1, a /16 network", runs, page(cidr, None)).await?;
-    time_query("page 1, kind=unban source=observed", runs, page(EventFilter {
-        kinds: vec![banhub::domain::events::EventKind::Unban],
-        sources: vec![EventSource::Observed],
-        ..EventFilter::default()
-    }, None)).await?;
+    time_query(
+        "page 1, kind=unban source=observed",
+        runs,
+        page(
+            EventFilter {
+                kinds: vec![banhub::domain::events::EventKind::Unban],
+                sources: vec![EventSource::Observed],
+                ..EventFilter::default()
+            },
+            None,
+        ),
+    )
+    .await?;
 
     let stats = |days: i64, server: Option<ServerId>, jail: Option<JailName>| {
         let events = events.clone();
@@ -454,8 +531,18 @@ async fn queries(
     time_query("stats, 24 hours", runs, stats(1, None, None)).await?;
     time_query("stats, 7 days", runs, stats(7, None, None)).await?;
     time_query("stats, 30 days", runs, stats(30, None, None)).await?;
-    time_query("stats, 30 days, one server", runs, stats(30, Some(server), None)).await?;
-    time_query("stats, 30 days, one jail", runs, stats(30, None, Some(jail.clone()))).await?;
+    time_query(
+        "stats, 30 days, one server",
+        runs,
+        stats(30, Some(server), None),
+    )
+    .await?;
+    time_query(
+        "stats, 30 days, one jail",
+        runs,
+        stats(30, None, Some(jail.clone())),
+    )
+    .await?;
 
     let insights = |server: Option<ServerId>, ip: Option<IpOrCidr>| {
         let events = events.clone();
@@ -473,10 +560,53 @@ async fn queries(
         }
     };
     time_query("insights, 30 days", runs, insights(None, None)).await?;
-    time_query("insights, 30 days, one server", runs, insights(Some(server), None)).await?;
+    time_query(
+        "insights, 30 days, one server",
+        runs,
+        insights(Some(server), None),
+    )
+    .await?;
     let hot = IpOrCidr::parse(&address(0)).map_err(|e| anyhow::anyhow!("{e}"))?;
-    time_query("insights + one address in detail", runs, insights(None, Some(hot))).await?;
+    time_query(
+        "insights + one address in detail",
+        runs,
+        insights(None, Some(hot)),
+    )
+    .await?;
     Ok(())
+}
+
+/// User plus system CPU time of this process so far, from `/proc/self/stat` (Linux, 100 ticks/s).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The 1-minute load average: other work on this 2-core machine slows every figure.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// PostgreSQL works in its own processes, so this process's CPU time leaves most of it out.
+fn cpu_note(url: &str) -> &'static str {
+    if url.starts_with("postgres") {
+        " (the PostgreSQL server's own CPU time is not included)"
+    } else {
+        ""
+    }
 }
 
 fn mask16(ip: std::net::IpAddr) -> std::net::IpAddr {

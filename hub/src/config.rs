@@ -376,7 +376,10 @@ mod tests {
         assert_eq!(config.events.prune_interval_secs, 3600);
         let forever = Figment::from(Serialized::default("events.retention_days", 0));
         assert_eq!(
-            Config::load(None, forever).expect("valid").events.retention_days,
+            Config::load(None, forever)
+                .expect("valid")
+                .events
+                .retention_days,
             0
         );
         for (key, value) in [

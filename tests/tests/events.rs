@@ -111,7 +111,13 @@ impl TestHub {
         ServerId::parse(body["server"]["id"].as_str().expect("id")).expect("server id")
     }
 
-    async fn ingest(&self, server: ServerId, agent: AgentId, epoch: u64, batch: Vec<(u64, NewEvent)>) -> u64 {
+    async fn ingest(
+        &self,
+        server: ServerId,
+        agent: AgentId,
+        epoch: u64,
+        batch: Vec<(u64, NewEvent)>,
+    ) -> u64 {
         self.state
             .events
             .ingest_batch(server, agent, epoch, batch)
@@ -281,8 +287,13 @@ async fn ingest_is_idempotent_and_moves_the_cursor(backend: Backend) {
     // A new spool epoch starts from nothing; another agent's numbers are its own.
     assert_eq!(events.committed_seq(agent, 9).await.expect("cursor"), 0);
     assert_eq!(
-        hub.ingest(server, agent, 9, vec![(1, unban("192.0.2.1", "sshd", t + 60_000))])
-            .await,
+        hub.ingest(
+            server,
+            agent,
+            9,
+            vec![(1, unban("192.0.2.1", "sshd", t + 60_000))]
+        )
+        .await,
         1
     );
     let other = AgentId::new();
@@ -296,11 +307,17 @@ async fn ingest_is_idempotent_and_moves_the_cursor(backend: Backend) {
         body: EventBody::Gap(GapFacts {
             reason: GapReason::Overflow,
             lost: 3,
-            ranges: vec![SeqRange { first: 10, last: 12 }],
+            ranges: vec![SeqRange {
+                first: 10,
+                last: 12,
+            }],
         }),
     };
     for _ in 0..2 {
-        assert_eq!(hub.ingest(server, agent, 7, vec![(13, gap.clone())]).await, 13);
+        assert_eq!(
+            hub.ingest(server, agent, 7, vec![(13, gap.clone())]).await,
+            13
+        );
     }
     let gaps = hub.all("kind=gap", 10).await;
     assert_eq!(gaps.len(), 1, "{gaps:?}");
@@ -320,7 +337,10 @@ async fn ingest_is_idempotent_and_moves_the_cursor(backend: Backend) {
     assert_eq!(one["banDuration"], 600);
     assert_eq!(one["banCount"], 1);
     assert_eq!(one["hostname"], "web-1");
-    assert_eq!(one["logs"], json!(["sshd: Failed password for root from 192.0.2.8"]));
+    assert_eq!(
+        one["logs"],
+        json!(["sshd: Failed password for root from 192.0.2.8"])
+    );
     hub.shutdown().await;
 }
 
@@ -370,11 +390,21 @@ async fn filters_and_paging(backend: Backend) {
     let all = hub.all("", 1000).await;
     assert_eq!(all.len(), 300);
     let paged = hub.all("", 7).await;
-    let ids = |events: &[Value]| -> Vec<i64> { events.iter().map(|e| e["id"].as_i64().expect("id")).collect() };
+    let ids = |events: &[Value]| -> Vec<i64> {
+        events
+            .iter()
+            .map(|e| e["id"].as_i64().expect("id"))
+            .collect()
+    };
     assert_eq!(ids(&paged), ids(&all));
     let keys: Vec<(String, i64)> = all
         .iter()
-        .map(|e| (e["occurredAt"].as_str().expect("time").to_owned(), e["id"].as_i64().expect("id")))
+        .map(|e| {
+            (
+                e["occurredAt"].as_str().expect("time").to_owned(),
+                e["id"].as_i64().expect("id"),
+            )
+        })
         .collect();
     let mut sorted = keys.clone();
     sorted.sort_by(|a, b| b.cmp(a));
@@ -386,30 +416,64 @@ async fn filters_and_paging(backend: Backend) {
             .expect("rfc3339")
             .timestamp_millis()
     };
-    let in_net = |e: &Value, prefix: &str| e["ip"].as_str().is_some_and(|ip| ip.starts_with(prefix));
+    let in_net =
+        |e: &Value, prefix: &str| e["ip"].as_str().is_some_and(|ip| ip.starts_with(prefix));
     // The 300 events span about 12 hours.
     let from = base + 3 * HOUR;
     let to = base + 8 * HOUR;
     let from_text = at(from).to_rfc3339();
     type Keep<'a> = Box<dyn Fn(&Value) -> bool + 'a>;
     let cases: Vec<(String, Keep)> = vec![
-        (format!("serverId={}", servers[1]), Box::new(|e: &Value| e["serverId"] == servers[1].to_string())),
-        ("jail=postfix".to_owned(), Box::new(|e: &Value| e["jail"] == "postfix")),
-        ("ip=192.0.2.77".to_owned(), Box::new(|e: &Value| e["ip"] == "192.0.2.77")),
-        ("ip=198.51.100.0/24".to_owned(), Box::new(move |e: &Value| in_net(e, "198.51.100."))),
-        ("ip=198.51.100.0/23".to_owned(), Box::new(move |e: &Value| in_net(e, "198.51.10"))),
-        ("ip=2001:db8::/32".to_owned(), Box::new(move |e: &Value| in_net(e, "2001:db8:"))),
-        ("kind=unban".to_owned(), Box::new(|e: &Value| e["kind"] == "unban")),
+        (
+            format!("serverId={}", servers[1]),
+            Box::new(|e: &Value| e["serverId"] == servers[1].to_string()),
+        ),
+        (
+            "jail=postfix".to_owned(),
+            Box::new(|e: &Value| e["jail"] == "postfix"),
+        ),
+        (
+            "ip=192.0.2.77".to_owned(),
+            Box::new(|e: &Value| e["ip"] == "192.0.2.77"),
+        ),
+        (
+            "ip=198.51.100.0/24".to_owned(),
+            Box::new(move |e: &Value| in_net(e, "198.51.100.")),
+        ),
+        (
+            "ip=198.51.100.0/23".to_owned(),
+            Box::new(move |e: &Value| in_net(e, "198.51.10")),
+        ),
+        (
+            "ip=2001:db8::/32".to_owned(),
+            Box::new(move |e: &Value| in_net(e, "2001:db8:")),
+        ),
+        (
+            "kind=unban".to_owned(),
+            Box::new(|e: &Value| e["kind"] == "unban"),
+        ),
         ("kind=ban,unban".to_owned(), Box::new(|_: &Value| true)),
-        ("source=observed".to_owned(), Box::new(|e: &Value| e["source"] == "observed")),
+        (
+            "source=observed".to_owned(),
+            Box::new(|e: &Value| e["source"] == "observed"),
+        ),
         (
             format!("from={}&to={to}", urlencode(&from_text)),
             Box::new(move |e: &Value| (from..to).contains(&time(e))),
         ),
-        ("q=admin".to_owned(), Box::new(|e: &Value| e["logs"].to_string().contains("Admin"))),
-        ("q=%22Admin7%22".to_owned(), Box::new(|e: &Value| e["logs"].to_string().contains("\\\"Admin7\\\""))),
         (
-            format!("serverId={}&jail=sshd&kind=ban&ip=198.51.100.0/22", servers[0]),
+            "q=admin".to_owned(),
+            Box::new(|e: &Value| e["logs"].to_string().contains("Admin")),
+        ),
+        (
+            "q=%22Admin7%22".to_owned(),
+            Box::new(|e: &Value| e["logs"].to_string().contains("\\\"Admin7\\\"")),
+        ),
+        (
+            format!(
+                "serverId={}&jail=sshd&kind=ban&ip=198.51.100.0/22",
+                servers[0]
+            ),
             Box::new(move |e: &Value| {
                 e["serverId"] == servers[0].to_string()
                     && e["jail"] == "sshd"
@@ -442,7 +506,11 @@ async fn filters_and_paging(backend: Backend) {
         ("format=xml", "format"),
     ] {
         let (status, problem) = hub.get(&format!("/api/events/bans?{query}")).await;
-        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{query}: {problem}");
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{query}: {problem}"
+        );
         assert_eq!(problem["field"], field, "{query}: {problem}");
     }
     let (status, problem) = hub.get("/api/events/bans?servr=x").await;
@@ -450,7 +518,10 @@ async fn filters_and_paging(backend: Backend) {
 
     // CSV: a header and a row per event, the same filters.
     let sshd = hub.all("jail=sshd", 1000).await.len();
-    for path in ["/api/events/bans.csv?jail=sshd", "/api/events/bans?format=csv&jail=sshd&limit=100000"] {
+    for path in [
+        "/api/events/bans.csv?jail=sshd",
+        "/api/events/bans?format=csv&jail=sshd&limit=100000",
+    ] {
         let response = hub.client.get(hub.url(path)).send().await.expect("GET");
         assert_eq!(response.status(), StatusCode::OK, "{path}");
         assert!(
@@ -528,35 +599,65 @@ async fn stats_and_insights_match_what_was_stored(backend: Backend) {
     let (status, stats) = hub.get("/api/events/bans/stats").await;
     assert_eq!(status, StatusCode::OK, "{stats}");
     assert_eq!(stats["bucketSeconds"], 3600);
-    assert_eq!(stats["totals"], json!({"bans": 6, "unbans": 2, "gaps": 0}), "{stats}");
+    assert_eq!(
+        stats["totals"],
+        json!({"bans": 6, "unbans": 2, "gaps": 0}),
+        "{stats}"
+    );
     let series = stats["series"].as_array().expect("series");
     assert!((24..=26).contains(&series.len()), "{}", series.len());
-    let sum: u64 = series.iter().map(|p| p["bans"].as_u64().expect("bans")).sum();
+    let sum: u64 = series
+        .iter()
+        .map(|p| p["bans"].as_u64().expect("bans"))
+        .sum();
     assert_eq!(sum, 6);
     let last = series.last().expect("a bucket");
-    assert_eq!((last["bans"].as_u64(), last["unbans"].as_u64()), (Some(2), Some(0)), "{stats}");
+    assert_eq!(
+        (last["bans"].as_u64(), last["unbans"].as_u64()),
+        (Some(2), Some(0)),
+        "{stats}"
+    );
 
     // Four days: whole days from the daily table and the edge hours from the hourly one.
     let from = at(hour - 4 * DAY + 5 * HOUR).to_rfc3339();
     let (_, stats) = hub
         .get(&format!("/api/events/bans/stats?from={}", urlencode(&from)))
         .await;
-    assert_eq!(stats["totals"], json!({"bans": 9, "unbans": 2, "gaps": 0}), "{stats}");
+    assert_eq!(
+        stats["totals"],
+        json!({"bans": 9, "unbans": 2, "gaps": 0}),
+        "{stats}"
+    );
     let servers = stats["servers"].as_array().expect("servers");
     assert_eq!(servers.len(), 2);
     assert_eq!(servers[0]["serverId"], a.to_string(), "most bans first");
     assert_eq!(servers[0]["serverName"], "web-a");
-    assert_eq!((servers[0]["bans"].as_u64(), servers[0]["unbans"].as_u64()), (Some(6), Some(1)));
-    assert_eq!((servers[1]["bans"].as_u64(), servers[1]["unbans"].as_u64()), (Some(3), Some(1)));
+    assert_eq!(
+        (servers[0]["bans"].as_u64(), servers[0]["unbans"].as_u64()),
+        (Some(6), Some(1))
+    );
+    assert_eq!(
+        (servers[1]["bans"].as_u64(), servers[1]["unbans"].as_u64()),
+        (Some(3), Some(1))
+    );
     let jails: Vec<(String, u64)> = stats["jails"]
         .as_array()
         .expect("jails")
         .iter()
-        .map(|j| (j["jail"].as_str().expect("jail").to_owned(), j["bans"].as_u64().expect("bans")))
+        .map(|j| {
+            (
+                j["jail"].as_str().expect("jail").to_owned(),
+                j["bans"].as_u64().expect("bans"),
+            )
+        })
         .collect();
     assert_eq!(
         jails,
-        [("sshd".to_owned(), 7), ("nginx".to_owned(), 1), ("postfix".to_owned(), 1)]
+        [
+            ("sshd".to_owned(), 7),
+            ("nginx".to_owned(), 1),
+            ("postfix".to_owned(), 1)
+        ]
     );
     let sum: u64 = stats["series"]
         .as_array()
@@ -573,7 +674,11 @@ async fn stats_and_insights_match_what_was_stored(backend: Backend) {
             urlencode(&from)
         ))
         .await;
-    assert_eq!(stats["totals"], json!({"bans": 3, "unbans": 1, "gaps": 0}), "{stats}");
+    assert_eq!(
+        stats["totals"],
+        json!({"bans": 3, "unbans": 1, "gaps": 0}),
+        "{stats}"
+    );
     assert_eq!(stats["servers"].as_array().map(Vec::len), Some(1));
     assert_eq!(stats["jails"][0]["jail"], "sshd");
 
@@ -587,12 +692,18 @@ async fn stats_and_insights_match_what_was_stored(backend: Backend) {
     assert_eq!(top["servers"], 2);
     assert_eq!(top["lastServerId"], b.to_string());
     assert_eq!(top["lastJail"], "sshd");
-    let seen = |v: &Value| DateTime::parse_from_rfc3339(v.as_str().expect("time")).expect("time").timestamp_millis();
+    let seen = |v: &Value| {
+        DateTime::parse_from_rfc3339(v.as_str().expect("time"))
+            .expect("time")
+            .timestamp_millis()
+    };
     assert_eq!(seen(&top["firstSeen"]), t(70));
     assert_eq!(seen(&top["lastSeen"]), t(3));
     assert_eq!(insights["topIps"][1]["ip"], "198.51.100.1");
     assert_eq!(insights["topIps"][1]["bans"], 2);
-    let repeaters = insights["repeatOffenders"].as_array().expect("repeat offenders");
+    let repeaters = insights["repeatOffenders"]
+        .as_array()
+        .expect("repeat offenders");
     assert_eq!(repeaters.len(), 1, "{insights}");
     assert_eq!(repeaters[0]["ip"], repeat);
     assert_eq!(insights["topJails"][0]["jail"], "sshd");
@@ -601,19 +712,32 @@ async fn stats_and_insights_match_what_was_stored(backend: Backend) {
 
     // One server's view, and one address in detail.
     let (_, insights) = hub
-        .get(&format!("/api/events/bans/insights?serverId={b}&limit=1&ip={repeat}"))
+        .get(&format!(
+            "/api/events/bans/insights?serverId={b}&limit=1&ip={repeat}"
+        ))
         .await;
     assert_eq!(insights["topIps"].as_array().map(Vec::len), Some(1));
-    assert_eq!(insights["topIps"][0]["bans"], 2, "bans on server b: {insights}");
+    assert_eq!(
+        insights["topIps"][0]["bans"], 2,
+        "bans on server b: {insights}"
+    );
     let detail = &insights["ip"];
     assert_eq!(detail["bans"], 5);
     let per_server: Vec<(String, u64)> = detail["perServer"]
         .as_array()
         .expect("per server")
         .iter()
-        .map(|s| (s["serverName"].as_str().expect("name").to_owned(), s["bans"].as_u64().expect("bans")))
+        .map(|s| {
+            (
+                s["serverName"].as_str().expect("name").to_owned(),
+                s["bans"].as_u64().expect("bans"),
+            )
+        })
         .collect();
-    assert_eq!(per_server, [("web-a".to_owned(), 3), ("web-b".to_owned(), 2)]);
+    assert_eq!(
+        per_server,
+        [("web-a".to_owned(), 3), ("web-b".to_owned(), 2)]
+    );
     let (_, insights) = hub.get("/api/events/bans/insights?ip=192.0.2.200").await;
     assert_eq!(insights["ip"], Value::Null);
 
@@ -625,7 +749,11 @@ async fn stats_and_insights_match_what_was_stored(backend: Backend) {
         ("/api/events/bans/insights?ip=localhost", "ip"),
     ] {
         let (status, problem) = hub.get(path).await;
-        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{path}: {problem}");
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{path}: {problem}"
+        );
         assert_eq!(problem["field"], field, "{path}");
     }
     hub.shutdown().await;
@@ -651,7 +779,11 @@ async fn next_sse(response: &mut reqwest::Response, buffer: &mut String) -> (i64
                 }
                 continue;
             }
-            let chunk = response.chunk().await.expect("stream").expect("stream open");
+            let chunk = response
+                .chunk()
+                .await
+                .expect("stream")
+                .expect("stream open");
             buffer.push_str(&String::from_utf8_lossy(&chunk));
         }
     };
@@ -673,7 +805,11 @@ async fn live_stream_sends_committed_events(backend: Backend) {
         .await
         .expect("connect");
     assert_eq!(all.status(), StatusCode::OK);
-    assert!(all.headers()["content-type"].to_str().is_ok_and(|t| t.starts_with("text/event-stream")));
+    assert!(
+        all.headers()["content-type"]
+            .to_str()
+            .is_ok_and(|t| t.starts_with("text/event-stream"))
+    );
     let mut nginx_only = hub
         .client
         .get(hub.url("/api/events/stream?jail=nginx"))
@@ -685,7 +821,13 @@ async fn live_stream_sends_committed_events(backend: Backend) {
         server,
         agent,
         1,
-        numbered(1, vec![ban("192.0.2.1", "sshd", t), ban("192.0.2.2", "nginx", t + 1)]),
+        numbered(
+            1,
+            vec![
+                ban("192.0.2.1", "sshd", t),
+                ban("192.0.2.2", "nginx", t + 1),
+            ],
+        ),
     )
     .await;
     let mut buffer = String::new();
@@ -719,7 +861,10 @@ async fn live_stream_sends_committed_events(backend: Backend) {
     hub.ingest(server, agent, 1, vec![(4, ban("192.0.2.4", "sshd", t + 3))])
         .await;
     let (_, event) = next_sse(&mut resumed, &mut resumed_buffer).await;
-    assert_eq!(event["ip"], "192.0.2.4", "no duplicate of the replayed ones");
+    assert_eq!(
+        event["ip"], "192.0.2.4",
+        "no duplicate of the replayed ones"
+    );
 
     let (status, problem) = hub.get("/api/events/stream?lastEventId=abc").await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
@@ -732,10 +877,24 @@ async fn direct_callbacks_need_the_servers_secret(backend: Backend) {
     let hub = TestHub::start(backend).await;
     let (a, b) = (hub.server("direct-a").await, hub.server("direct-b").await);
     let events = &hub.state.events;
-    let secret_a = events.rotate_callback_secret(a).await.expect("rotate").expect("server");
-    let secret_b = events.rotate_callback_secret(b).await.expect("rotate").expect("server");
+    let secret_a = events
+        .rotate_callback_secret(a)
+        .await
+        .expect("rotate")
+        .expect("server");
+    let secret_b = events
+        .rotate_callback_secret(b)
+        .await
+        .expect("rotate")
+        .expect("server");
     assert_ne!(secret_a, secret_b);
-    assert_eq!(events.rotate_callback_secret(ServerId::new()).await.expect("rotate"), None);
+    assert_eq!(
+        events
+            .rotate_callback_secret(ServerId::new())
+            .await
+            .expect("rotate"),
+        None
+    );
 
     let post = |path: &'static str, secret: Option<String>, body: String| {
         let mut request = hub
@@ -782,11 +941,41 @@ async fn direct_callbacks_need_the_servers_secret(backend: Backend) {
     // Refusals store nothing.
     let huge = json!({"ip": "192.0.2.11", "jail": "sshd", "logs": "x".repeat(100_000)}).to_string();
     let cases = [
-        ("/api/ban", None, good("192.0.2.11"), StatusCode::UNAUTHORIZED, None),
-        ("/api/ban", Some("wrong".to_owned()), good("192.0.2.11"), StatusCode::UNAUTHORIZED, None),
-        ("/api/unban", Some(String::new()), good("192.0.2.11"), StatusCode::UNAUTHORIZED, None),
-        ("/api/ban", Some(secret_a.clone()), good("not-an-ip"), StatusCode::UNPROCESSABLE_ENTITY, Some("ip")),
-        ("/api/ban", Some(secret_a.clone()), good("127.0.0.1"), StatusCode::UNPROCESSABLE_ENTITY, Some("ip")),
+        (
+            "/api/ban",
+            None,
+            good("192.0.2.11"),
+            StatusCode::UNAUTHORIZED,
+            None,
+        ),
+        (
+            "/api/ban",
+            Some("wrong".to_owned()),
+            good("192.0.2.11"),
+            StatusCode::UNAUTHORIZED,
+            None,
+        ),
+        (
+            "/api/unban",
+            Some(String::new()),
+            good("192.0.2.11"),
+            StatusCode::UNAUTHORIZED,
+            None,
+        ),
+        (
+            "/api/ban",
+            Some(secret_a.clone()),
+            good("not-an-ip"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("ip"),
+        ),
+        (
+            "/api/ban",
+            Some(secret_a.clone()),
+            good("127.0.0.1"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("ip"),
+        ),
         (
             "/api/ban",
             Some(secret_a.clone()),
@@ -801,9 +990,27 @@ async fn direct_callbacks_need_the_servers_secret(backend: Backend) {
             StatusCode::UNPROCESSABLE_ENTITY,
             Some("failures"),
         ),
-        ("/api/ban", Some(secret_a.clone()), "{\"ip\": ".to_owned(), StatusCode::BAD_REQUEST, None),
-        ("/api/ban", Some(secret_a.clone()), huge.clone(), StatusCode::PAYLOAD_TOO_LARGE, None),
-        ("/api/ban", Some("wrong".to_owned()), huge, StatusCode::UNAUTHORIZED, None),
+        (
+            "/api/ban",
+            Some(secret_a.clone()),
+            "{\"ip\": ".to_owned(),
+            StatusCode::BAD_REQUEST,
+            None,
+        ),
+        (
+            "/api/ban",
+            Some(secret_a.clone()),
+            huge.clone(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+        ),
+        (
+            "/api/ban",
+            Some("wrong".to_owned()),
+            huge,
+            StatusCode::UNAUTHORIZED,
+            None,
+        ),
     ];
     for (path, secret, body, want, field) in cases {
         let (status, problem) = post(path, secret.clone(), body).await;
@@ -812,10 +1019,18 @@ async fn direct_callbacks_need_the_servers_secret(backend: Backend) {
             assert_eq!(problem["field"], field, "{problem}");
         }
     }
-    assert_eq!(hub.all("", 100).await.len(), 2, "refused callbacks stored nothing");
+    assert_eq!(
+        hub.all("", 100).await.len(),
+        2,
+        "refused callbacks stored nothing"
+    );
 
     // A rotated secret replaces the old one.
-    let new_a = events.rotate_callback_secret(a).await.expect("rotate").expect("server");
+    let new_a = events
+        .rotate_callback_secret(a)
+        .await
+        .expect("rotate")
+        .expect("server");
     let (status, _) = post("/api/ban", Some(secret_a), good("192.0.2.12")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     let (status, body) = post("/api/ban", Some(new_a), good("192.0.2.12")).await;
@@ -869,14 +1084,23 @@ async fn retention_prunes_old_events(backend: Backend) {
     let ips: Vec<&str> = left.iter().map(|e| e["ip"].as_str().expect("ip")).collect();
     assert_eq!(ips, ["192.0.2.3", "192.0.2.2"]);
     let (_, after) = hub.get(&format!("/api/events/bans/stats?{range}")).await;
-    assert_eq!(after["totals"], json!({"bans": 2, "unbans": 0, "gaps": 0}), "{after}");
+    assert_eq!(
+        after["totals"],
+        json!({"bans": 2, "unbans": 0, "gaps": 0}),
+        "{after}"
+    );
     let (_, insights) = hub.get("/api/events/bans/insights").await;
     assert_eq!(insights["distinctIps"], 2, "{insights}");
     let top: Vec<(&str, u64)> = insights["topIps"]
         .as_array()
         .expect("top")
         .iter()
-        .map(|i| (i["ip"].as_str().expect("ip"), i["bans"].as_u64().expect("bans")))
+        .map(|i| {
+            (
+                i["ip"].as_str().expect("ip"),
+                i["bans"].as_u64().expect("bans"),
+            )
+        })
         .collect();
     // An address banned within the retention keeps its whole history.
     assert_eq!(top, [("192.0.2.2", 2), ("192.0.2.3", 1)]);
@@ -887,8 +1111,13 @@ async fn retention_prunes_old_events(backend: Backend) {
     // With retention off nothing is pruned.
     let keep = TestHub::start_with(backend, |c| c.events.retention_days = 0).await;
     let server = keep.server("web-1").await;
-    keep.ingest(server, agent, 1, vec![(1, ban("192.0.2.1", "sshd", now - 4000 * DAY))])
-        .await;
+    keep.ingest(
+        server,
+        agent,
+        1,
+        vec![(1, ban("192.0.2.1", "sshd", now - 4000 * DAY))],
+    )
+    .await;
     let report = keep.state.events.prune(Utc::now()).await.expect("prune");
     assert_eq!(report.cutoff_ms, None);
     assert_eq!(keep.all("", 10).await.len(), 1);

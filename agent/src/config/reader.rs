@@ -948,7 +948,10 @@ mod tests {
         ]);
         let ignoreip = config.default_setting("IgnoreIP").expect("set");
         assert_eq!(ignoreip.origin.file, "jail.d/banhub-defaults.local");
-        assert_eq!((ignoreip.origin.line, ignoreip.origin.section.as_str()), (2, "DEFAULT"));
+        assert_eq!(
+            (ignoreip.origin.line, ignoreip.origin.section.as_str()),
+            (2, "DEFAULT")
+        );
         assert_eq!(ignoreip.value, Ok("127.0.0.1/8 192.0.2.1".to_owned()));
         assert_eq!(
             config.default_setting("local").map(|s| s.value),

@@ -5,9 +5,8 @@
 //! always passes the shared rules: an address is an [`IpOrCidr`], a jail a [`JailName`], and log lines
 //! are capped and free of control characters.
 
-use std::fmt;
-
-use banhub_proto::rules::{IpOrCidr, NameError, check_name};
+use banhub_proto::rules::IpOrCidr;
+pub use banhub_proto::rules::JailName;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// At most this many log lines are kept per event; the newest are kept when there are more.
@@ -190,42 +189,6 @@ impl<'de> Deserialize<'de> for BanDuration {
                 "ban duration {seconds} is neither -1 (permanent) nor a number of seconds"
             ))
         })
-    }
-}
-
-/// A jail name that passed the shared name rule.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct JailName(String);
-
-impl JailName {
-    pub fn parse(raw: &str) -> Result<Self, NameError> {
-        check_name(raw)?;
-        Ok(Self(raw.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl TryFrom<String> for JailName {
-    type Error = NameError;
-    fn try_from(raw: String) -> Result<Self, NameError> {
-        check_name(&raw)?;
-        Ok(Self(raw))
-    }
-}
-
-impl From<JailName> for String {
-    fn from(name: JailName) -> Self {
-        name.0
-    }
-}
-
-impl fmt::Display for JailName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 

@@ -356,7 +356,7 @@ async fn pending_pages_across_segments() {
 }
 
 #[tokio::test]
-async fn full_spool_drops_the_oldest_and_records_one_gap() {
+async fn full_spool_drops_the_oldest_and_records_each_drop_as_a_gap() {
     let dir = TempDir::new().expect("tempdir");
     let config = small();
     let spool = open(&dir, config.clone()).await;

@@ -53,10 +53,12 @@ impl From<EventsError> for ApiError {
 
 /// A query string that does not even parse (unknown parameter, bad encoding) is a 400.
 pub(super) fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
-    query.map(|Query(q)| q).map_err(|rejection| ApiError::Malformed {
-        status: StatusCode::BAD_REQUEST,
-        detail: rejection.body_text(),
-    })
+    query
+        .map(|Query(q)| q)
+        .map_err(|rejection| ApiError::Malformed {
+            status: StatusCode::BAD_REQUEST,
+            detail: rejection.body_text(),
+        })
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -193,13 +195,19 @@ fn list<T>(
     };
     raw.split(',')
         .map(|item| {
-            parse(item.trim())
-                .ok_or_else(|| ApiError::invalid(field, format!("{item:?} is not one of {allowed}")))
+            parse(item.trim()).ok_or_else(|| {
+                ApiError::invalid(field, format!("{item:?} is not one of {allowed}"))
+            })
         })
         .collect()
 }
 
-fn number(field: &'static str, raw: Option<&str>, default: usize, max: usize) -> Result<usize, ApiError> {
+fn number(
+    field: &'static str,
+    raw: Option<&str>,
+    default: usize,
+    max: usize,
+) -> Result<usize, ApiError> {
     let Some(raw) = raw else {
         return Ok(default);
     };
@@ -225,7 +233,12 @@ fn filter(
         jail: jail(jail_name)?,
         ip: ip(address)?,
         kinds: list("kind", kind, EventKind::parse, "ban, unban, gap")?,
-        sources: list("source", source, EventSource::parse, "action, observed, direct")?,
+        sources: list(
+            "source",
+            source,
+            EventSource::parse,
+            "action, observed, direct",
+        )?,
         from: time("from", from)?,
         to: time("to", to)?,
         text: text
@@ -606,7 +619,9 @@ fn csv_export(state: &AppState, params: &ListParams) -> Result<Response, ApiErro
         }
         Err(e) => {
             tracing::error!(error = %e, "CSV export failed part-way");
-            Err(std::io::Error::other("the export failed part-way; see the hub's log"))
+            Err(std::io::Error::other(
+                "the export failed part-way; see the hub's log",
+            ))
         }
     });
     let mut response = Body::from_stream(header.chain(rows)).into_response();
@@ -635,7 +650,8 @@ fn csv_row(out: &mut String, e: &StoredEvent) {
     };
     let fields = [
         e.id.to_string(),
-        e.occurred_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        e.occurred_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         e.kind().as_str().to_owned(),
         e.source.as_str().to_owned(),
         e.server_id.to_string(),
@@ -734,11 +750,19 @@ async fn ban_insights(
         jail: jail(p.jail.as_deref())?,
         from: time("from", p.from.as_deref())?,
         to: time("to", p.to.as_deref())?,
-        limit: number("limit", p.limit.as_deref(), DEFAULT_TOP, crate::events::MAX_TOP)?,
+        limit: number(
+            "limit",
+            p.limit.as_deref(),
+            DEFAULT_TOP,
+            crate::events::MAX_TOP,
+        )?,
         ip: ip(p.ip.as_deref())?,
     };
     let insights = state.events.insights(&insights_query, Utc::now()).await?;
-    Ok(ApiJson(insights_dto(insights, &server_names(&state).await?)))
+    Ok(ApiJson(insights_dto(
+        insights,
+        &server_names(&state).await?,
+    )))
 }
 
 fn insights_dto(i: Insights, names: &HashMap<ServerId, String>) -> InsightsDto {

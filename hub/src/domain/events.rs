@@ -224,7 +224,9 @@ pub struct BanFacts {
 }
 
 /// Sequence numbers `first..=last` of one agent epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct SeqRange {
     pub first: u64,
     pub last: u64,
@@ -413,9 +415,10 @@ impl EventFilter {
                 .jail
                 .as_ref()
                 .is_none_or(|jail| facts.is_some_and(|f| &f.jail == jail))
-            && self.ip.as_ref().is_none_or(|want| {
-                facts.is_some_and(|f| ip_in(&f.ip, want))
-            })
+            && self
+                .ip
+                .as_ref()
+                .is_none_or(|want| facts.is_some_and(|f| ip_in(&f.ip, want)))
             && self
                 .text
                 .as_ref()
@@ -633,7 +636,9 @@ mod tests {
         let logs = Logs::capped(&many);
         assert_eq!(logs.lines().len(), MAX_LOG_LINES);
         assert_eq!(logs.lines()[0], "line 30");
-        let big: Vec<String> = (0..40).map(|i| format!("{i:04}{}", "x".repeat(1000))).collect();
+        let big: Vec<String> = (0..40)
+            .map(|i| format!("{i:04}{}", "x".repeat(1000)))
+            .collect();
         let logs = Logs::capped(&big);
         let total: usize = logs.lines().iter().map(String::len).sum();
         assert!(total <= MAX_LOG_BYTES);

@@ -39,10 +39,11 @@ pub fn parse(kind: EventKind, body: &[u8], now: DateTime<Utc>) -> Result<NewEven
     let get = |name: &str| object.get(name).filter(|v| !v.is_null());
 
     let ip_text = text(get("ip"), "ip")?;
-    let ip = IpOrCidr::parse(ip_text.trim()).map_err(|e| field("ip", format!("{ip_text:?} {e}")))?;
+    let ip =
+        IpOrCidr::parse(ip_text.trim()).map_err(|e| field("ip", format!("{ip_text:?} {e}")))?;
     let jail_text = text(get("jail"), "jail")?;
-    let jail =
-        JailName::parse(jail_text.trim()).map_err(|e| field("jail", format!("{jail_text:?} {e}")))?;
+    let jail = JailName::parse(jail_text.trim())
+        .map_err(|e| field("jail", format!("{jail_text:?} {e}")))?;
     let hostname = match get("hostname") {
         None => String::new(),
         Some(Value::String(s)) => clean_hostname(s),
@@ -118,7 +119,10 @@ fn number(value: Option<&Value>, name: &'static str) -> Result<Option<f64>, Call
 /// A whole number from 0 to `u32::MAX`.
 fn whole(n: f64, name: &'static str) -> Result<u32, CallbackError> {
     if n.fract() != 0.0 || !(0.0..=f64::from(u32::MAX)).contains(&n) {
-        return Err(field(name, format!("must be a whole number from 0 to {}", u32::MAX)));
+        return Err(field(
+            name,
+            format!("must be a whole number from 0 to {}", u32::MAX),
+        ));
     }
     // Whole and in range, so exact.
     Ok(n as u32)
@@ -187,8 +191,10 @@ mod tests {
 
     #[test]
     fn spec_fields_and_extras() {
-        let f = ok(r#"{"serverId":"x","ip":"192.0.2.7","jail":"sshd","hostname":"web-1",
-            "failures":3,"logs":["a","b"],"banTime":1790000000,"banDuration":600,"banCount":2}"#);
+        let f = ok(
+            r#"{"serverId":"x","ip":"192.0.2.7","jail":"sshd","hostname":"web-1",
+            "failures":3,"logs":["a","b"],"banTime":1790000000,"banDuration":600,"banCount":2}"#,
+        );
         assert_eq!(f.ip.to_string(), "192.0.2.7");
         assert_eq!(f.jail.as_str(), "sshd");
         assert_eq!(f.hostname, "web-1");
@@ -201,8 +207,10 @@ mod tests {
 
     #[test]
     fn fail2ban_tag_values() {
-        let f = ok(r#"{"ip":"2001:db8::1","jail":"nginx-http-auth","failures":"5",
-            "logs":"one\ntwo","time":"1790000000.81","bantime":"-1","bancount":"1","serverId":17}"#);
+        let f = ok(
+            r#"{"ip":"2001:db8::1","jail":"nginx-http-auth","failures":"5",
+            "logs":"one\ntwo","time":"1790000000.81","bantime":"-1","bancount":"1","serverId":17}"#,
+        );
         assert_eq!(f.failures, 5);
         assert_eq!(f.logs.lines(), ["one", "two"]);
         assert_eq!(f.ban_time, Some(1_790_000_000));
@@ -225,12 +233,30 @@ mod tests {
         refused(r#"{"ip":7,"jail":"sshd"}"#, Some("ip"));
         refused(r#"{"ip":"192.0.2.1"}"#, Some("jail"));
         refused(r#"{"ip":"192.0.2.1","jail":"../etc"}"#, Some("jail"));
-        refused(r#"{"ip":"192.0.2.1","jail":"j","failures":-1}"#, Some("failures"));
-        refused(r#"{"ip":"192.0.2.1","jail":"j","failures":"x"}"#, Some("failures"));
+        refused(
+            r#"{"ip":"192.0.2.1","jail":"j","failures":-1}"#,
+            Some("failures"),
+        );
+        refused(
+            r#"{"ip":"192.0.2.1","jail":"j","failures":"x"}"#,
+            Some("failures"),
+        );
         refused(r#"{"ip":"192.0.2.1","jail":"j","logs":[1]}"#, Some("logs"));
-        refused(r#"{"ip":"192.0.2.1","jail":"j","hostname":1}"#, Some("hostname"));
-        refused(r#"{"ip":"192.0.2.1","jail":"j","banTime":1790000000000}"#, Some("banTime"));
-        refused(r#"{"ip":"192.0.2.1","jail":"j","bantime":-2}"#, Some("bantime"));
-        refused(r#"{"ip":"192.0.2.1","jail":"j","banCount":true}"#, Some("banCount"));
+        refused(
+            r#"{"ip":"192.0.2.1","jail":"j","hostname":1}"#,
+            Some("hostname"),
+        );
+        refused(
+            r#"{"ip":"192.0.2.1","jail":"j","banTime":1790000000000}"#,
+            Some("banTime"),
+        );
+        refused(
+            r#"{"ip":"192.0.2.1","jail":"j","bantime":-2}"#,
+            Some("bantime"),
+        );
+        refused(
+            r#"{"ip":"192.0.2.1","jail":"j","banCount":true}"#,
+            Some("banCount"),
+        );
     }
 }

@@ -60,7 +60,10 @@ impl Live {
                     }
                 }
                 Err(RecvError::Lagged(missed)) => {
-                    tracing::debug!(missed, "live client fell behind; catching up from the database");
+                    tracing::debug!(
+                        missed,
+                        "live client fell behind; catching up from the database"
+                    );
                     self.catch_up = true;
                 }
                 Err(RecvError::Closed) => return None,

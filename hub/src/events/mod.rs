@@ -179,7 +179,10 @@ impl Events {
     ) -> Result<Option<String>, EventsError> {
         let secret = random_secret();
         let hash = sha256_hex(secret.as_bytes());
-        let found = self.store().set_callback_secret(server, Some(&hash)).await?;
+        let found = self
+            .store()
+            .set_callback_secret(server, Some(&hash))
+            .await?;
         Ok(found.then_some(secret))
     }
 
@@ -207,8 +210,10 @@ impl Events {
         filter: EventFilter,
         after: Option<Cursor>,
         max: usize,
-    ) -> Result<impl Stream<Item = Result<Vec<StoredEvent>, EventsError>> + Send + 'static, EventsError>
-    {
+    ) -> Result<
+        impl Stream<Item = Result<Vec<StoredEvent>, EventsError>> + Send + 'static,
+        EventsError,
+    > {
         check_range(filter.from, filter.to)?;
         let state = (self.clone(), filter, after, max);
         Ok(futures::stream::try_unfold(
@@ -233,7 +238,11 @@ impl Events {
 
     /// Counts over time, per server, per jail and in total, from the rollups.
     #[tracing::instrument(skip_all, err)]
-    pub async fn stats(&self, query: &StatsQuery, now: DateTime<Utc>) -> Result<Stats, EventsError> {
+    pub async fn stats(
+        &self,
+        query: &StatsQuery,
+        now: DateTime<Utc>,
+    ) -> Result<Stats, EventsError> {
         stats::stats(self.store(), query, now).await
     }
 

@@ -94,7 +94,10 @@ fn range(
     let to = to.unwrap_or(now).timestamp_millis();
     let from = from.map_or(to - default_span, |f| f.timestamp_millis());
     if to - from > MAX_RANGE_MS {
-        return Err(EventsError::invalid("from", "the range may span at most 20 years"));
+        return Err(EventsError::invalid(
+            "from",
+            "the range may span at most 20 years",
+        ));
     }
     Ok((from, to))
 }
@@ -104,7 +107,9 @@ fn to_time(ms: i64) -> DateTime<Utc> {
 }
 
 /// Adds rows up per key, most events first (ties by key).
-fn ranked<K: Hash + Eq + Ord + Clone>(rows: impl IntoIterator<Item = CountRow<K>>) -> Vec<(K, Counts)> {
+fn ranked<K: Hash + Eq + Ord + Clone>(
+    rows: impl IntoIterator<Item = CountRow<K>>,
+) -> Vec<(K, Counts)> {
     let mut by_key: HashMap<K, Counts> = HashMap::new();
     for row in rows {
         by_key.entry(row.key).or_default().add(row.kind, row.count);
@@ -211,8 +216,18 @@ pub(super) async fn insights(
     let jail = query.jail.as_ref();
     let limit = query.limit;
     let (top_ips, repeat_offenders, mut top_jails, mut top_servers, distinct_ips, ip) = tokio::try_join!(
-        async { store.top_ips(query.server, limit).await.map_err(EventsError::from) },
-        async { store.repeat_offenders(limit).await.map_err(EventsError::from) },
+        async {
+            store
+                .top_ips(query.server, limit)
+                .await
+                .map_err(EventsError::from)
+        },
+        async {
+            store
+                .repeat_offenders(limit)
+                .await
+                .map_err(EventsError::from)
+        },
         by_jail(store, query.server, jail, from, to),
         by_server(store, query.server, jail, from, to),
         async { store.distinct_ips().await.map_err(EventsError::from) },
@@ -268,7 +283,10 @@ mod tests {
     #[test]
     fn ranges_split_into_days_and_edge_hours() {
         let d = 20_000 * DAY_MS;
-        assert_eq!(spans(d + HOUR_MS, d + 5 * HOUR_MS), [(Grain::Hour, d + HOUR_MS, d + 5 * HOUR_MS)]);
+        assert_eq!(
+            spans(d + HOUR_MS, d + 5 * HOUR_MS),
+            [(Grain::Hour, d + HOUR_MS, d + 5 * HOUR_MS)]
+        );
         assert_eq!(spans(d, d + 2 * DAY_MS), [(Grain::Day, d, d + 2 * DAY_MS)]);
         assert_eq!(
             spans(d - 2 * HOUR_MS, d + DAY_MS + 3 * HOUR_MS),

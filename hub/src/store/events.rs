@@ -131,7 +131,8 @@ impl Sql {
 }
 
 fn to_i64(n: u64, what: &str) -> Result<i64, StoreError> {
-    i64::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} {n} does not fit the database")))
+    i64::try_from(n)
+        .map_err(|_| StoreError::Corrupt(format!("{what} {n} does not fit the database")))
 }
 
 fn to_u64(n: i64) -> u64 {
@@ -152,8 +153,9 @@ fn event_values(
 ) -> Result<Vec<Value>, StoreError> {
     let facts = event.body.facts();
     let logs = match facts {
-        Some(f) => serde_json::to_string(f.logs.lines())
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        Some(f) => {
+            serde_json::to_string(f.logs.lines()).map_err(|e| StoreError::Corrupt(e.to_string()))?
+        }
         None => "[]".to_owned(),
     };
     let (lost, detail) = match &event.body {
@@ -497,9 +499,8 @@ async fn add_total(txn: &DatabaseTransaction, name: &str, delta: i64) -> Result<
         txn.get_database_backend(),
         "INSERT INTO event_totals (name, value) VALUES ",
     );
-    sql.tuple([name.to_owned().into(), delta.into()]).push(
-        " ON CONFLICT (name) DO UPDATE SET value = event_totals.value + excluded.value",
-    );
+    sql.tuple([name.to_owned().into(), delta.into()])
+        .push(" ON CONFLICT (name) DO UPDATE SET value = event_totals.value + excluded.value");
     txn.execute_raw(sql.build()).await?;
     Ok(())
 }
@@ -543,7 +544,9 @@ fn push_filter(sql: &mut Sql, filter: &EventFilter) {
     if let Some(text) = &filter.text {
         // Logs are stored as a JSON list, so the text is searched in its JSON-escaped form.
         let json = serde_json::Value::String(text.as_str().to_owned()).to_string();
-        let inner = json.get(1..json.len().saturating_sub(1)).unwrap_or_default();
+        let inner = json
+            .get(1..json.len().saturating_sub(1))
+            .unwrap_or_default();
         let mut pattern = String::with_capacity(inner.len() + 2);
         pattern.push('%');
         for c in inner.chars() {
@@ -583,7 +586,6 @@ fn ip_summary(row: &QueryResult) -> Result<IpSummary, StoreError> {
 const IP_SUMMARY_COLUMNS: &str =
     "ip, bans, servers, first_seen, last_seen, last_jail, last_server_id";
 
-
 impl Store {
     fn backend(&self) -> DbBackend {
         self.db.get_database_backend()
@@ -620,12 +622,7 @@ impl Store {
         let agent_text = agent.to_string();
         let stored_at = now_ms();
 
-        let t0 = std::time::Instant::now();
         let txn = self.db.begin().await?;
-        if std::env::var_os("BANHUB_PRAGMA").is_some() && self.backend() == DbBackend::Sqlite {
-            txn.execute_unprepared("PRAGMA cache_size=-32768").await?;
-            txn.execute_unprepared("PRAGMA wal_autocheckpoint=8192").await?;
-        }
         // The first statement writes, so SQLite takes its write lock at once (waiting out its busy
         // timeout) rather than failing a read transaction that later wants to write.
         let mut inserted: Vec<(i64, u64)> = Vec::with_capacity(order.len());
@@ -651,7 +648,6 @@ impl Store {
                 inserted.push((get(&row, 0)?, to_u64(get(&row, 1)?)));
             }
         }
-        let t1 = t0.elapsed();
         inserted.sort_unstable();
         let mut stored = Vec::with_capacity(inserted.len());
         for (id, seq) in inserted {
@@ -670,7 +666,6 @@ impl Store {
             });
         }
         Rollups::of(&stored).apply(&txn).await?;
-        let t2 = t0.elapsed();
 
         let mut sql = Sql::new(
             self.backend(),
@@ -693,9 +688,7 @@ impl Store {
             Some(row) => get(&row, 0)?,
             None => max_seq_db,
         };
-        let t3 = t0.elapsed();
         txn.commit().await?;
-        if std::env::var_os("BANHUB_TIMING").is_some() { eprintln!("insert {t1:?} rollups {t2:?} cursor {t3:?} commit {:?}", t0.elapsed()); }
         Ok(IngestOutcome {
             committed_seq: to_u64(committed),
             stored,
@@ -1113,8 +1106,8 @@ impl Store {
         if !bool::from(stored.as_bytes().ct_eq(hash.as_bytes())) {
             return Ok(None);
         }
-        let id = ServerId::parse(&id)
-            .map_err(|_| StoreError::Corrupt(format!("server id {id:?}")))?;
+        let id =
+            ServerId::parse(&id).map_err(|_| StoreError::Corrupt(format!("server id {id:?}")))?;
         self.get_server(id).await
     }
 }
