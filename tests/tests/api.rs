@@ -22,8 +22,10 @@ struct TestHub {
 impl TestHub {
     async fn start(database_url: Option<String>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut config = Config::default();
-        config.data_dir = dir.path().join("data");
+        let mut config = Config {
+            data_dir: dir.path().join("data"),
+            ..Config::default()
+        };
         config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
         config.grpc.listen = SocketAddr::from(([127, 0, 0, 1], 0));
         config.http.body_limit_bytes = 4096;

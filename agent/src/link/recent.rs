@@ -22,7 +22,7 @@ pub enum Seen<'a> {
 #[derive(Debug)]
 enum Entry {
     Running,
-    Done(CommandResult),
+    Done(Box<CommandResult>),
 }
 
 /// A bounded map from command id to state; the oldest id is forgotten first.
@@ -57,7 +57,7 @@ impl RecentCommands {
 
     /// Records the result of a command (also one that was refused without running).
     pub fn finish(&mut self, result: &CommandResult) {
-        self.insert(&result.id, Entry::Done(result.clone()));
+        self.insert(&result.id, Entry::Done(Box::new(result.clone())));
     }
 
     pub fn len(&self) -> usize {

@@ -37,7 +37,17 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_global_ignore, set_global_ignore))
 }
 
+/// Section names of fail2ban's configuration that are not jails: an "override" of one would change
+/// every jail (`DEFAULT`) or read any file (`INCLUDES`).
+const RESERVED: [&str; 4] = ["DEFAULT", "INCLUDES", "KNOWN", "banhub-defaults"];
+
 pub(super) fn jail_name(raw: &str) -> Result<JailName, ApiError> {
+    if RESERVED.iter().any(|r| raw.eq_ignore_ascii_case(r)) {
+        return Err(ApiError::invalid(
+            "jail",
+            format!("{raw:?} is a reserved section name, not a jail"),
+        ));
+    }
     JailName::parse(raw).map_err(|e| ApiError::invalid("jail", e))
 }
 
@@ -538,6 +548,14 @@ mod tests {
         let mut bad_version = edit("[sshd]\n");
         bad_version.version = "../x".to_owned();
         assert!(checked_edit("f", bad_version, &["sshd"]).is_err());
+    }
+
+    #[test]
+    fn reserved_sections_are_not_jails() {
+        for raw in ["DEFAULT", "default", "INCLUDES", "banhub-defaults"] {
+            assert!(jail_name(raw).is_err(), "{raw}");
+        }
+        assert!(jail_name("sshd").is_ok());
     }
 
     #[test]
