@@ -212,7 +212,9 @@ async fn run_command(settings: &Settings) -> anyhow::Result<u8> {
         start_relay(settings, spool.clone(), shutdown.clone()).await?;
         Some(spool)
     } else {
-        tracing::warn!("the callback relay is disabled (relay.enabled = false): this host reports no ban events");
+        tracing::warn!(
+            "the callback relay is disabled (relay.enabled = false): this host reports no ban events"
+        );
         None
     };
     let exit = link::run(settings, spool.clone(), shutdown.clone()).await;
@@ -261,9 +263,12 @@ async fn start_relay(
     let bound = listener.local_addr()?;
     let marker = settings.state_dir.join("relay.json");
     let tmp = marker.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::json!({ "listen": bound.to_string() }).to_string())
-        .and_then(|()| std::fs::rename(&tmp, &marker))
-        .with_context(|| format!("cannot write {}", marker.display()))?;
+    std::fs::write(
+        &tmp,
+        serde_json::json!({ "listen": bound.to_string() }).to_string(),
+    )
+    .and_then(|()| std::fs::rename(&tmp, &marker))
+    .with_context(|| format!("cannot write {}", marker.display()))?;
     tokio::spawn(async move {
         if let Err(e) = relay::Relay::new(spool, secret)
             .serve(listener, shutdown)

@@ -128,7 +128,9 @@ name_type!(
 /// Why an address was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AddressError {
-    #[error("is not an IPv4 or IPv6 address or a CIDR network (e.g. 192.0.2.7, 2001:db8::1, 198.51.100.0/24)")]
+    #[error(
+        "is not an IPv4 or IPv6 address or a CIDR network (e.g. 192.0.2.7, 2001:db8::1, 198.51.100.0/24)"
+    )]
     Syntax,
     #[error("has host bits set below the prefix; did you mean {suggestion}?")]
     HostBits { suggestion: String },

@@ -79,7 +79,10 @@ impl EnrollmentToken {
         if self.hub_address.is_empty()
             || self.hub_address.len() > 255
             || !self.hub_address.contains(':')
-            || self.hub_address.chars().any(|c| c.is_whitespace() || c == '/')
+            || self
+                .hub_address
+                .chars()
+                .any(|c| c.is_whitespace() || c == '/')
         {
             return bad("hub address must be host:port");
         }

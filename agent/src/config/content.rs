@@ -34,9 +34,14 @@ pub(crate) fn check_text(text: &str, limit: usize) -> Result<(), String> {
 /// would change every jail), no other jail, no `[INCLUDES]` (that would read any file).
 pub(crate) fn check_jail_override(jail: &JailName, text: &str) -> Result<IniFile, String> {
     // A "jail" named after a reserved section would let its own section be that section.
-    if ["DEFAULT", "INCLUDES", "KNOWN", crate::config::files::DEFAULTS_STEM]
-        .iter()
-        .any(|reserved| jail.as_str().eq_ignore_ascii_case(reserved))
+    if [
+        "DEFAULT",
+        "INCLUDES",
+        "KNOWN",
+        crate::config::files::DEFAULTS_STEM,
+    ]
+    .iter()
+    .any(|reserved| jail.as_str().eq_ignore_ascii_case(reserved))
     {
         return Err(format!(
             "{jail} is a reserved section name, not a jail; it cannot have an override"
@@ -183,10 +188,20 @@ mod tests {
 
     #[test]
     fn reserved_section_names_are_not_jails() {
-        for name in ["DEFAULT", "default", "INCLUDES", "Includes", "KNOWN", "banhub-defaults"] {
+        for name in [
+            "DEFAULT",
+            "default",
+            "INCLUDES",
+            "Includes",
+            "KNOWN",
+            "banhub-defaults",
+        ] {
             let jail = JailName::parse(name).expect("a valid name");
             let text = format!("[{name}]\nbefore = /etc/shadow\n");
-            assert!(check_jail_override(&jail, &text).is_err(), "{name} accepted");
+            assert!(
+                check_jail_override(&jail, &text).is_err(),
+                "{name} accepted"
+            );
         }
     }
 

@@ -11,8 +11,8 @@ use banhub_proto::v1::{
     agent_frame, hub_frame,
 };
 use futures::StreamExt;
-use tokio::sync::{mpsc, watch};
 use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -21,9 +21,9 @@ use tracing::Instrument;
 
 use super::commands;
 use super::delivery::{self, Delivery};
-use crate::spool::SpoolError;
 use super::recent::Seen;
 use super::{Link, SessionReport, now_unix_ms};
+use crate::spool::SpoolError;
 use crate::tls::{self, ConnectProblem};
 
 /// Frames the channel to tonic holds before `pending` takes over.

@@ -42,7 +42,11 @@ fn binary(profile: &str, name: &str) -> anyhow::Result<PathBuf> {
         bail!(
             "{} is missing; build it with `cargo build{} -p banhub -p banhub-agent`",
             path.display(),
-            if profile == "release" { " --release" } else { "" }
+            if profile == "release" {
+                " --release"
+            } else {
+                ""
+            }
         );
     }
     Ok(path)
@@ -82,11 +86,7 @@ impl Stats {
     }
 }
 
-async fn time_get(
-    client: &reqwest::Client,
-    url: &str,
-    rounds: usize,
-) -> anyhow::Result<Stats> {
+async fn time_get(client: &reqwest::Client, url: &str, rounds: usize) -> anyhow::Result<Stats> {
     let mut samples = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let started = Instant::now();
@@ -134,7 +134,10 @@ async fn main() -> anyhow::Result<()> {
             command.args(chunk.iter().map(|&i| address(j, i)));
             let out = command.output().context("fail2ban-client")?;
             if !out.status.success() {
-                bail!("banning in {jail}: {}", String::from_utf8_lossy(&out.stderr));
+                bail!(
+                    "banning in {jail}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
             }
         }
     }
@@ -193,7 +196,10 @@ async fn main() -> anyhow::Result<()> {
         .iter()
         .filter_map(|j| j["currentlyBanned"].as_u64())
         .sum();
-    println!("summary reports {banned} banned addresses in {} jails", summary["jails"].as_array().map_or(0, Vec::len));
+    println!(
+        "summary reports {banned} banned addresses in {} jails",
+        summary["jails"].as_array().map_or(0, Vec::len)
+    );
 
     // Warm-up, then the timed rounds.
     time_get(&client, &summary_url, 3).await?;
@@ -237,13 +243,28 @@ async fn main() -> anyhow::Result<()> {
     let baseline = Stats::new(baseline);
 
     println!();
-    println!("{}", summary_stats.line("GET /api/summary (hub -> agent -> fail2ban)"));
-    println!("{}", first_page.line("GET /api/jails/:jail/banned, first page"));
-    println!("{}", deep_page.line("GET /api/jails/:jail/banned, last page"));
-    println!("{}", search_page.line("GET /api/jails/:jail/banned, search"));
     println!(
         "{}",
-        baseline.line(&format!("fail2ban-client x {} (status + each jail)", jails.len() + 1))
+        summary_stats.line("GET /api/summary (hub -> agent -> fail2ban)")
+    );
+    println!(
+        "{}",
+        first_page.line("GET /api/jails/:jail/banned, first page")
+    );
+    println!(
+        "{}",
+        deep_page.line("GET /api/jails/:jail/banned, last page")
+    );
+    println!(
+        "{}",
+        search_page.line("GET /api/jails/:jail/banned, search")
+    );
+    println!(
+        "{}",
+        baseline.line(&format!(
+            "fail2ban-client x {} (status + each jail)",
+            jails.len() + 1
+        ))
     );
     let ratio = baseline.at(0.5).as_secs_f64() / summary_stats.at(0.5).as_secs_f64().max(1e-9);
     println!("summary is {ratio:.0}x faster than one fail2ban-client process per jail (medians)");

@@ -75,21 +75,19 @@ impl ApiError {
                 "Invalid field",
             ),
             Self::Malformed { status, .. } => match *status {
-                StatusCode::PAYLOAD_TOO_LARGE => (
-                    *status,
-                    "payload_too_large",
-                    "Request body too large",
-                ),
-                StatusCode::UNSUPPORTED_MEDIA_TYPE => (
-                    *status,
-                    "unsupported_media_type",
-                    "Unsupported media type",
-                ),
+                StatusCode::PAYLOAD_TOO_LARGE => {
+                    (*status, "payload_too_large", "Request body too large")
+                }
+                StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+                    (*status, "unsupported_media_type", "Unsupported media type")
+                }
                 _ => (StatusCode::BAD_REQUEST, "bad_request", "Malformed request"),
             },
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
             Self::Fleet(e) => match e {
-                FleetError::UnknownServer => (StatusCode::NOT_FOUND, "unknown_server", "Unknown server"),
+                FleetError::UnknownServer => {
+                    (StatusCode::NOT_FOUND, "unknown_server", "Unknown server")
+                }
                 FleetError::NotEnrolled => (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "agent_not_enrolled",
@@ -146,13 +144,11 @@ impl ApiError {
                         "not_found_on_host",
                         "No such jail or filter on the host",
                     ),
-                    K::Internal => (
-                        StatusCode::BAD_GATEWAY,
-                        "agent_error",
-                        "The agent failed",
-                    ),
+                    K::Internal => (StatusCode::BAD_GATEWAY, "agent_error", "The agent failed"),
                 },
-                FleetError::Protocol(_) => (StatusCode::BAD_GATEWAY, "agent_error", "The agent failed"),
+                FleetError::Protocol(_) => {
+                    (StatusCode::BAD_GATEWAY, "agent_error", "The agent failed")
+                }
                 FleetError::Store(StoreError::NameTaken(_)) => {
                     (StatusCode::CONFLICT, "name_taken", "Name already in use")
                 }
@@ -266,7 +262,9 @@ where
 fn json_rejection(rejection: JsonRejection) -> ApiError {
     let status = rejection.status();
     let detail = match status {
-        StatusCode::PAYLOAD_TOO_LARGE => "the request body is larger than this hub accepts".to_owned(),
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            "the request body is larger than this hub accepts".to_owned()
+        }
         StatusCode::UNSUPPORTED_MEDIA_TYPE => {
             "send the body as JSON with `Content-Type: application/json`".to_owned()
         }

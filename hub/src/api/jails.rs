@@ -216,7 +216,10 @@ fn checked_edit(
         }
     }
     if edit.version.len() > 128 || edit.version.chars().any(|c| !c.is_ascii_alphanumeric()) {
-        return Err(ApiError::invalid(field, "version is not one this hub issued"));
+        return Err(ApiError::invalid(
+            field,
+            "version is not one this hub issued",
+        ));
     }
     Ok(Edit {
         content: edit.content,
@@ -407,7 +410,9 @@ fn ignore_entry(i: usize, raw: &str) -> Result<String, ApiError> {
         let net: ipnet::IpNet = raw
             .parse()
             .or_else(|_| raw.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-            .map_err(|_| ApiError::invalid(&field, format!("{raw:?} is not an address or network")))?;
+            .map_err(|_| {
+                ApiError::invalid(&field, format!("{raw:?} is not an address or network"))
+            })?;
         let net = net.trunc();
         return Ok(if net.prefix_len() == net.max_prefix_len() {
             net.addr().to_string()
@@ -532,7 +537,11 @@ mod tests {
 
     #[test]
     fn edits_may_only_touch_their_own_sections() {
-        let ok = checked_edit("f", edit("[sshd]\nmaxretry = 5\n  [continued]\n"), &["sshd"]);
+        let ok = checked_edit(
+            "f",
+            edit("[sshd]\nmaxretry = 5\n  [continued]\n"),
+            &["sshd"],
+        );
         assert!(ok.is_ok());
         for bad in [
             "[sshd]\nmaxretry = 5\n[DEFAULT]\nignoreip = 0.0.0.0/0\n",
@@ -560,13 +569,24 @@ mod tests {
 
     #[test]
     fn allowlist_entries_are_addresses_networks_or_host_names() {
-        let ok = |raw: &str, want: &str| assert_eq!(ignore_entry(0, raw).ok().as_deref(), Some(want), "{raw}");
+        let ok = |raw: &str, want: &str| {
+            assert_eq!(ignore_entry(0, raw).ok().as_deref(), Some(want), "{raw}")
+        };
         ok("192.0.2.1", "192.0.2.1");
         ok("192.0.2.0/24", "192.0.2.0/24");
         ok("2001:db8::/32", "2001:db8::/32");
         ok("127.0.0.1/8", "127.0.0.0/8");
         ok("Monitor.Example.COM", "monitor.example.com");
-        for bad in ["", "a b", "x\ny", "[DEFAULT]", "host;rm", "-lead.example", "1.2.3.4/33", "a..b"] {
+        for bad in [
+            "",
+            "a b",
+            "x\ny",
+            "[DEFAULT]",
+            "host;rm",
+            "-lead.example",
+            "1.2.3.4/33",
+            "a..b",
+        ] {
             assert!(ignore_entry(0, bad).is_err(), "{bad:?}");
         }
     }

@@ -70,7 +70,10 @@ pub fn router(state: AppState) -> Router {
         .merge(SwaggerUi::new("/api/docs").url("/api/openapi.json", doc))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(middleware::from_fn_with_state(state.clone(), count_requests))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_requests,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

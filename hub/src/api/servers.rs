@@ -88,7 +88,11 @@ impl From<ServerView> for ServerDto {
             },
             created_at: s.created_at,
             enrolled_at: s.enrolled_at,
-            last_seen_at: if online { Some(Utc::now()) } else { s.last_seen_at },
+            last_seen_at: if online {
+                Some(Utc::now())
+            } else {
+                s.last_seen_at
+            },
             connected_at: session.as_ref().map(|i| i.connected_at),
             agent_id: s.agent_id.map(|a| a.to_string()),
             agent_version: session

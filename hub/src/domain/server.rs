@@ -90,7 +90,10 @@ pub struct Labels(BTreeMap<String, String>);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LabelError {
     #[error("label key {key:?} {reason}")]
-    Key { key: String, reason: super::NameError },
+    Key {
+        key: String,
+        reason: super::NameError,
+    },
     #[error("label {key:?} has a value longer than 128 characters or with control characters")]
     Value { key: String },
     #[error("at most 32 labels are allowed")]
@@ -122,7 +125,6 @@ impl Labels {
         self.0
     }
 }
-
 
 /// Whether a server's agent currently holds a session with the hub.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -159,9 +161,15 @@ mod tests {
         let ok = BTreeMap::from([("env".to_owned(), "prod".to_owned())]);
         assert!(Labels::parse(ok).is_ok());
         let bad_key = BTreeMap::from([("../x".to_owned(), "v".to_owned())]);
-        assert!(matches!(Labels::parse(bad_key), Err(LabelError::Key { .. })));
+        assert!(matches!(
+            Labels::parse(bad_key),
+            Err(LabelError::Key { .. })
+        ));
         let bad_value = BTreeMap::from([("k".to_owned(), "a\nb".to_owned())]);
-        assert!(matches!(Labels::parse(bad_value), Err(LabelError::Value { .. })));
+        assert!(matches!(
+            Labels::parse(bad_value),
+            Err(LabelError::Value { .. })
+        ));
     }
 }
 

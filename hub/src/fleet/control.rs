@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use banhub_proto::rules::{FilterName, IpOrCidr, JailName};
 use banhub_proto::v1::{
     self as pb, FileEdit, GetIgnoreList, GetJailConfig, GetStatus, JailToggle, ListBanned,
-    ListFilters, ListJails, LogTail, Restart, RestartMode, SetBan, SetIgnoreList,
-    SetJailsEnabled, TestFilter, WriteJailConfig, command, command_result::Outcome,
+    ListFilters, ListJails, LogTail, Restart, RestartMode, SetBan, SetIgnoreList, SetJailsEnabled,
+    TestFilter, WriteJailConfig, command, command_result::Outcome,
 };
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -354,7 +354,12 @@ impl Fleet {
     /// Every jail of the effective configuration.
     pub async fn jails(&self, server: ServerId, by: &str) -> Result<JailList, FleetError> {
         match self
-            .call(server, command::Kind::ListJails(ListJails {}), "list_jails", by)
+            .call(
+                server,
+                command::Kind::ListJails(ListJails {}),
+                "list_jails",
+                by,
+            )
             .await?
         {
             Outcome::Jails(list) => Ok(JailList {

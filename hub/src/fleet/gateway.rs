@@ -19,8 +19,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-use super::{Fleet, ingest};
 use super::sessions::{Registration, SessionInfo};
+use super::{Fleet, ingest};
 use crate::domain::{AgentFacts, AgentId, Server};
 use crate::pki::agent_from_cert;
 
@@ -162,10 +162,7 @@ fn internal(e: impl std::fmt::Display) -> Status {
 }
 
 fn clip(text: &str, max: usize) -> String {
-    text.chars()
-        .filter(|c| !c.is_control())
-        .take(max)
-        .collect()
+    text.chars().filter(|c| !c.is_control()).take(max).collect()
 }
 
 async fn read_hello(inbound: &mut Streaming<AgentFrame>) -> Result<Hello, Status> {
@@ -316,7 +313,13 @@ impl SessionTask {
             self.fleet.metrics().events_ingested.inc_by(count as u64);
             committed.max(last_seq)
         };
-        if self.send(hub_frame::Body::Ack(Ack { epoch, seq: committed })).await {
+        if self
+            .send(hub_frame::Body::Ack(Ack {
+                epoch,
+                seq: committed,
+            }))
+            .await
+        {
             Ok(())
         } else {
             Err("the agent stopped reading".to_owned())

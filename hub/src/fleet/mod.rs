@@ -21,8 +21,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::AgentsConfig;
-use crate::events::Events;
 use crate::domain::{NewServer, Server, ServerId, ServerStatus};
+use crate::events::Events;
 use crate::metrics::{CommandLabels, Metrics};
 use crate::pki::{Ca, RevocationList, random_secret};
 use crate::store::{Store, StoreError};
@@ -399,7 +399,9 @@ impl Fleet {
                     message: e.message,
                 }),
                 Some(outcome) => Ok(outcome),
-                None => Err(FleetError::Protocol("a result without an outcome".to_owned())),
+                None => Err(FleetError::Protocol(
+                    "a result without an outcome".to_owned(),
+                )),
             },
             Err(e) => Err(e.into()),
         };

@@ -139,7 +139,10 @@ impl Sessions {
     /// Forgets `session_id` of `server` if it is still the current one.
     pub fn unregister(&self, server: ServerId, session_id: u64) {
         let mut live = lock(&self.live);
-        if live.get(&server).is_some_and(|l| l.session_id == session_id) {
+        if live
+            .get(&server)
+            .is_some_and(|l| l.session_id == session_id)
+        {
             live.remove(&server);
         }
     }
@@ -268,10 +271,7 @@ mod tests {
         let answering = tokio::spawn(async move {
             let out = reg.commands.recv().await.expect("a command");
             let id = out.command.id.clone();
-            let _ = out.reply.send(CommandResult {
-                id,
-                outcome: None,
-            });
+            let _ = out.reply.send(CommandResult { id, outcome: None });
             reg
         });
         let command = Command {

@@ -8,8 +8,7 @@ use base64::Engine;
 use rand::RngCore;
 use rcgen::{
     BasicConstraints, CertificateParams, CertificateSigningRequestParams, DistinguishedName,
-    DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
-    SerialNumber,
+    DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
 };
 use sha2::{Digest, Sha256};
 
@@ -247,9 +246,7 @@ fn pem_to_der(pem: &str) -> Result<Vec<u8>, PkiError> {
     let mut reader = pem.as_bytes();
     match rustls_pemfile::certs(&mut reader).next() {
         Some(Ok(der)) => Ok(der.to_vec()),
-        _ => Err(PkiError::BadCsr(
-            "no certificate in PEM input".to_owned(),
-        )),
+        _ => Err(PkiError::BadCsr("no certificate in PEM input".to_owned())),
     }
 }
 

@@ -158,9 +158,10 @@ pub fn server_tls_config(
         .map_err(|e| PkiError::BadCsr(format!("client verifier: {e}")))?;
     let verifier = Arc::new(AgentCertVerifier { inner, revoked });
 
-    let mut chain: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut hub_cert_pem.as_bytes())
-        .collect::<Result<_, _>>()
-        .map_err(|e| PkiError::BadCsr(format!("hub certificate: {e}")))?;
+    let mut chain: Vec<CertificateDer<'static>> =
+        rustls_pemfile::certs(&mut hub_cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| PkiError::BadCsr(format!("hub certificate: {e}")))?;
     chain.push(CertificateDer::from(ca_der.to_vec()));
     let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut hub_key_pem.as_bytes())
         .map_err(|e| PkiError::BadCsr(format!("hub key: {e}")))?

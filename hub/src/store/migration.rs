@@ -9,7 +9,10 @@ pub struct Migrator;
 
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(M0001Foundation), Box::new(m0002_events::M0002Events)]
+        vec![
+            Box::new(M0001Foundation),
+            Box::new(m0002_events::M0002Events),
+        ]
     }
 }
 

@@ -12,15 +12,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectOptions, Database, DatabaseConnection,
-    DbBackend, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait,
+    ActiveModelTrait, ColumnTrait, ConnectOptions, Database, DatabaseConnection, DbBackend,
+    EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait,
 };
 use sea_orm_migration::MigratorTrait;
 use subtle::ConstantTimeEq;
 
-use crate::domain::{
-    AgentFacts, AgentId, Labels, NewServer, Server, ServerId, ServerName,
-};
+use crate::domain::{AgentFacts, AgentId, Labels, NewServer, Server, ServerId, ServerName};
 use crate::pki::{SignedAgentCert, sha256_hex};
 use entities::{agent_cert, enrollment_token, server};
 
