@@ -5,6 +5,7 @@ pub mod config;
 pub mod enroll;
 pub mod fail2ban;
 pub mod link;
+pub mod reconcile;
 pub mod relay;
 pub mod settings;
 pub mod spool;

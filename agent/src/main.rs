@@ -9,7 +9,7 @@ use anyhow::Context;
 use banhub_agent::enroll::{self, EnrollOptions};
 use banhub_agent::link::{self, LinkExit};
 use banhub_agent::settings::{LogFormat, Settings};
-use banhub_agent::{relay, spool};
+use banhub_agent::{reconcile, relay, spool};
 use clap::{Args, Parser, Subcommand};
 use figment::Figment;
 use figment::providers::Serialized;
@@ -209,7 +209,9 @@ async fn run_command(settings: &Settings) -> anyhow::Result<u8> {
     spawn_signal_handler(shutdown.clone())?;
     let spool = if settings.relay.enabled {
         let spool = open_spool(settings).await?;
-        start_relay(settings, spool.clone(), shutdown.clone()).await?;
+        let belief = reconcile::Belief::load(&settings.state_dir)?;
+        start_relay(settings, spool.clone(), belief.clone(), shutdown.clone()).await?;
+        start_reconcile(settings, spool.clone(), belief, shutdown.clone());
         Some(spool)
     } else {
         tracing::warn!(
@@ -251,6 +253,7 @@ async fn open_spool(settings: &Settings) -> anyhow::Result<spool::Spool> {
 async fn start_relay(
     settings: &Settings,
     spool: spool::Spool,
+    belief: reconcile::Belief,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let secret_path = settings.state_dir.join(relay::SECRET_FILE);
@@ -271,6 +274,7 @@ async fn start_relay(
     .with_context(|| format!("cannot write {}", marker.display()))?;
     tokio::spawn(async move {
         if let Err(e) = relay::Relay::new(spool, secret)
+            .with_belief(belief)
             .serve(listener, shutdown)
             .await
         {
@@ -278,6 +282,27 @@ async fn start_relay(
         }
     });
     Ok(())
+}
+
+/// Starts reconciliation (at start, periodically, after fail2ban restarts) unless
+/// `reconcile.interval_secs` is 0; it stops with `shutdown`.
+fn start_reconcile(
+    settings: &Settings,
+    spool: spool::Spool,
+    belief: reconcile::Belief,
+    shutdown: CancellationToken,
+) {
+    if settings.reconcile.interval_secs == 0 {
+        tracing::info!("reconciliation is off (reconcile.interval_secs = 0)");
+        return;
+    }
+    let mut config = reconcile::ReconcileConfig::new(
+        settings.fail2ban.socket.clone(),
+        Some(Duration::from_secs(settings.reconcile.interval_secs)),
+    );
+    config.timeout = settings.fail2ban_timeout();
+    let reconciler = reconcile::Reconciler::new(config, spool, belief);
+    tokio::spawn(reconciler.run(shutdown));
 }
 
 /// Cancels `shutdown` on the first SIGINT or SIGTERM.

@@ -21,7 +21,23 @@ pub struct Settings {
     pub link: LinkSettings,
     pub relay: RelaySettings,
     pub spool: SpoolSettings,
+    pub reconcile: ReconcileSettings,
     pub log: LogSettings,
+}
+
+/// Reconciliation of fail2ban's ban list with what the agent reported.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReconcileSettings {
+    /// Seconds between periodic passes (there is always one at start and one after fail2ban
+    /// restarts); 0 turns reconciliation off.
+    pub interval_secs: u64,
+}
+
+impl Default for ReconcileSettings {
+    fn default() -> Self {
+        Self { interval_secs: 60 }
+    }
 }
 
 /// The loopback relay fail2ban's action posts ban and unban callbacks to.
@@ -95,6 +111,7 @@ impl Default for Settings {
             link: LinkSettings::default(),
             relay: RelaySettings::default(),
             spool: SpoolSettings::default(),
+            reconcile: ReconcileSettings::default(),
             log: LogSettings::default(),
         }
     }
@@ -229,6 +246,12 @@ impl Settings {
             );
         }
         check_range("spool.max_bytes", self.spool.max_bytes, 1 << 20, 1 << 40)?;
+        check_range(
+            "reconcile.interval_secs",
+            self.reconcile.interval_secs,
+            0,
+            7 * 86_400,
+        )?;
         check_range(
             "fail2ban.timeout_ms",
             self.fail2ban.timeout_ms,
@@ -371,6 +394,10 @@ mod tests {
         check(set("link.backoff_max_ms", 0), "link.backoff_max_ms");
         check(set("link.connect_timeout_ms", 5), "link.connect_timeout_ms");
         check(set("fail2ban.timeout_ms", 1), "fail2ban.timeout_ms");
+        check(
+            set("reconcile.interval_secs", 10_000_000),
+            "reconcile.interval_secs",
+        );
         check(set("fail2ban.socket", ""), "fail2ban.socket");
         check(set("state_dir", ""), "state_dir");
         check(set("log.filter", "info,[[["), "log.filter");

@@ -244,6 +244,7 @@ on_both_backends!(
     live_stream_sends_committed_events,
     direct_callbacks_need_the_servers_secret,
     retention_prunes_old_events,
+    often_banned_addresses_rank_first,
 );
 
 async fn ingest_is_idempotent_and_moves_the_cursor(backend: Backend) {
@@ -1122,5 +1123,48 @@ async fn retention_prunes_old_events(backend: Backend) {
     assert_eq!(report.cutoff_ms, None);
     assert_eq!(keep.all("", 10).await.len(), 1);
     keep.shutdown().await;
+    hub.shutdown().await;
+}
+
+async fn often_banned_addresses_rank_first(backend: Backend) {
+    let hub = TestHub::start(backend).await;
+    let server = hub.server("web-1").await;
+    let t = now_ms() - HOUR;
+    let mut events = Vec::new();
+    for (ip, bans) in [("192.0.2.1", 12), ("192.0.2.2", 9), ("192.0.2.3", 3)] {
+        for i in 0..bans {
+            events.push(ban(ip, "sshd", t + i * 1000));
+        }
+    }
+    hub.ingest(server, AgentId::new(), 1, numbered(1, events))
+        .await;
+    let ranking = |insights: &Value| -> Vec<(String, u64)> {
+        insights["topIps"]
+            .as_array()
+            .expect("top")
+            .iter()
+            .map(|i| {
+                (
+                    i["ip"].as_str().expect("ip").to_owned(),
+                    i["bans"].as_u64().expect("bans"),
+                )
+            })
+            .collect()
+    };
+    // Two addresses banned often enough for the ranking index; asking for three ranks them all.
+    let (_, two) = hub.get("/api/events/bans/insights?limit=2").await;
+    assert_eq!(
+        ranking(&two),
+        [("192.0.2.1".to_owned(), 12), ("192.0.2.2".to_owned(), 9)]
+    );
+    let (_, three) = hub.get("/api/events/bans/insights?limit=3").await;
+    assert_eq!(ranking(&three).len(), 3);
+    assert_eq!(ranking(&three)[2], ("192.0.2.3".to_owned(), 3));
+    let (_, one) = hub
+        .get(&format!(
+            "/api/events/bans/insights?limit=1&serverId={server}"
+        ))
+        .await;
+    assert_eq!(ranking(&one), [("192.0.2.1".to_owned(), 12)]);
     hub.shutdown().await;
 }

@@ -143,6 +143,8 @@ pub struct Relay {
     /// Used when a callback does not name its host.
     hostname: Arc<str>,
     stats: Arc<RelayStats>,
+    /// Told about every stored event, for reconciliation.
+    belief: Option<crate::reconcile::Belief>,
 }
 
 impl Relay {
@@ -158,7 +160,15 @@ impl Relay {
             secret: Arc::new(secret),
             hostname: crate::spool::clean_hostname(&hostname).into(),
             stats: Arc::default(),
+            belief: None,
         }
+    }
+
+    /// Records every stored event in `belief` too, so that reconciliation knows what the action
+    /// reported.
+    pub fn with_belief(mut self, belief: crate::reconcile::Belief) -> Self {
+        self.belief = Some(belief);
+        self
     }
 
     /// The counters, shared with the running relay.
@@ -207,13 +217,18 @@ impl Relay {
             })?;
         let callback = payload::parse(&body).map_err(Problem::from)?;
         let event = self.event(kind, callback);
-        self.spool.append(event).await.map_err(|e| {
+        let recorded = self.belief.as_ref().map(|belief| (belief, event.clone()));
+        let position = self.spool.append(event).await.map_err(|e| {
             tracing::error!(error = %e, "could not store a callback in the spool");
             match e {
                 SpoolError::EventTooLarge { max, .. } => Problem::too_large(max),
                 _ => Problem::spool_unavailable(),
             }
-        })
+        })?;
+        if let Some((belief, event)) = recorded {
+            belief.record(&event);
+        }
+        Ok(position)
     }
 
     fn check_secret(&self, headers: &HeaderMap) -> Result<(), Problem> {

@@ -29,6 +29,19 @@ use crate::domain::{AgentId, Server, ServerId};
 const INSERT_CHUNK: usize = 1000;
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 24 * HOUR_MS;
+/// SQLite page cache of a connection that writes events, in KiB. The default (2 MiB) is far smaller
+/// than what one batch touches (the events, five indexes, the per-address rollups), so a
+/// transaction would spill pages to the WAL and rewrite them many times over.
+const SQLITE_WRITER_CACHE_KIB: u32 = 32 * 1024;
+/// WAL pages after which a committing writer checkpoints (SQLite's default: 1000). A batch dirties
+/// a few thousand pages spread over the indexes, so with the default nearly every commit would
+/// checkpoint (and fsync); with this, one in several does, and pages written by several batches
+/// reach the database file once.
+const SQLITE_WAL_AUTOCHECKPOINT: u32 = 10_000;
+/// Bans from which an address is in the partial ranking index of `ip_stats` (`ip_stats_hot`), and
+/// of `ip_servers` (`ip_servers_hot`); the numbers are those of migration M0002.
+const HOT_IP_BANS: i64 = 8;
+const HOT_IP_SERVER_BANS: i64 = 4;
 /// `event_totals` row counting distinct banned addresses in `ip_stats`.
 const DISTINCT_IPS: &str = "distinct_ips";
 
@@ -591,6 +604,18 @@ impl Store {
         self.db.get_database_backend()
     }
 
+    /// Begins a transaction that writes events and rollups.
+    async fn begin_writer(&self) -> Result<DatabaseTransaction, StoreError> {
+        let txn = self.db.begin().await?;
+        if self.backend() == DbBackend::Sqlite {
+            // Per connection and cheap to repeat; it has to be set on whichever pooled connection
+            // this transaction got.
+            txn.execute_unprepared(&format!("PRAGMA cache_size = -{SQLITE_WRITER_CACHE_KIB}"))
+                .await?;
+        }
+        Ok(txn)
+    }
+
     /// Stores an agent's batch in one transaction: events already stored (same agent, epoch and
     /// sequence number) are skipped, the rollups count only the new ones, and the agent's cursor
     /// moves to the highest sequence number seen.
@@ -622,7 +647,7 @@ impl Store {
         let agent_text = agent.to_string();
         let stored_at = now_ms();
 
-        let txn = self.db.begin().await?;
+        let txn = self.begin_writer().await?;
         // The first statement writes, so SQLite takes its write lock at once (waiting out its busy
         // timeout) rather than failing a read transaction that later wants to write.
         let mut inserted: Vec<(i64, u64)> = Vec::with_capacity(order.len());
@@ -711,7 +736,7 @@ impl Store {
             stored_at,
         )?)
         .push(" RETURNING id");
-        let txn = self.db.begin().await?;
+        let txn = self.begin_writer().await?;
         let row = txn
             .query_one_raw(sql.build())
             .await?
@@ -912,23 +937,38 @@ impl Store {
             .collect()
     }
 
-    /// The most banned addresses, over every server or on one.
+    /// The most banned addresses, over every server or on one. Read from the partial index of
+    /// often-banned addresses; only when it holds fewer than `limit` (a young or very spread
+    /// history) is the whole table ranked.
     pub async fn top_ips(
         &self,
         server: Option<ServerId>,
         limit: usize,
     ) -> Result<Vec<IpSummary>, StoreError> {
+        let hot = self.ranked_ips(server, limit, true).await?;
+        if hot.len() >= limit {
+            return Ok(hot);
+        }
+        self.ranked_ips(server, limit, false).await
+    }
+
+    async fn ranked_ips(
+        &self,
+        server: Option<ServerId>,
+        limit: usize,
+        hot_only: bool,
+    ) -> Result<Vec<IpSummary>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut sql = match server {
+        let sql = match server {
             None => {
                 let mut sql = Sql::new(
                     self.backend(),
-                    &format!(
-                        "SELECT {IP_SUMMARY_COLUMNS} FROM ip_stats \
-                         ORDER BY bans DESC, ip DESC LIMIT "
-                    ),
+                    &format!("SELECT {IP_SUMMARY_COLUMNS} FROM ip_stats WHERE 1 = 1"),
                 );
-                sql.bind(limit);
+                if hot_only {
+                    sql.push(&format!(" AND bans >= {HOT_IP_BANS}"));
+                }
+                sql.push(" ORDER BY bans DESC, ip DESC LIMIT ").bind(limit);
                 sql
             }
             Some(server) => {
@@ -938,13 +978,15 @@ impl Store {
                      t.last_server_id FROM ip_servers s JOIN ip_stats t ON t.ip = s.ip \
                      WHERE s.server_id = ",
                 );
-                sql.bind(server.to_string())
-                    .push(" ORDER BY s.bans DESC, s.ip DESC LIMIT ")
+                sql.bind(server.to_string());
+                if hot_only {
+                    sql.push(&format!(" AND s.bans >= {HOT_IP_SERVER_BANS}"));
+                }
+                sql.push(" ORDER BY s.bans DESC, s.ip DESC LIMIT ")
                     .bind(limit);
                 sql
             }
         };
-        sql.push("");
         self.db
             .query_all_raw(sql.build())
             .await?

@@ -56,15 +56,18 @@ const UP: &[&str] = &[
     )",
     // Event counts per hour and per day (bucket = start, Unix ms) by server, jail and kind. The empty
     // string stands for "every server" / "every jail", so each event counts in four rows per table:
-    // (server, jail), (server, ''), ('', jail), ('', '').
+    // (server, jail), (server, ''), ('', jail), ('', ''). Clustered by bucket first, so a batch
+    // updates a few pages at the end of the table; the indexes, which do not hold the count, change
+    // only when a bucket row is created.
     "CREATE TABLE event_counts_hourly (
         server_id VARCHAR(36) NOT NULL,
         jail VARCHAR(64) NOT NULL,
         bucket BIGINT NOT NULL,
         kind VARCHAR(8) NOT NULL,
         count BIGINT NOT NULL,
-        PRIMARY KEY (server_id, jail, bucket, kind)
+        PRIMARY KEY (bucket, server_id, jail, kind)
     ){clustered}",
+    "CREATE INDEX event_counts_hourly_key ON event_counts_hourly (server_id, jail, bucket)",
     "CREATE INDEX event_counts_hourly_server ON event_counts_hourly (server_id, bucket)",
     "CREATE INDEX event_counts_hourly_jail ON event_counts_hourly (jail, bucket)",
     "CREATE TABLE event_counts_daily (
@@ -73,8 +76,9 @@ const UP: &[&str] = &[
         bucket BIGINT NOT NULL,
         kind VARCHAR(8) NOT NULL,
         count BIGINT NOT NULL,
-        PRIMARY KEY (server_id, jail, bucket, kind)
+        PRIMARY KEY (bucket, server_id, jail, kind)
     ){clustered}",
+    "CREATE INDEX event_counts_daily_key ON event_counts_daily (server_id, jail, bucket)",
     "CREATE INDEX event_counts_daily_server ON event_counts_daily (server_id, bucket)",
     "CREATE INDEX event_counts_daily_jail ON event_counts_daily (jail, bucket)",
     // Bans per address: totals, on how many servers, first and last seen.
@@ -87,7 +91,9 @@ const UP: &[&str] = &[
         last_jail VARCHAR(64) NOT NULL,
         last_server_id VARCHAR(36) NOT NULL
     ){clustered}",
-    "CREATE INDEX ip_stats_bans ON ip_stats (bans, ip)",
+    // Ranking indexes only hold addresses banned often (see `store::events::HOT_*`): most addresses
+    // are banned once or twice, and their updates then touch no index page at all.
+    "CREATE INDEX ip_stats_hot ON ip_stats (bans, ip) WHERE bans >= 8",
     "CREATE INDEX ip_stats_repeat ON ip_stats (servers, bans, ip) WHERE servers >= 2",
     // Bans per address and server.
     "CREATE TABLE ip_servers (
@@ -98,7 +104,7 @@ const UP: &[&str] = &[
         last_seen BIGINT NOT NULL,
         PRIMARY KEY (ip, server_id)
     ){clustered}",
-    "CREATE INDEX ip_servers_top ON ip_servers (server_id, bans, ip)",
+    "CREATE INDEX ip_servers_hot ON ip_servers (server_id, bans, ip) WHERE bans >= 4",
     // Running totals that would otherwise need a full count (e.g. distinct addresses).
     "CREATE TABLE event_totals (
         name VARCHAR(32) NOT NULL PRIMARY KEY,
