@@ -33,11 +33,6 @@ const DAY_MS: i64 = 24 * HOUR_MS;
 /// than what one batch touches (the events, five indexes, the per-address rollups), so a
 /// transaction would spill pages to the WAL and rewrite them many times over.
 const SQLITE_WRITER_CACHE_KIB: u32 = 32 * 1024;
-/// WAL pages after which a committing writer checkpoints (SQLite's default: 1000). A batch dirties
-/// a few thousand pages spread over the indexes, so with the default nearly every commit would
-/// checkpoint (and fsync); with this, one in several does, and pages written by several batches
-/// reach the database file once.
-const SQLITE_WAL_AUTOCHECKPOINT: u32 = 10_000;
 /// Bans from which an address is in the partial ranking index of `ip_stats` (`ip_stats_hot`), and
 /// of `ip_servers` (`ip_servers_hot`); the numbers are those of migration M0002.
 const HOT_IP_BANS: i64 = 8;
