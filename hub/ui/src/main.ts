@@ -1,0 +1,11 @@
+import './app.css';
+import { mount } from 'svelte';
+import App from './App.svelte';
+import { applyTheme, storedTheme } from './lib/theme';
+
+// Before the first paint, so a dark-theme user never sees a light flash.
+applyTheme(storedTheme());
+
+const target = document.getElementById('app');
+if (!target) throw new Error('index.html has no #app element');
+export default mount(App, { target });
