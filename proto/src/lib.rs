@@ -8,6 +8,7 @@ pub mod v1 {
     tonic::include_proto!("banhub.agent.v1");
 }
 
+pub mod event;
 pub mod rules;
 pub mod token;
 

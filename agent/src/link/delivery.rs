@@ -11,7 +11,7 @@ use banhub_proto::v1::{
 };
 use tokio::sync::watch;
 
-use crate::spool::{BanEvent, Event, GapReason, Record, Source, Spool, SpoolError};
+use crate::spool::{BanEvent, Event, Record, Source, Spool, SpoolError};
 
 /// Events per batch: large enough to amortise the hub's transaction, small enough to keep a frame
 /// well under gRPC's message limit (an event's logs are capped at 16 KiB).
@@ -126,11 +126,7 @@ pub fn to_wire(record: Record) -> pb::Event {
                     last: r.last,
                 })
                 .collect(),
-            gap_reason: match gap.reason {
-                GapReason::Overflow => "overflow",
-                GapReason::Corruption => "corruption",
-            }
-            .to_owned(),
+            gap_reason: gap.reason.as_str().to_owned(),
             ..pb::Event::default()
         },
     }

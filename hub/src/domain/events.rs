@@ -8,19 +8,14 @@ use std::net::{IpAddr, Ipv6Addr};
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 
-pub use banhub_proto::rules::IpOrCidr;
-use banhub_proto::rules::{NameError, check_name};
+pub use banhub_proto::event::{
+    BanDuration, GapReason, Logs, MAX_HOSTNAME_BYTES, MAX_LOG_BYTES, MAX_LOG_LINE_BYTES,
+    MAX_LOG_LINES, SeqRange, clean_hostname,
+};
+pub use banhub_proto::rules::{IpOrCidr, JailName};
 
 use super::{AgentId, ServerId};
 
-/// At most this many log lines are kept per event; the newest are kept when there are more.
-pub const MAX_LOG_LINES: usize = 50;
-/// Each log line is cut to at most this many bytes (at a character boundary).
-pub const MAX_LOG_LINE_BYTES: usize = 1024;
-/// All log lines of one event together hold at most this many bytes.
-pub const MAX_LOG_BYTES: usize = 16 * 1024;
-/// A host name is cut to this many bytes (the DNS limit).
-pub const MAX_HOSTNAME_BYTES: usize = 253;
 /// Longest text search accepted, in characters.
 pub const MAX_SEARCH_CHARS: usize = 200;
 
@@ -88,124 +83,6 @@ impl fmt::Display for EventSource {
     }
 }
 
-/// A jail name that passed the shared name rule.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct JailName(String);
-
-impl JailName {
-    pub fn parse(raw: &str) -> Result<Self, NameError> {
-        check_name(raw)?;
-        Ok(Self(raw.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for JailName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// Log lines that came with an event: at most [`MAX_LOG_LINES`] lines of at most
-/// [`MAX_LOG_LINE_BYTES`] bytes, [`MAX_LOG_BYTES`] in all, without control characters but tab.
-///
-/// Whoever attacks a host writes this text, so it is data only: capped so one event cannot swell the
-/// database, and cleaned so it cannot move a terminal's cursor or split a CSV row when shown.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Logs(Vec<String>);
-
-impl Logs {
-    /// Cleans and caps `lines`; lines empty after cleaning are dropped. When there are too many, the
-    /// newest (last) are kept: they are the ones that tipped the ban.
-    pub fn capped<I, S>(lines: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        let cleaned: Vec<String> = lines
-            .into_iter()
-            .map(|line| clean(line.as_ref(), MAX_LOG_LINE_BYTES))
-            .filter(|line| !line.is_empty())
-            .collect();
-        let mut total = 0usize;
-        let keep = cleaned
-            .iter()
-            .rev()
-            .take(MAX_LOG_LINES)
-            .take_while(|line| {
-                total += line.len();
-                total <= MAX_LOG_BYTES
-            })
-            .count();
-        let mut cleaned = cleaned;
-        Self(cleaned.split_off(cleaned.len() - keep))
-    }
-
-    /// Splits a block of text (fail2ban's `<matches>`: one match per line) and caps it.
-    pub fn from_text(text: &str) -> Self {
-        Self::capped(text.lines())
-    }
-
-    pub fn lines(&self) -> &[String] {
-        &self.0
-    }
-
-    pub fn into_lines(self) -> Vec<String> {
-        self.0
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-/// Drops control characters other than tab and cuts to `max` bytes at a character boundary.
-fn clean(raw: &str, max: usize) -> String {
-    let mut out = String::with_capacity(raw.len().min(max));
-    for c in raw.chars().filter(|&c| c == '\t' || !c.is_control()) {
-        if out.len() + c.len_utf8() > max {
-            break;
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// A host name as reported: control characters and surrounding blanks removed, cut to
-/// [`MAX_HOSTNAME_BYTES`]. It only informs (the hub knows each server by its agent's certificate or
-/// its callback secret), so anything printable is kept.
-pub fn clean_hostname(raw: &str) -> String {
-    clean(raw.trim(), MAX_HOSTNAME_BYTES).trim().to_owned()
-}
-
-/// How long a ban lasts. fail2ban writes a permanent ban's time as `-1`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BanDuration {
-    Seconds(u64),
-    Permanent,
-}
-
-impl BanDuration {
-    /// Reads fail2ban's convention: `-1` is permanent, any other negative number is not a duration.
-    pub fn from_seconds(seconds: i64) -> Option<Self> {
-        match seconds {
-            -1 => Some(Self::Permanent),
-            s => u64::try_from(s).ok().map(Self::Seconds),
-        }
-    }
-
-    /// fail2ban's number: seconds, or `-1` for permanent.
-    pub fn as_seconds(self) -> i64 {
-        match self {
-            Self::Permanent => -1,
-            Self::Seconds(s) => i64::try_from(s).unwrap_or(i64::MAX),
-        }
-    }
-}
-
 /// What fail2ban's action said about a ban or an unban.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BanFacts {
@@ -221,44 +98,6 @@ pub struct BanFacts {
     pub ban_duration: Option<BanDuration>,
     /// How many times fail2ban has banned this address (its `bancount`), if the action said.
     pub ban_count: Option<u32>,
-}
-
-/// Sequence numbers `first..=last` of one agent epoch.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-pub struct SeqRange {
-    pub first: u64,
-    pub last: u64,
-}
-
-/// Why an agent lost events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GapReason {
-    /// Its spool reached its size bound while the hub was unreachable.
-    Overflow,
-    /// A spool segment was damaged on disk.
-    Corruption,
-    /// A reason this hub does not know (a newer agent).
-    Other,
-}
-
-impl GapReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Overflow => "overflow",
-            Self::Corruption => "corruption",
-            Self::Other => "other",
-        }
-    }
-
-    pub fn parse(raw: &str) -> Self {
-        match raw {
-            "overflow" => Self::Overflow,
-            "corruption" => Self::Corruption,
-            _ => Self::Other,
-        }
-    }
 }
 
 /// Events an agent gave up, recorded so the loss is never silent.
@@ -617,36 +456,6 @@ pub struct Insights {
 mod tests {
     use super::*;
 
-    fn check_logs(input: &[&str], expected: &[&str]) {
-        assert_eq!(Logs::capped(input).lines(), expected, "input {input:?}");
-    }
-
-    #[test]
-    fn logs_are_cleaned_and_capped() {
-        check_logs(&[], &[]);
-        check_logs(&["a\tb", "c"], &["a\tb", "c"]);
-        check_logs(&["a\rb\0c\u{1b}[2Jd"], &["abc[2Jd"]);
-        check_logs(&["", "\r\n", "x"], &["x"]);
-        let long = "é".repeat(MAX_LOG_LINE_BYTES);
-        assert_eq!(
-            Logs::capped([long.as_str()]).lines()[0].len(),
-            MAX_LOG_LINE_BYTES
-        );
-        let many: Vec<String> = (0..80).map(|i| format!("line {i}")).collect();
-        let logs = Logs::capped(&many);
-        assert_eq!(logs.lines().len(), MAX_LOG_LINES);
-        assert_eq!(logs.lines()[0], "line 30");
-        let big: Vec<String> = (0..40)
-            .map(|i| format!("{i:04}{}", "x".repeat(1000)))
-            .collect();
-        let logs = Logs::capped(&big);
-        let total: usize = logs.lines().iter().map(String::len).sum();
-        assert!(total <= MAX_LOG_BYTES);
-        assert_eq!(logs.lines().len(), MAX_LOG_BYTES / 1004);
-        assert!(logs.lines().last().is_some_and(|l| l.starts_with("0039")));
-        assert_eq!(Logs::from_text("a\nb\r\n\nc").lines(), ["a", "b", "c"]);
-    }
-
     #[test]
     fn cursors_round_trip_and_refuse_garbage() {
         let cursor = Cursor {
@@ -680,8 +489,5 @@ mod tests {
             assert_eq!(EventSource::parse(source.as_str()), Some(source));
         }
         assert_eq!(EventKind::parse("observed"), None);
-        assert_eq!(clean_hostname("  web-1\n"), "web-1");
-        assert_eq!(BanDuration::from_seconds(-1), Some(BanDuration::Permanent));
-        assert_eq!(BanDuration::from_seconds(-2), None);
     }
 }
