@@ -1,6 +1,7 @@
 //! banhub agent: runs beside fail2ban, keeps one outbound mutual-TLS session to the hub and drives
 //! fail2ban for it.
 
+pub mod action;
 pub mod config;
 pub mod enroll;
 pub mod fail2ban;

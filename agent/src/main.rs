@@ -9,7 +9,7 @@ use anyhow::Context;
 use banhub_agent::enroll::{self, EnrollOptions};
 use banhub_agent::link::{self, LinkExit};
 use banhub_agent::settings::{LogFormat, Settings};
-use banhub_agent::{reconcile, relay, spool};
+use banhub_agent::{action, reconcile, relay, spool};
 use clap::{Args, Parser, Subcommand};
 use figment::Figment;
 use figment::providers::Serialized;
@@ -70,6 +70,31 @@ enum Command {
     /// the hub removes this server.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
+    /// Install banhub's fail2ban action into the fail2ban configuration directory, attach it to
+    /// every jail (also jails with their own `action =`), add the probe jail `banhub-probe`, and
+    /// make fail2ban run it. Validated by fail2ban first; running it again changes nothing. Works
+    /// while fail2ban is stopped (the files are written and read when it starts).
+    #[command(name = "install-action", after_help = EXIT_CODES_HELP)]
+    InstallAction(ActionArgs),
+    /// Remove what install-action added and put back what it replaced, byte for byte.
+    #[command(name = "uninstall-action", after_help = EXIT_CODES_HELP)]
+    UninstallAction(ActionArgs),
+}
+
+#[derive(Debug, Args)]
+struct ActionArgs {
+    /// fail2ban's configuration directory [config: fail2ban.config_dir; default: /etc/fail2ban].
+    #[arg(long, visible_alias = "fail2ban-config-dir", value_name = "DIR")]
+    config_dir: Option<PathBuf>,
+
+    /// The agent's state directory, where the relay secret lives [config: state_dir; default:
+    /// /var/lib/banhub-agent].
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+
+    /// fail2ban's control socket [config: fail2ban.socket].
+    #[arg(long, value_name = "PATH")]
+    fail2ban_socket: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -129,6 +154,11 @@ impl Cli {
                 set("fail2ban.socket", path(&args.fail2ban_socket));
                 set("fail2ban.config_dir", path(&args.fail2ban_config_dir));
             }
+            Command::InstallAction(args) | Command::UninstallAction(args) => {
+                set("state_dir", path(&args.state_dir));
+                set("fail2ban.socket", path(&args.fail2ban_socket));
+                set("fail2ban.config_dir", path(&args.config_dir));
+            }
         }
         figment
     }
@@ -163,6 +193,8 @@ fn run(command: Command, settings: &Settings) -> anyhow::Result<u8> {
         match command {
             Command::Enroll(args) => enroll_command(args, settings).await,
             Command::Run(_) => run_command(settings).await,
+            Command::InstallAction(_) => install_action_command(settings).await,
+            Command::UninstallAction(_) => uninstall_action_command(settings).await,
         }
     })
 }
@@ -204,22 +236,109 @@ async fn enroll_command(args: EnrollArgs, settings: &Settings) -> anyhow::Result
     }
 }
 
+/// Prints what install-action did; 0 when every running jail runs the action.
+async fn install_action_command(settings: &Settings) -> anyhow::Result<u8> {
+    let report = match action::install(settings).await {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(EXIT_FAILURE);
+        }
+    };
+    let dir = report.config_dir.display();
+    if report.edit.changes.is_empty() && report.edit.restarted.is_empty() {
+        println!("banhub's action is already installed in {dir}; nothing changed.");
+    } else {
+        println!("banhub's action installed in {dir}:");
+        for change in &report.edit.changes {
+            println!("  wrote {}", change.file);
+        }
+    }
+    if !report.attached.is_empty() {
+        println!(
+            "  attached to {} jail(s): {}",
+            report.attached.len(),
+            report.attached.join(", ")
+        );
+    }
+    if !report.already_attached.is_empty() {
+        println!(
+            "  already in the configuration of: {}",
+            report.already_attached.join(", ")
+        );
+    }
+    if !report.edit.restarted.is_empty() {
+        println!("  restarted: {}", report.edit.restarted.join(", "));
+    }
+    for warning in &report.warnings {
+        println!("warning: {warning}");
+    }
+    if !report.edit.fail2ban_running {
+        println!(
+            "fail2ban is not running (its socket {} does not answer): the files are in place and take effect when fail2ban starts.",
+            settings.fail2ban.socket.display()
+        );
+        return Ok(EXIT_OK);
+    }
+    let unattached = report.unattached();
+    if unattached.is_empty() {
+        println!(
+            "Every running jail ({}) runs the banhub action.",
+            report.running.len()
+        );
+        Ok(EXIT_OK)
+    } else {
+        eprintln!(
+            "error: these running jails still do not run the banhub action: {}",
+            unattached.join(", ")
+        );
+        Ok(EXIT_FAILURE)
+    }
+}
+
+async fn uninstall_action_command(settings: &Settings) -> anyhow::Result<u8> {
+    match action::uninstall(settings).await {
+        Ok(report) if !report.was_installed => {
+            println!(
+                "banhub's action was not installed by this agent (no {} in {}); nothing changed.",
+                action::MANIFEST_FILE,
+                settings.state_dir.display()
+            );
+            Ok(EXIT_OK)
+        }
+        Ok(report) => {
+            println!(
+                "banhub's action removed from {}; the directory is as it was before install-action.",
+                report.config_dir.display()
+            );
+            if report.edit.is_some_and(|e| !e.fail2ban_running) {
+                println!("fail2ban is not running: it reads the restored files when it starts.");
+            }
+            Ok(EXIT_OK)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(EXIT_FAILURE)
+        }
+    }
+}
+
 async fn run_command(settings: &Settings) -> anyhow::Result<u8> {
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone())?;
-    let spool = if settings.relay.enabled {
+    let (spool, relay) = if settings.relay.enabled {
         let spool = open_spool(settings).await?;
         let belief = reconcile::Belief::load(&settings.state_dir)?;
-        start_relay(settings, spool.clone(), belief.clone(), shutdown.clone()).await?;
+        let relay = start_relay(settings, spool.clone(), belief.clone(), shutdown.clone()).await?;
         start_reconcile(settings, spool.clone(), belief, shutdown.clone());
-        Some(spool)
+        (Some(spool), Some(relay))
     } else {
         tracing::warn!(
             "the callback relay is disabled (relay.enabled = false): this host reports no ban events"
         );
-        None
+        (None, None)
     };
-    let exit = link::run(settings, spool.clone(), shutdown.clone()).await;
+    let exit = link::run_with_relay(settings, spool.clone(), relay, shutdown.clone()).await;
     // Stop the relay before the spool closes, so no callback is accepted that cannot be stored.
     shutdown.cancel();
     if let Some(spool) = spool {
@@ -255,7 +374,7 @@ async fn start_relay(
     spool: spool::Spool,
     belief: reconcile::Belief,
     shutdown: CancellationToken,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<link::commands::RelayHandle> {
     let secret_path = settings.state_dir.join(relay::SECRET_FILE);
     let secret = relay::RelaySecret::load_or_create(&secret_path)
         .with_context(|| format!("cannot set up the relay secret {}", secret_path.display()))?;
@@ -272,16 +391,17 @@ async fn start_relay(
     )
     .and_then(|()| std::fs::rename(&tmp, &marker))
     .with_context(|| format!("cannot write {}", marker.display()))?;
+    let relay = relay::Relay::new(spool, secret).with_belief(belief);
+    let handle = link::commands::RelayHandle {
+        listen: bound,
+        stats: relay.stats(),
+    };
     tokio::spawn(async move {
-        if let Err(e) = relay::Relay::new(spool, secret)
-            .with_belief(belief)
-            .serve(listener, shutdown)
-            .await
-        {
+        if let Err(e) = relay.serve(listener, shutdown).await {
             tracing::error!(error = %e, "the callback relay stopped");
         }
     });
-    Ok(())
+    Ok(handle)
 }
 
 /// Starts reconciliation (at start, periodically, after fail2ban restarts) unless

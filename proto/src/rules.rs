@@ -10,6 +10,28 @@ use ipnet::IpNet;
 /// Longest name accepted for a server, jail, filter or action.
 pub const MAX_NAME_LEN: usize = 64;
 
+/// The jail `banhub-agent install-action` adds for the end-to-end probe. Its events prove that
+/// delivery works; the hub keeps them out of lists, stats and insights unless asked for this jail.
+pub const PROBE_JAIL: &str = "banhub-probe";
+
+/// Whether `ip` is a single address of a documentation range (RFC 5737 TEST-NET-1/2/3, RFC 3849
+/// `2001:db8::/32`): the only addresses the probe may ban, since no real client has one.
+pub fn is_probe_address(ip: &IpOrCidr) -> bool {
+    let IpOrCidr::Ip(addr) = ip else {
+        return false;
+    };
+    match addr {
+        IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            matches!((a, b, c), (192, 0, 2) | (198, 51, 100) | (203, 0, 113))
+        }
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            s[0] == 0x2001 && s[1] == 0x0db8
+        }
+    }
+}
+
 /// Why a name was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {
@@ -210,6 +232,22 @@ impl FromStr for IpOrCidr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn probe_addresses_are_documentation_addresses_only() {
+        let check = |raw: &str, expected: bool| {
+            let ip = IpOrCidr::parse(raw).expect("address");
+            assert_eq!(is_probe_address(&ip), expected, "{raw}");
+        };
+        check("192.0.2.77", true);
+        check("198.51.100.1", true);
+        check("203.0.113.254", true);
+        check("2001:db8::7", true);
+        check("192.0.3.1", false);
+        check("10.0.0.1", false);
+        check("2001:db9::1", false);
+        check("192.0.2.0/24", false);
+    }
 
     fn name(input: &str, expected: Result<(), NameError>) {
         assert_eq!(check_name(input), expected, "input {input:?}");

@@ -35,6 +35,9 @@ use super::tools::{self, Fail2banTools, ToolError};
 use super::version::Version;
 use crate::fail2ban::{Fail2banError, Fail2banSocket};
 
+mod agent_files;
+pub use agent_files::{AgentEdit, AgentEditReport, AgentWrite};
+
 /// Backups kept per file by default.
 pub const DEFAULT_KEEP_BACKUPS: usize = 10;
 /// How long an edit waits for another one to finish by default.

@@ -22,6 +22,65 @@ pub enum EditableFile {
     /// `jail.d/banhub-defaults.local`: the agent's own `[DEFAULT]` section (the global
     /// `ignoreip`), read after `jail.conf` and `jail.local` like every `jail.d/*.local`.
     Defaults,
+    /// A file `banhub-agent install-action` installs (the action, its notifier, the probe jail
+    /// and the attachment of the action to every jail). Never written by hub commands.
+    Agent(AgentFile),
+}
+
+/// The files of the banhub action, at fixed paths inside the config directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AgentFile {
+    /// `action.d/banhub.conf`: the shipped action, byte for byte.
+    ActionConf,
+    /// `action.d/banhub.local`: this host's `[Init]` (notifier path, relay URL, secret file).
+    ActionLocal,
+    /// `action.d/banhub-notify`: the notifier script the action runs (mode 0755).
+    Notify,
+    /// `filter.d/banhub-probe.conf`: the probe jail's filter, which never matches a real log.
+    ProbeFilter,
+    /// `jail.d/zz-banhub.local`: `banhub` appended to every jail's actions, and the probe jail.
+    /// Named to sort after the other `jail.d/*.local` files, so it sees their `action`.
+    Attach,
+}
+
+impl AgentFile {
+    /// Every file, in install order.
+    pub const ALL: [AgentFile; 5] = [
+        Self::ActionConf,
+        Self::ActionLocal,
+        Self::Notify,
+        Self::ProbeFilter,
+        Self::Attach,
+    ];
+
+    fn dir_name(self) -> &'static str {
+        match self {
+            Self::ActionConf | Self::ActionLocal | Self::Notify => "action.d",
+            Self::ProbeFilter => "filter.d",
+            Self::Attach => "jail.d",
+        }
+    }
+
+    fn file_name(self) -> &'static str {
+        match self {
+            Self::ActionConf => "banhub.conf",
+            Self::ActionLocal => "banhub.local",
+            Self::Notify => "banhub-notify",
+            Self::ProbeFilter => "banhub-probe.conf",
+            Self::Attach => "zz-banhub.local",
+        }
+    }
+
+    /// A plain name for backups and messages.
+    fn name(self) -> &'static str {
+        match self {
+            Self::ActionConf => "action-conf",
+            Self::ActionLocal => "action-local",
+            Self::Notify => "notify",
+            Self::ProbeFilter => "probe-filter",
+            Self::Attach => "attach",
+        }
+    }
 }
 
 /// The stem of [`EditableFile::Defaults`].
@@ -33,15 +92,17 @@ impl EditableFile {
         match self {
             Self::JailOverride(_) | Self::Defaults => "jail.d",
             Self::FilterLocal(_) => "filter.d",
+            Self::Agent(file) => file.dir_name(),
         }
     }
 
-    /// `<name>.local`.
+    /// `<name>.local` (or the agent's own file name).
     pub fn file_name(&self) -> String {
         match self {
             Self::JailOverride(jail) => format!("{jail}.local"),
             Self::FilterLocal(filter) => format!("{filter}.local"),
             Self::Defaults => format!("{DEFAULTS_STEM}.local"),
+            Self::Agent(file) => file.file_name().to_owned(),
         }
     }
 
@@ -56,6 +117,7 @@ impl EditableFile {
             Self::JailOverride(_) => "jail",
             Self::FilterLocal(_) => "filter",
             Self::Defaults => "defaults",
+            Self::Agent(_) => "agent",
         }
     }
 
@@ -65,6 +127,7 @@ impl EditableFile {
             Self::JailOverride(jail) => jail.as_str(),
             Self::FilterLocal(filter) => filter.as_str(),
             Self::Defaults => DEFAULTS_STEM,
+            Self::Agent(file) => file.name(),
         }
     }
 }

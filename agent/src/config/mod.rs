@@ -19,11 +19,11 @@ pub mod tools;
 pub mod version;
 
 pub use editor::{
-    ConfigEditor, EditError, EditReport, EditTimings, EditorSettings, FileChange, ReloadScope,
-    RollbackReport, Stage,
+    AgentEdit, AgentEditReport, AgentWrite, ConfigEditor, EditError, EditReport, EditTimings,
+    EditorSettings, FileChange, ReloadScope, RollbackReport, Stage,
 };
 pub use error::ConfigError;
-pub use files::{EditableFile, VersionedFile};
+pub use files::{AgentFile, EditableFile, VersionedFile};
 pub use filter_test::{
     FilterSource, FilterTestError, FilterTestReport, LineCounts, MatchedLine, RegexHits,
 };

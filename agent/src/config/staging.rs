@@ -72,7 +72,7 @@ pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> EditError + 
 
 /// Removes temp files and scratch directories a crashed edit may have left.
 pub(crate) fn remove_leftovers(config_dir: &Path, backup_dir: &Path) {
-    for dir in ["jail.d", "filter.d"].map(|d| config_dir.join(d)) {
+    for dir in ["jail.d", "filter.d", "action.d"].map(|d| config_dir.join(d)) {
         let Ok(entries) = fs::read_dir(&dir) else {
             continue;
         };

@@ -63,9 +63,23 @@ pub async fn run(
     spool: Option<Spool>,
     shutdown: CancellationToken,
 ) -> Result<LinkExit, LinkError> {
+    run_with_relay(settings, spool, None, shutdown).await
+}
+
+/// [`run`], with the running relay for the delivery diagnostics.
+pub async fn run_with_relay(
+    settings: &Settings,
+    spool: Option<Spool>,
+    relay: Option<commands::RelayHandle>,
+    shutdown: CancellationToken,
+) -> Result<LinkExit, LinkError> {
     let credentials = Credentials::load(&settings.state_dir)?;
     let span = tracing::info_span!("link", agent_id = %credentials.identity.agent_id);
     let mut link = Link::new(settings, &credentials)?;
+    link.commands.set_delivery(commands::DeliveryHandles {
+        relay,
+        spool: spool.clone(),
+    });
     link.spool = spool;
     Ok(link.run(shutdown).instrument(span).await)
 }

@@ -283,6 +283,9 @@ impl Edit {
                 }
                 EditableFile::FilterLocal(_) => content::check_filter(&edit.content).map(drop),
                 EditableFile::Defaults => content::check_defaults(&edit.content).map(drop),
+                EditableFile::Agent(_) => Err("the agent's own files are changed only by \
+                                               `banhub-agent install-action`"
+                    .to_owned()),
             };
             checked.map_err(|reason| {
                 Failure::invalid(format!("the new {file} is refused: {reason}"))
@@ -405,6 +408,11 @@ async fn apply(context: &Context, edit: Edit) -> Result<EditReport, Failure> {
         (EditableFile::Defaults, Some(text)) => editor.write_defaults(&text, edit.expected).await,
         (EditableFile::Defaults, None) => {
             return Err(Failure::invalid("the defaults file cannot be removed"));
+        }
+        (EditableFile::Agent(_), _) => {
+            return Err(Failure::invalid(
+                "the agent's own files are changed only by `banhub-agent install-action`",
+            ));
         }
     };
     Ok(report?)

@@ -22,6 +22,7 @@ use crate::settings::Settings;
 
 mod args;
 mod bans;
+mod diagnostics;
 mod failure;
 mod filters;
 mod ignore;
@@ -31,6 +32,7 @@ mod pool;
 mod restart;
 mod status;
 
+pub use diagnostics::{DeliveryHandles, RelayHandle};
 pub use failure::Failure;
 pub use pool::Fail2banPool;
 pub use status::fail2ban_version;
@@ -52,6 +54,8 @@ pub const CAPABILITIES: &[&str] = &[
     "log_tail",
     "get_ignore_list",
     "set_ignore_list",
+    "get_delivery_status",
+    "probe_step",
 ];
 
 /// What commands need from the agent, shared by every command of every session.
@@ -70,6 +74,8 @@ pub struct Context {
     /// commands never interleave (the editor also locks each edit, but a command may make
     /// several edits, or reload outside the editor).
     config_gate: tokio::sync::Mutex<()>,
+    /// The relay and the spool, for delivery diagnostics (set once by [`Context::set_delivery`]).
+    delivery: std::sync::OnceLock<DeliveryHandles>,
 }
 
 impl Context {
@@ -91,7 +97,14 @@ impl Context {
             editor_settings,
             bans: bans::BanCache::default(),
             config_gate: tokio::sync::Mutex::new(()),
+            delivery: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Tells the delivery diagnostics where the relay and the spool are; only the first call
+    /// counts.
+    pub fn set_delivery(&self, handles: DeliveryHandles) {
+        let _ = self.delivery.set(handles);
     }
 
     /// The pool of fail2ban connections.
@@ -129,6 +142,8 @@ pub fn kind_name(command: &Command) -> &'static str {
         Some(Kind::LogTail(_)) => "log_tail",
         Some(Kind::GetIgnoreList(_)) => "get_ignore_list",
         Some(Kind::SetIgnoreList(_)) => "set_ignore_list",
+        Some(Kind::GetDeliveryStatus(_)) => "get_delivery_status",
+        Some(Kind::ProbeStep(_)) => "probe_step",
         None => "unknown",
     }
 }
@@ -168,6 +183,8 @@ pub async fn execute(context: &Context, command: Command) -> CommandResult {
         Some(Kind::LogTail(request)) => logtail::log_tail(context, request).await,
         Some(Kind::GetIgnoreList(request)) => ignore::get_ignore_list(context, request).await,
         Some(Kind::SetIgnoreList(request)) => ignore::set_ignore_list(context, request).await,
+        Some(Kind::GetDeliveryStatus(_)) => diagnostics::delivery_status(context).await,
+        Some(Kind::ProbeStep(request)) => diagnostics::probe_step(context, request).await,
         // prost leaves the oneof empty for a kind newer than this build.
         None => Err(Failure::new(
             ErrorCode::Unsupported,
