@@ -107,6 +107,7 @@ impl App {
             advertise,
             shutdown: shutdown.clone(),
             events: events.clone(),
+            probe: config.probe.clone(),
         });
         tracing::info!(
             database = store.backend_name(),
@@ -170,6 +171,7 @@ impl App {
         tokio::spawn(forward);
 
         tokio::spawn(state.events.clone().run_retention());
+        tokio::spawn(state.fleet.clone().run_probe_schedule(shutdown.clone()));
         let fleet = state.fleet.clone();
         let grpc_task = {
             let shutdown = shutdown.clone();

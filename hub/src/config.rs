@@ -23,6 +23,8 @@ pub struct Config {
     pub enrollment: EnrollmentConfig,
     pub agents: AgentsConfig,
     pub events: EventsConfig,
+    /// The end-to-end delivery probe.
+    pub probe: ProbeConfig,
     pub log: LogConfig,
 }
 
@@ -93,6 +95,27 @@ pub struct LogConfig {
     pub format: LogFormat,
 }
 
+/// The end-to-end probe: a ban and an unban of a documentation address in each agent's probe jail,
+/// watched coming back through the real event path.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProbeConfig {
+    /// Seconds between scheduled probes of every online server; 0 turns the schedule off (probes
+    /// on demand still work).
+    pub interval_secs: u64,
+    /// How long a probe waits for each of its two events, in seconds.
+    pub timeout_secs: u64,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        Self {
+            interval_secs: 3600,
+            timeout_secs: 15,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -110,6 +133,7 @@ impl Default for Config {
             enrollment: EnrollmentConfig::default(),
             agents: AgentsConfig::default(),
             events: EventsConfig::default(),
+            probe: ProbeConfig::default(),
             log: LogConfig::default(),
         }
     }
@@ -248,6 +272,15 @@ impl Config {
                 "enrollment.token_ttl_secs",
                 "must be between 1 and 2592000 seconds (30 days)",
             );
+        }
+        if self.probe.interval_secs != 0 && !(60..=7 * 86_400).contains(&self.probe.interval_secs) {
+            return invalid(
+                "probe.interval_secs",
+                "must be 0 (off) or between 60 and 604800 seconds (a week)",
+            );
+        }
+        if !(1..=300).contains(&self.probe.timeout_secs) {
+            return invalid("probe.timeout_secs", "must be between 1 and 300 seconds");
         }
         if self.agents.heartbeat_interval_ms < 100 {
             return invalid("agents.heartbeat_interval_ms", "must be at least 100");

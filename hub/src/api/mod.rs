@@ -3,6 +3,7 @@
 
 mod callbacks;
 mod control;
+mod delivery;
 mod error;
 mod events;
 mod filters;
@@ -54,6 +55,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 fn api_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(servers::router())
+        .merge(delivery::router())
         .merge(jails::router())
         .merge(filters::router())
         .merge(control::router())

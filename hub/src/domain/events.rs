@@ -188,6 +188,14 @@ impl StoredEvent {
     pub fn kind(&self) -> EventKind {
         self.body.kind()
     }
+
+    /// Whether the end-to-end probe made this event (in the reserved probe jail). Lists, stats and
+    /// insights leave such events out unless a filter names that jail.
+    pub fn is_probe(&self) -> bool {
+        self.body
+            .facts()
+            .is_some_and(|f| f.jail.as_str() == banhub_proto::rules::PROBE_JAIL)
+    }
 }
 
 /// A text search in log lines, case-insensitive (ASCII letters on SQLite, all letters on PostgreSQL).
@@ -225,7 +233,8 @@ impl SearchText {
     }
 }
 
-/// Which events to read. Empty lists and `None` mean "any".
+/// Which events to read. Empty lists and `None` mean "any", except that the end-to-end probe's
+/// events ([`StoredEvent::is_probe`]) are read only when `jail` names the probe jail.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EventFilter {
     pub server: Option<ServerId>,
@@ -245,7 +254,8 @@ impl EventFilter {
     /// Whether `event` passes this filter: the same rule the store applies, for the live stream.
     pub fn matches(&self, event: &StoredEvent) -> bool {
         let facts = event.body.facts();
-        self.server.is_none_or(|s| s == event.server_id)
+        (self.jail.is_some() || !event.is_probe())
+            && self.server.is_none_or(|s| s == event.server_id)
             && (self.kinds.is_empty() || self.kinds.contains(&event.kind()))
             && (self.sources.is_empty() || self.sources.contains(&event.source))
             && self.from.is_none_or(|from| event.occurred_at >= from)

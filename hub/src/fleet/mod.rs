@@ -7,6 +7,7 @@ mod enrollment;
 mod gateway;
 mod ingest;
 mod listener;
+mod probe;
 mod sessions;
 
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use chrono::{DateTime, Utc};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::AgentsConfig;
+use crate::config::{AgentsConfig, ProbeConfig};
 use crate::domain::{NewServer, Server, ServerId, ServerStatus};
 use crate::events::Events;
 use crate::metrics::{CommandLabels, Metrics};
@@ -28,6 +29,10 @@ use crate::pki::{Ca, RevocationList, random_secret};
 use crate::store::{Store, StoreError};
 
 pub use control::*;
+pub use probe::{
+    DeliveryReport, JailDelivery, ProbeFailure, ProbeFailureCode, ProbeResult, ProbeStepTiming,
+    RelayDiagnostics, SpoolDiagnostics,
+};
 pub use sessions::{DrainReason, SessionInfo};
 use sessions::{SendError, Sessions};
 
@@ -123,6 +128,8 @@ struct Inner {
     /// `host:port` written into enrollment tokens.
     advertise: String,
     events: Events,
+    /// The delivery probe's settings and last results.
+    probe: probe::ProbeState,
 }
 
 /// The fleet; cheap to clone.
@@ -151,6 +158,7 @@ pub struct FleetParts {
     pub shutdown: CancellationToken,
     /// Where agents' event batches are stored.
     pub events: Events,
+    pub probe: ProbeConfig,
 }
 
 impl Fleet {
@@ -165,6 +173,7 @@ impl Fleet {
             token_ttl: parts.token_ttl,
             advertise: parts.advertise,
             events: parts.events,
+            probe: probe::ProbeState::new(parts.probe),
         }))
     }
 

@@ -320,6 +320,10 @@ impl Rollups {
     fn of(events: &[StoredEvent]) -> Self {
         let mut rollups = Self::default();
         for event in events {
+            // The end-to-end probe proves delivery; it is not traffic to count.
+            if event.is_probe() {
+                continue;
+            }
             let at = event.occurred_at.timestamp_millis();
             let server = event.server_id.to_string();
             let kind = event.kind().as_str();
@@ -520,6 +524,11 @@ fn push_filter(sql: &mut Sql, filter: &EventFilter) {
     }
     if let Some(jail) = &filter.jail {
         sql.push(" AND jail = ").bind(jail.as_str().to_owned());
+    } else {
+        // The end-to-end probe's events only when asked for by their jail (gaps have no jail).
+        sql.push(" AND (jail IS NULL OR jail <> ")
+            .bind(banhub_proto::rules::PROBE_JAIL.to_owned())
+            .push(")");
     }
     match &filter.ip {
         Some(ip @ IpOrCidr::Ip(_)) => {
