@@ -9,11 +9,13 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::alerts::Alerts;
 use crate::config::Config;
 use crate::events::Events;
 use crate::fleet::{Fleet, FleetParts};
 use crate::metrics::Metrics;
 use crate::pki::{Ca, PkiError, RevocationList, server_tls_config};
+use crate::settings::{SecretsKey, SettingsError, SettingsService};
 use crate::store::{Store, StoreError};
 
 /// What every HTTP handler can reach.
@@ -24,6 +26,10 @@ pub struct AppState {
     pub fleet: Fleet,
     pub events: Events,
     pub metrics: Metrics,
+    /// The settings document (SMTP, alerts, retention, fail2ban defaults).
+    pub settings: SettingsService,
+    /// The alert worker's service: deliveries and digests.
+    pub alerts: Alerts,
 }
 
 /// Why the hub could not start.
@@ -38,6 +44,8 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Pki(#[from] PkiError),
+    #[error("settings: {0}")]
+    Settings(#[from] SettingsError),
     #[error("cannot listen on {addr} ({what}): {source}; is another process using it?")]
     Bind {
         what: &'static str,
@@ -97,6 +105,19 @@ impl App {
         let shutdown = CancellationToken::new();
         let metrics = Metrics::default();
         let events = Events::new(store.clone(), &config.events, shutdown.clone());
+        let key_file = config
+            .secrets
+            .key_file
+            .clone()
+            .unwrap_or_else(|| config.data_dir.join("secrets.key"));
+        let key = SecretsKey::load_or_create(&key_file).map_err(SettingsError::from)?;
+        let settings = SettingsService::load(store.clone(), key).await?;
+        let alerts = Alerts::new(
+            store.clone(),
+            settings.clone(),
+            events.clone(),
+            shutdown.clone(),
+        );
         let fleet = Fleet::new(FleetParts {
             store: store.clone(),
             ca,
@@ -122,6 +143,8 @@ impl App {
                 fleet,
                 events,
                 metrics,
+                settings,
+                alerts,
             },
             http,
             grpc,
@@ -172,6 +195,15 @@ impl App {
 
         tokio::spawn(state.events.clone().run_retention());
         tokio::spawn(state.fleet.clone().run_probe_schedule(shutdown.clone()));
+        tokio::spawn(crate::settings::follow_retention(
+            state.settings.clone(),
+            state.events.clone(),
+            state.config.events.retention_days,
+            std::time::Duration::from_secs(state.config.events.prune_interval_secs),
+            shutdown.clone(),
+        ));
+        // The alert worker reads committed events from the store, never from the ingest path.
+        let alert_worker = tokio::spawn(state.alerts.clone().run());
         let fleet = state.fleet.clone();
         let grpc_task = {
             let shutdown = shutdown.clone();
@@ -190,6 +222,7 @@ impl App {
         .await;
         shutdown.cancel();
         let grpc_result = grpc_task.await;
+        let _ = alert_worker.await;
         let _ = std::fs::remove_file(&marker);
         http_result?;
         grpc_result??;

@@ -23,6 +23,7 @@ pub struct Config {
     pub enrollment: EnrollmentConfig,
     pub agents: AgentsConfig,
     pub events: EventsConfig,
+    pub secrets: SecretsConfig,
     /// The end-to-end delivery probe.
     pub probe: ProbeConfig,
     pub log: LogConfig,
@@ -75,6 +76,16 @@ pub struct AgentsConfig {
     pub slow_command_timeout_ms: u64,
     /// Validity of agent client certificates, in days.
     pub certificate_days: u32,
+}
+
+/// Where the key that seals stored secrets (SMTP password, webhook URLs and tokens) lives.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SecretsConfig {
+    /// A file holding 32 random bytes as hex, mode 0600, kept outside the database (back it up
+    /// with it). Created on first start. Empty: `<data_dir>/secrets.key`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -133,6 +144,7 @@ impl Default for Config {
             enrollment: EnrollmentConfig::default(),
             agents: AgentsConfig::default(),
             events: EventsConfig::default(),
+            secrets: SecretsConfig::default(),
             probe: ProbeConfig::default(),
             log: LogConfig::default(),
         }

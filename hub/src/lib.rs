@@ -1,5 +1,6 @@
 //! banhub hub: the REST API and web UI, the agent gateway, the store, and the internal CA.
 
+pub mod alerts;
 pub mod api;
 pub mod app;
 pub mod config;
@@ -8,4 +9,5 @@ pub mod events;
 pub mod fleet;
 pub mod metrics;
 pub mod pki;
+pub mod settings;
 pub mod store;

@@ -9,7 +9,9 @@ pub mod fail2ban;
 pub mod hub;
 pub mod postgres;
 pub mod process;
+pub mod smtp;
 pub mod wait;
+pub mod webhook;
 
 pub use agent::AgentProcess;
 pub use fail2ban::Fail2banSandbox;

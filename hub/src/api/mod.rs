@@ -1,6 +1,7 @@
 //! The HTTP API: one `router()` per resource under `/api`, the health and metrics endpoints, and the
 //! OpenAPI document generated from the handlers (`/api/openapi.json`, browsable at `/api/docs`).
 
+mod alerts;
 mod callbacks;
 mod control;
 mod delivery;
@@ -10,6 +11,7 @@ mod filters;
 mod health;
 mod jails;
 mod servers;
+mod settings;
 mod target;
 
 /// Who asks, until operator authentication exists.
@@ -43,6 +45,8 @@ use crate::metrics::HttpLabels;
          (name = "control", description = "Reload, restart, fleet-wide actions"),
          (name = "events", description = "Ban events: history, stats, insights and the live stream"),
          (name = "callbacks", description = "fail2ban's action reporting to the hub directly (hosts without an agent)"),
+         (name = "settings", description = "Settings (SMTP, alerts, webhooks, retention, GeoIP, fail2ban defaults), the test e-mail and the defaults push"),
+         (name = "alerts", description = "Alert digests and the status of their e-mail and webhook deliveries"),
          (name = "health", description = "Liveness, readiness and metrics"))
 )]
 struct ApiDoc;
@@ -61,6 +65,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(control::router())
         .merge(events::router())
         .merge(callbacks::router())
+        .merge(settings::router())
+        .merge(alerts::router())
         .merge(health::router())
 }
 

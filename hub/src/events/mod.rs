@@ -60,7 +60,8 @@ struct Inner {
     store: Store,
     live: broadcast::Sender<Arc<StoredEvent>>,
     /// Events older than this are pruned; `None` keeps them forever.
-    retention: Option<Duration>,
+    /// Starts as the configuration's; the settings may change it (`set_retention_days`).
+    retention: std::sync::Mutex<Option<Duration>>,
     prune_interval: Duration,
     shutdown: CancellationToken,
 }
@@ -72,7 +73,7 @@ pub struct Events(Arc<Inner>);
 impl std::fmt::Debug for Events {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Events")
-            .field("retention", &self.0.retention)
+            .field("retention", &self.retention())
             .field("subscribers", &self.0.live.receiver_count())
             .finish_non_exhaustive()
     }
@@ -87,7 +88,7 @@ impl Events {
         Self(Arc::new(Inner {
             store,
             live,
-            retention,
+            retention: std::sync::Mutex::new(retention),
             prune_interval: Duration::from_secs(config.prune_interval_secs),
             shutdown,
         }))
@@ -260,6 +261,18 @@ impl Events {
             ));
         }
         stats::insights(self.store(), query, now).await
+    }
+
+    /// Events older than this are pruned; `None` keeps them forever.
+    pub fn retention(&self) -> Option<Duration> {
+        *self.0.retention.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Changes the retention (the settings' `events.retentionDays`); `0` keeps events forever.
+    /// Takes effect at the next pruning pass.
+    pub fn set_retention_days(&self, days: u32) {
+        let retention = (days > 0).then(|| Duration::from_secs(u64::from(days) * 24 * 3600));
+        *self.0.retention.lock().unwrap_or_else(|p| p.into_inner()) = retention;
     }
 
     /// Prunes events older than the retention now; nothing when retention is off.

@@ -30,7 +30,7 @@ pub struct PruneReport {
 }
 
 pub(super) async fn prune(events: &Events, now: DateTime<Utc>) -> Result<PruneReport, EventsError> {
-    let Some(retention) = events.0.retention else {
+    let Some(retention) = events.retention() else {
         return Ok(PruneReport::default());
     };
     let keep_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
@@ -69,7 +69,7 @@ pub(super) async fn prune(events: &Events, now: DateTime<Utc>) -> Result<PruneRe
 }
 
 pub(super) async fn run(events: Events) {
-    if events.0.retention.is_none() {
+    if events.retention().is_none() {
         return;
     }
     let shutdown = events.0.shutdown.clone();

@@ -3,6 +3,7 @@
 //! enrollment token, revoke on delete). This is the only module that names protocol types.
 
 mod control;
+mod defaults;
 mod enrollment;
 mod gateway;
 mod ingest;
@@ -29,6 +30,7 @@ use crate::pki::{Ca, RevocationList, random_secret};
 use crate::store::{Store, StoreError};
 
 pub use control::*;
+pub use defaults::DefaultsPushResult;
 pub use probe::{
     DeliveryReport, JailDelivery, ProbeFailure, ProbeFailureCode, ProbeResult, ProbeStepTiming,
     RelayDiagnostics, SpoolDiagnostics,
@@ -384,6 +386,7 @@ impl Fleet {
                 | command::Kind::TestFilter(_)
                 | command::Kind::Restart(_)
                 | command::Kind::SetIgnoreList(_)
+                | command::Kind::WriteDefaults(_)
         );
         let timeout = Duration::from_millis(if slow {
             self.0.agents.slow_command_timeout_ms

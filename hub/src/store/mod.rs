@@ -3,9 +3,11 @@
 //! SQLite (one WAL file in the data directory) is the embedded default; PostgreSQL is used when a
 //! `postgres://` URL is configured. The same migrations serve both.
 
+mod alerts;
 mod entities;
 pub mod events;
 mod migration;
+mod settings;
 
 use std::time::Duration;
 

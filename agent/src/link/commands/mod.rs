@@ -7,7 +7,7 @@
 //!
 //! Areas: `status` (ping, the dashboard's status), `bans` (banned lists, ban and unban),
 //! `jails` (the effective jail configuration and its safe edits), `filters` (list, test),
-//! `ignore` (allowlists), `restart` (reload and restart), `logtail` (fail2ban's own log).
+//! `ignore` (allowlists), `defaults` (fail2ban's `[DEFAULT]` keys), `restart` (reload and restart), `logtail` (fail2ban's own log).
 //! The socket connections to fail2ban are shared through `pool`.
 
 use std::path::PathBuf;
@@ -22,6 +22,7 @@ use crate::settings::Settings;
 
 mod args;
 mod bans;
+mod defaults;
 mod diagnostics;
 mod failure;
 mod filters;
@@ -54,6 +55,7 @@ pub const CAPABILITIES: &[&str] = &[
     "log_tail",
     "get_ignore_list",
     "set_ignore_list",
+    "write_defaults",
     "get_delivery_status",
     "probe_step",
 ];
@@ -142,6 +144,7 @@ pub fn kind_name(command: &Command) -> &'static str {
         Some(Kind::LogTail(_)) => "log_tail",
         Some(Kind::GetIgnoreList(_)) => "get_ignore_list",
         Some(Kind::SetIgnoreList(_)) => "set_ignore_list",
+        Some(Kind::WriteDefaults(_)) => "write_defaults",
         Some(Kind::GetDeliveryStatus(_)) => "get_delivery_status",
         Some(Kind::ProbeStep(_)) => "probe_step",
         None => "unknown",
@@ -183,6 +186,7 @@ pub async fn execute(context: &Context, command: Command) -> CommandResult {
         Some(Kind::LogTail(request)) => logtail::log_tail(context, request).await,
         Some(Kind::GetIgnoreList(request)) => ignore::get_ignore_list(context, request).await,
         Some(Kind::SetIgnoreList(request)) => ignore::set_ignore_list(context, request).await,
+        Some(Kind::WriteDefaults(request)) => defaults::write_defaults(context, request).await,
         Some(Kind::GetDeliveryStatus(_)) => diagnostics::delivery_status(context).await,
         Some(Kind::ProbeStep(request)) => diagnostics::probe_step(context, request).await,
         // prost leaves the oneof empty for a kind newer than this build.

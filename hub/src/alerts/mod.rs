@@ -1,0 +1,442 @@
+//! Alerts on ban events: rules matched by a background worker that reads committed events from the
+//! store by id (never in the ingest path), groups each rule's matches into digests, and delivers
+//! them by e-mail and webhooks with retries; delivery status is kept for the API.
+//!
+//! Three steps, each durable in the store:
+//! 1. *Match*: events after the worker's cursor are read in id order and matched against the rules;
+//!    the matches go into each rule's open digest and the cursor moves past them in the same
+//!    transaction, so a restart neither loses nor repeats an alert. The live broadcast only wakes
+//!    the worker; it is never the source.
+//! 2. *Close*: a digest whose window has passed is closed and gets one delivery per channel.
+//! 3. *Deliver*: due deliveries are sent; a failure worth retrying is retried with exponential
+//!    backoff until `alerts.maxAttempts`, then reported failed.
+
+pub mod geoip;
+pub mod mail;
+pub mod model;
+pub mod render;
+pub mod webhook;
+
+mod matcher;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::events::EventId;
+use crate::events::Events;
+use crate::settings::SettingsService;
+use crate::store::{Store, StoreError};
+use model::{AttemptOutcome, Channel, Delivery, DeliveryFilter, Digest, NewDelivery};
+
+/// Events read per step.
+const BATCH: usize = 500;
+/// How often the worker looks even when nothing woke it.
+const TICK: Duration = Duration::from_millis(500);
+/// A hole in the event ids younger than this may be a transaction still committing (PostgreSQL
+/// hands out ids before commit); the worker waits for it rather than skip it.
+const GAP_GRACE_MS: i64 = 5_000;
+/// Deliveries attempted at once.
+const PARALLEL_SENDS: usize = 4;
+/// Longest wait between two attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+
+struct Inner {
+    store: Store,
+    settings: SettingsService,
+    events: Events,
+    http: reqwest::Client,
+    /// Wakes the sender when deliveries were created.
+    deliveries_due: Notify,
+    geoip: Mutex<Option<Arc<geoip::GeoIp>>>,
+    shutdown: CancellationToken,
+}
+
+/// The alert service; cheap to clone.
+#[derive(Clone)]
+pub struct Alerts(Arc<Inner>);
+
+impl std::fmt::Debug for Alerts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Alerts").finish_non_exhaustive()
+    }
+}
+
+impl Alerts {
+    pub fn new(
+        store: Store,
+        settings: SettingsService,
+        events: Events,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self(Arc::new(Inner {
+            store,
+            settings,
+            events,
+            http: webhook::client(),
+            deliveries_due: Notify::new(),
+            geoip: Mutex::new(None),
+            shutdown,
+        }))
+    }
+
+    /// Runs the worker until shutdown. Spawn it once.
+    pub async fn run(self) {
+        match self.0.store.reset_sending_deliveries().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                deliveries = n,
+                "deliveries interrupted by a stop will be sent again"
+            ),
+            Err(e) => tracing::warn!(error = %e, "cannot reset interrupted deliveries"),
+        }
+        let sender = tokio::spawn(self.clone().send_loop());
+        self.match_loop().await;
+        let _ = sender.await;
+    }
+
+    async fn match_loop(self) {
+        let mut wake = self.0.events.subscribe();
+        let mut cursor = loop {
+            match self.start_cursor().await {
+                Ok(cursor) => break cursor,
+                Err(e) => {
+                    tracing::warn!(error = %e, "alerts: cannot read the event cursor; retrying");
+                    tokio::select! {
+                        () = self.0.shutdown.cancelled() => return,
+                        () = tokio::time::sleep(Duration::from_secs(5)) => {}
+                    }
+                }
+            }
+        };
+        let mut state = matcher::State::default();
+        loop {
+            match self.match_step(cursor, &mut state).await {
+                Ok(next) => cursor = next,
+                Err(e) => tracing::warn!(error = %e, "alerts: matching events failed; retrying"),
+            }
+            if let Err(e) = self.close_due().await {
+                tracing::warn!(error = %e, "alerts: closing digests failed; retrying");
+            }
+            tokio::select! {
+                () = self.0.shutdown.cancelled() => return,
+                // Only a hint that something was committed; what it carried is read from the store.
+                _ = wake.recv() => {}
+                () = tokio::time::sleep(TICK) => {}
+            }
+        }
+    }
+
+    /// Where matching resumes: the stored cursor, or (first start) the newest event, so history is
+    /// not alerted on.
+    async fn start_cursor(&self) -> Result<i64, StoreError> {
+        if let Some(cursor) = self.0.store.alert_cursor().await? {
+            return Ok(cursor);
+        }
+        let newest = self.0.store.last_event_id().await?.map_or(0, |id| id.0);
+        self.0.store.init_alert_cursor(newest).await
+    }
+
+    /// Matches every event after `cursor` that can be matched now; returns the new cursor.
+    async fn match_step(
+        &self,
+        mut cursor: i64,
+        state: &mut matcher::State,
+    ) -> Result<i64, StoreError> {
+        loop {
+            let events = self.0.store.events_after(EventId(cursor), BATCH).await?;
+            if events.is_empty() {
+                return Ok(cursor);
+            }
+            let now = Utc::now().timestamp_millis();
+            let ready = matcher::ready_prefix(cursor, &events, now, GAP_GRACE_MS);
+            if ready == 0 {
+                return Ok(cursor);
+            }
+            let batch = &events[..ready];
+            let upto = batch.last().map_or(cursor, |e| e.id.0);
+            let snapshot = self.0.settings.current();
+            let geoip = self.geoip(snapshot.settings.geoip_path.as_deref());
+            let alerts = &snapshot.settings.alerts;
+            let counts =
+                if alerts.enabled && alerts.rules.iter().any(|r| r.repeat_offender.is_some()) {
+                    let ips = matcher::ban_ips(batch);
+                    self.0.store.ip_ban_counts(&ips).await?
+                } else {
+                    HashMap::new()
+                };
+            let matches = matcher::evaluate(alerts, batch, state, geoip.as_deref(), &counts);
+            let found: usize = matches.iter().map(|m| m.matches.len()).sum();
+            if self
+                .0
+                .store
+                .record_alert_matches(cursor, upto, matches, now)
+                .await?
+            {
+                if found > 0 {
+                    tracing::debug!(matches = found, upto, "alert rules matched");
+                }
+                cursor = upto;
+            } else {
+                // Another hub moved the cursor: follow it.
+                cursor = self.0.store.alert_cursor().await?.unwrap_or(upto);
+            }
+            if ready < events.len() || events.len() < BATCH {
+                return Ok(cursor);
+            }
+        }
+    }
+
+    /// The GeoIP database of `path`, opened once per path.
+    fn geoip(&self, path: Option<&std::path::Path>) -> Option<Arc<geoip::GeoIp>> {
+        let path = path?;
+        let mut slot = self.0.geoip.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(open) = slot.as_ref()
+            && open.path() == path
+        {
+            return Some(open.clone());
+        }
+        match geoip::GeoIp::open(path) {
+            Ok(db) => {
+                let db = Arc::new(db);
+                *slot = Some(db.clone());
+                Some(db)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "alerts: rules by country cannot match");
+                None
+            }
+        }
+    }
+
+    /// Closes the digests whose window passed and plans their deliveries.
+    async fn close_due(&self) -> Result<(), StoreError> {
+        let now = Utc::now().timestamp_millis();
+        let due = self.0.store.due_digests(now).await?;
+        if due.is_empty() {
+            return Ok(());
+        }
+        let snapshot = self.0.settings.current();
+        let alerts = &snapshot.settings.alerts;
+        for digest in due {
+            let mut deliveries = Vec::new();
+            match alerts
+                .rules
+                .iter()
+                .find(|r| r.id.to_string() == digest.rule_id)
+            {
+                Some(rule) => {
+                    if rule.email && !alerts.recipients.is_empty() {
+                        deliveries.push(NewDelivery {
+                            channel: Channel::Email,
+                            target: "email".to_owned(),
+                            max_attempts: alerts.max_attempts,
+                        });
+                    }
+                    for name in &rule.webhooks {
+                        deliveries.push(NewDelivery {
+                            channel: Channel::Webhook,
+                            target: name.clone(),
+                            max_attempts: alerts.max_attempts,
+                        });
+                    }
+                }
+                None => tracing::info!(
+                    digest = digest.id,
+                    rule = %digest.rule_name,
+                    "alerts: the rule of a digest was removed; nothing is sent"
+                ),
+            }
+            if self.0.store.close_digest(&digest, &deliveries, now).await? {
+                tracing::info!(
+                    digest = digest.id,
+                    rule = %digest.rule_name,
+                    events = digest.events,
+                    deliveries = deliveries.len(),
+                    "alert digest closed"
+                );
+            }
+        }
+        self.0.deliveries_due.notify_one();
+        Ok(())
+    }
+
+    async fn send_loop(self) {
+        loop {
+            let wait = match self.send_due().await {
+                Ok(wait) => wait,
+                Err(e) => {
+                    tracing::warn!(error = %e, "alerts: sending failed; retrying");
+                    TICK
+                }
+            };
+            tokio::select! {
+                () = self.0.shutdown.cancelled() => return,
+                () = self.0.deliveries_due.notified() => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Sends what is due; returns how long until the next delivery is due (at most a tick).
+    async fn send_due(&self) -> Result<Duration, StoreError> {
+        loop {
+            let now = Utc::now().timestamp_millis();
+            let due = self
+                .0
+                .store
+                .due_deliveries(now, PARALLEL_SENDS as u64)
+                .await?;
+            if due.is_empty() {
+                break;
+            }
+            let attempts = due.into_iter().map(|d| self.attempt(d));
+            for result in futures::future::join_all(attempts).await {
+                result?;
+            }
+        }
+        let now = Utc::now().timestamp_millis();
+        Ok(match self.0.store.next_delivery_due().await? {
+            Some(at) => Duration::from_millis(u64::try_from(at - now).unwrap_or(0)).min(TICK),
+            None => TICK,
+        })
+    }
+
+    async fn attempt(&self, delivery: Delivery) -> Result<(), StoreError> {
+        let now = Utc::now().timestamp_millis();
+        if !self.0.store.claim_delivery(delivery.id, now).await? {
+            return Ok(());
+        }
+        let result = self.deliver(&delivery).await;
+        let attempts = delivery.attempts + 1;
+        let outcome = match result {
+            Ok(response) => AttemptOutcome::Delivered { response },
+            Err((error, transient)) if transient && attempts < delivery.max_attempts => {
+                let retry_initial = self.0.settings.current().settings.alerts.retry_initial;
+                let backoff = retry_initial
+                    .saturating_mul(1u32 << (attempts - 1).min(16))
+                    .min(MAX_BACKOFF);
+                AttemptOutcome::Retry {
+                    error,
+                    next: Utc::now().timestamp_millis()
+                        + i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX / 2),
+                }
+            }
+            Err((error, _)) => AttemptOutcome::Failed { error },
+        };
+        match &outcome {
+            AttemptOutcome::Delivered { response } => tracing::info!(
+                delivery = delivery.id, channel = delivery.channel.as_str(), target = %delivery.target,
+                attempts, response = %response, "alert delivered"
+            ),
+            AttemptOutcome::Retry { error, .. } => tracing::warn!(
+                delivery = delivery.id, channel = delivery.channel.as_str(), target = %delivery.target,
+                attempts, error = %error, "alert delivery failed; will retry"
+            ),
+            AttemptOutcome::Failed { error } => tracing::warn!(
+                delivery = delivery.id, channel = delivery.channel.as_str(), target = %delivery.target,
+                attempts, error = %error, "alert delivery failed for good"
+            ),
+        }
+        self.0
+            .store
+            .finish_delivery(delivery.id, &outcome, Utc::now().timestamp_millis())
+            .await
+    }
+
+    /// One attempt: the reply on success, or the error and whether it is worth retrying.
+    async fn deliver(&self, delivery: &Delivery) -> Result<String, (String, bool)> {
+        let store_err = |e: StoreError| (format!("the hub's store failed: {e}"), true);
+        let digest = self
+            .0
+            .store
+            .digest(delivery.digest_id)
+            .await
+            .map_err(store_err)?
+            .ok_or_else(|| ("the digest is gone".to_owned(), false))?;
+        let servers: HashMap<String, String> = self
+            .0
+            .store
+            .list_servers()
+            .await
+            .map_err(store_err)?
+            .into_iter()
+            .map(|s| (s.id.to_string(), s.name.to_string()))
+            .collect();
+        let rendered = render::render(&digest, &servers);
+        let snapshot = self.0.settings.current();
+        let secret_err = |e: crate::settings::CryptoError| (e.to_string(), false);
+        match delivery.channel {
+            Channel::Email => {
+                let alerts = &snapshot.settings.alerts;
+                let Some(smtp) = &snapshot.settings.smtp else {
+                    return Err((
+                        "no SMTP server is configured (settings: smtp)".to_owned(),
+                        false,
+                    ));
+                };
+                if alerts.recipients.is_empty() {
+                    return Err((
+                        "no recipients are configured (alerts.recipients)".to_owned(),
+                        false,
+                    ));
+                }
+                let password = self
+                    .0
+                    .settings
+                    .smtp_password(&snapshot)
+                    .map_err(secret_err)?;
+                let mail = mail::Mail {
+                    to: alerts.recipients.clone(),
+                    subject: rendered.subject.clone(),
+                    text: rendered.text.clone(),
+                    html: Some(rendered.html.clone()),
+                };
+                mail::send(smtp, password.as_ref(), &mail)
+                    .await
+                    .map(|accepted| accepted.reply)
+                    .map_err(|e| (e.to_string(), e.is_transient()))
+            }
+            Channel::Webhook => {
+                let Some(hook) = snapshot
+                    .settings
+                    .alerts
+                    .webhooks
+                    .iter()
+                    .find(|w| w.name == delivery.target)
+                else {
+                    return Err((format!("webhook {:?} was removed", delivery.target), false));
+                };
+                let (url, token) = self
+                    .0
+                    .settings
+                    .webhook_secrets(&snapshot, &hook.name)
+                    .map_err(secret_err)?;
+                let Some(url) = url else {
+                    return Err((format!("webhook {:?} has no URL", hook.name), false));
+                };
+                webhook::post(&self.0.http, hook.format, &url, token.as_ref(), &rendered)
+                    .await
+                    .map_err(|e| (e.message, e.transient))
+            }
+        }
+    }
+
+    /// Deliveries, newest first.
+    pub async fn deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<Delivery>, StoreError> {
+        self.0.store.list_deliveries(filter).await
+    }
+
+    /// Digests, newest first.
+    pub async fn digests(&self, limit: u64) -> Result<Vec<Digest>, StoreError> {
+        self.0.store.list_digests(limit).await
+    }
+
+    pub async fn digest(&self, id: i64) -> Result<Option<Digest>, StoreError> {
+        self.0.store.digest(id).await
+    }
+}

@@ -1,0 +1,131 @@
+//! `GET /api/alerts/deliveries` (every e-mail and webhook delivery with its status, attempts and
+//! last error) and `GET /api/alerts/digests[/{id}]` (what each digest grouped). Rules themselves
+//! are part of the settings.
+
+use axum::extract::{Path, Query, State};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::error::{ApiError, ApiJson, Problem};
+use crate::alerts::model::{Delivery, DeliveryFilter, DeliveryStatus, Digest};
+use crate::app::AppState;
+
+/// Largest page.
+const MAX_LIMIT: u64 = 500;
+const DEFAULT_LIMIT: u64 = 100;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(deliveries))
+        .routes(routes!(digests))
+        .routes(routes!(digest))
+}
+
+fn limit(raw: Option<u64>) -> Result<u64, ApiError> {
+    match raw {
+        None => Ok(DEFAULT_LIMIT),
+        Some(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+        Some(_) => Err(ApiError::invalid(
+            "limit",
+            format!("must be between 1 and {MAX_LIMIT}"),
+        )),
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DeliveryParams {
+    /// `pending`, `sending`, `delivered` or `failed`.
+    status: Option<String>,
+    /// Only deliveries of this alert rule.
+    rule_id: Option<String>,
+    digest_id: Option<i64>,
+    /// Only deliveries older than this id (the `next` of the previous page).
+    before: Option<i64>,
+    /// 1 to 500 (default 100).
+    limit: Option<u64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryPage {
+    deliveries: Vec<Delivery>,
+    /// Pass as `before` for the next page; absent on the last.
+    next: Option<i64>,
+}
+
+/// Alert deliveries, newest first: each e-mail or webhook post of a digest with its status,
+/// attempts, next retry, last error and the server's answer.
+#[utoipa::path(get, path = "/api/alerts/deliveries", tag = "alerts", params(DeliveryParams),
+    responses((status = 200, body = DeliveryPage), (status = 422, body = Problem)))]
+async fn deliveries(
+    State(state): State<AppState>,
+    Query(params): Query<DeliveryParams>,
+) -> Result<ApiJson<DeliveryPage>, ApiError> {
+    let status = params
+        .status
+        .as_deref()
+        .map(|raw| {
+            DeliveryStatus::parse(raw).ok_or_else(|| {
+                ApiError::invalid("status", "must be pending, sending, delivered or failed")
+            })
+        })
+        .transpose()?;
+    let limit = limit(params.limit)?;
+    let filter = DeliveryFilter {
+        status,
+        rule_id: params.rule_id,
+        digest_id: params.digest_id,
+        before: params.before,
+        limit,
+    };
+    let deliveries = state.alerts.deliveries(&filter).await?;
+    let next = (deliveries.len() as u64 == limit)
+        .then(|| deliveries.last().map(|d| d.id))
+        .flatten();
+    Ok(ApiJson(DeliveryPage { deliveries, next }))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DigestParams {
+    /// 1 to 500 (default 100).
+    limit: Option<u64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DigestList {
+    digests: Vec<Digest>,
+}
+
+/// Alert digests, newest first: the matches of one rule within its window, summed up.
+#[utoipa::path(get, path = "/api/alerts/digests", tag = "alerts", params(DigestParams),
+    responses((status = 200, body = DigestList), (status = 422, body = Problem)))]
+async fn digests(
+    State(state): State<AppState>,
+    Query(params): Query<DigestParams>,
+) -> Result<ApiJson<DigestList>, ApiError> {
+    let digests = state.alerts.digests(limit(params.limit)?).await?;
+    Ok(ApiJson(DigestList { digests }))
+}
+
+/// One alert digest.
+#[utoipa::path(get, path = "/api/alerts/digests/{id}", tag = "alerts",
+    params(("id" = i64, Path, description = "Digest id")),
+    responses((status = 200, body = Digest), (status = 404, body = Problem)))]
+async fn digest(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<ApiJson<Digest>, ApiError> {
+    state
+        .alerts
+        .digest(id)
+        .await?
+        .map(ApiJson)
+        .ok_or_else(|| ApiError::NotFound(format!("no alert digest has the id {id}")))
+}

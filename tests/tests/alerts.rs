@@ -1,0 +1,497 @@
+//! Alerts end to end: bans go through the real event path (fail2ban's callback to an agent's relay,
+//! the spool, the session, the hub's ingest), the hub's alert worker matches them against the rules
+//! in the settings and delivers digests to a real SMTP server (maildev) and to a webhook receiver
+//! in the test, with retries; delivery status is read back through the API.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use banhub_tests::agent::{AgentProcess, relay_addr, relay_secret};
+use banhub_tests::fail2ban::Fail2banSandbox;
+use banhub_tests::hub::HubProcess;
+use banhub_tests::smtp::SmtpServer;
+use banhub_tests::wait::wait_for_async;
+use banhub_tests::webhook::WebhookReceiver;
+use futures::StreamExt as _;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A hub with one server: an agent beside a fail2ban sandbox, whose relay takes the callbacks.
+struct Host {
+    hub: HubProcess,
+    server_id: String,
+    _sandbox: Fail2banSandbox,
+    agent: AgentProcess,
+    state: tempfile::TempDir,
+}
+
+impl Host {
+    async fn start() -> Self {
+        let hub = HubProcess::builder()
+            .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
+            .start()
+            .expect("hub starts");
+        let sandbox = Fail2banSandbox::start("web-1").expect("fail2ban sandbox");
+        let (status, created) = post(&hub, "/api/servers", json!({"name": "web-1"})).await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+        let server_id = created["server"]["id"].as_str().expect("id").to_owned();
+        let token = created["enrollment"]["token"].as_str().expect("token");
+        let state = tempfile::tempdir().expect("tempdir");
+        let out = AgentProcess::enroll(token, &state.path().join("agent")).expect("enroll runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let agent = AgentProcess::start(
+            &state.path().join("agent"),
+            &sandbox.socket_path(),
+            &sandbox.conf_dir(),
+            &[("BANHUB_AGENT_LINK__BACKOFF_MAX_MS", "1000")],
+        )
+        .expect("agent starts");
+        let host = Self {
+            hub,
+            server_id,
+            _sandbox: sandbox,
+            agent,
+            state,
+        };
+        let id = host.server_id.clone();
+        wait_for_async(DEADLINE, "the agent to come online", || async {
+            let (_, server) = get(&host.hub, &format!("/api/servers/{id}")).await;
+            (server["status"] == "online").then_some(())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}\n{}", host.hub.logs(), host.agent.logs()));
+        host
+    }
+
+    fn state_dir(&self) -> PathBuf {
+        self.state.path().join("agent")
+    }
+
+    /// fail2ban's action reporting `ips` banned in `jail`, through the agent's relay; each call
+    /// returns once the agent has the event on disk.
+    async fn ban(&self, jail: &str, ips: &[String]) {
+        let relay = relay_addr(&self.state_dir()).expect("relay address");
+        let secret = relay_secret(&self.state_dir()).expect("relay secret");
+        let client = reqwest::Client::new();
+        let refused: Vec<String> = futures::stream::iter(ips.iter().cloned())
+            .map(|ip| {
+                let (client, secret) = (client.clone(), secret.clone());
+                let jail = jail.to_owned();
+                async move {
+                    let body = json!({"ip": ip, "jail": jail, "hostname": "web-1", "failures": 5,
+                                      "logs": [format!("auth failure from {ip}")]});
+                    let ok = client
+                        .post(format!("http://{relay}/api/ban"))
+                        .header("X-Callback-Secret", &secret)
+                        .json(&body)
+                        .send()
+                        .await
+                        .is_ok_and(|r| r.status() == StatusCode::OK);
+                    (!ok).then_some(ip)
+                }
+            })
+            .buffer_unordered(16)
+            .filter_map(|refused| async move { refused })
+            .collect()
+            .await;
+        assert!(
+            refused.is_empty(),
+            "the relay refused {refused:?}\n{}",
+            self.agent.logs()
+        );
+    }
+
+    /// How many ban events the hub has stored for this server.
+    async fn stored_bans(&self) -> usize {
+        let mut total = 0;
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut path = format!(
+                "/api/events/bans?serverId={}&kind=ban&limit=1000",
+                self.server_id
+            );
+            if let Some(c) = &cursor {
+                path.push_str(&format!("&cursor={c}"));
+            }
+            let (status, page) = get(&self.hub, &path).await;
+            assert_eq!(status, StatusCode::OK, "{page}");
+            total += page["events"].as_array().map_or(0, Vec::len);
+            match page["nextCursor"].as_str() {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => return total,
+            }
+        }
+    }
+}
+
+async fn send(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
+    let response = request.send().await.expect("request");
+    let status = response.status();
+    let text = response.text().await.expect("body");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+async fn get(hub: &HubProcess, path: &str) -> (StatusCode, Value) {
+    send(hub.client().get(hub.url(path))).await
+}
+
+async fn post(hub: &HubProcess, path: &str, body: Value) -> (StatusCode, Value) {
+    send(hub.client().post(hub.url(path)).json(&body)).await
+}
+
+async fn save(hub: &HubProcess, mut doc: Value) -> Value {
+    let (_, current) = get(hub, "/api/settings").await;
+    doc["version"] = current["version"].clone();
+    let (status, saved) = post(hub, "/api/settings", doc.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{doc}\n{saved}");
+    saved
+}
+
+fn rule_id(saved: &Value, name: &str) -> String {
+    saved["alerts"]["rules"]
+        .as_array()
+        .and_then(|rules| rules.iter().find(|r| r["name"] == name))
+        .and_then(|r| r["id"].as_str())
+        .unwrap_or_else(|| panic!("no rule {name}: {saved}"))
+        .to_owned()
+}
+
+async fn deliveries(hub: &HubProcess, query: &str) -> Vec<Value> {
+    let (status, page) = get(hub, &format!("/api/alerts/deliveries?limit=500{query}")).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    page["deliveries"].as_array().cloned().unwrap_or_default()
+}
+
+async fn digests(hub: &HubProcess) -> Vec<Value> {
+    let (status, page) = get(hub, "/api/alerts/digests?limit=500").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    page["digests"].as_array().cloned().unwrap_or_default()
+}
+
+fn addresses(prefix: &str, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| format!("{prefix}.{}.{}", i / 250, i % 250 + 1))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_500_bans_is_one_digest_and_a_rule_that_does_not_match_sends_nothing() {
+    let smtp = SmtpServer::start().expect("maildev starts");
+    let receiver = WebhookReceiver::start().await.expect("receiver");
+    let host = Host::start().await;
+    let saved = save(
+        &host.hub,
+        json!({
+            "smtp": {"host": smtp.host(), "port": smtp.smtp_port(), "tls": "none",
+                     "from": "banhub alerts <alerts@example.test>"},
+            "alerts": {
+                "recipients": ["ops@example.test"],
+                "digestWindowSecs": 5,
+                "webhooks": [{"name": "never", "format": "json", "url": receiver.url("/never")}],
+                "rules": [
+                    {"name": "ssh bans", "jails": ["sshd"]},
+                    {"name": "nginx only", "jails": ["nginx-http-auth"], "webhooks": ["never"]}
+                ]
+            }
+        }),
+    )
+    .await;
+    let ssh_rule = rule_id(&saved, "ssh bans");
+    let nginx_rule = rule_id(&saved, "nginx only");
+
+    let started = Instant::now();
+    host.ban("sshd", &addresses("198.18", 500)).await;
+    wait_for_async(DEADLINE, "500 bans stored", || async {
+        (host.stored_bans().await == 500).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    eprintln!("500 bans relayed and stored in {:?}", started.elapsed());
+
+    // The digest goes out once its window has passed.
+    wait_for_async(DEADLINE, "the digest e-mail", || async {
+        let mails = smtp.emails().await.ok()?;
+        (!mails.is_empty()).then_some(mails)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    // Every ban is in a closed digest with a delivered e-mail...
+    let ssh_digests = wait_for_async(DEADLINE, "every ban in a delivered digest", || async {
+        let all = digests(&host.hub).await;
+        let mine: Vec<Value> = all
+            .into_iter()
+            .filter(|d| d["ruleId"] == ssh_rule.as_str())
+            .collect();
+        let total: u64 = mine.iter().filter_map(|d| d["events"].as_u64()).sum();
+        let closed = mine.iter().all(|d| !d["closedAt"].is_null());
+        let delivered = deliveries(&host.hub, &format!("&ruleId={ssh_rule}")).await;
+        let all_sent =
+            delivered.len() == mine.len() && delivered.iter().all(|d| d["status"] == "delivered");
+        (total == 500 && closed && all_sent).then_some(mine)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    // ... and a burst makes one digest (or a few when it straddles a window), never a mail per ban.
+    assert!(
+        ssh_digests.len() <= 3,
+        "{} digests for one burst",
+        ssh_digests.len()
+    );
+    let mails = smtp.emails().await.expect("mails");
+    assert_eq!(mails.len(), ssh_digests.len(), "one mail per digest");
+    let first = &mails[0];
+    assert!(
+        first.subject.starts_with("[banhub] ssh bans: "),
+        "{}",
+        first.subject
+    );
+    assert!(
+        first.subject.contains("bans on 1 server"),
+        "{}",
+        first.subject
+    );
+    assert_eq!(first.from[0].address, "alerts@example.test");
+    assert_eq!(first.to[0].address, "ops@example.test");
+    let text = first.text.as_deref().unwrap_or_default();
+    assert!(
+        text.contains("By jail:") && text.contains("sshd:"),
+        "{text}"
+    );
+    assert!(text.contains("web-1"), "{text}");
+    let html = first.html.as_deref().unwrap_or_default();
+    assert!(html.contains("<table>") && html.contains("sshd"), "{html}");
+    let delivered = deliveries(&host.hub, &format!("&ruleId={ssh_rule}")).await;
+    assert!(
+        delivered[0]["response"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("250")),
+        "{delivered:?}"
+    );
+    assert_eq!(delivered[0]["attempts"], 1);
+
+    // The rule that matches nothing made no digest, no delivery, and no request.
+    assert!(
+        digests(&host.hub)
+            .await
+            .iter()
+            .all(|d| d["ruleId"] != nginx_rule.as_str())
+    );
+    assert!(
+        deliveries(&host.hub, &format!("&ruleId={nginx_rule}"))
+            .await
+            .is_empty()
+    );
+    assert!(receiver.received().is_empty(), "{:?}", receiver.received());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smtp_down_is_retried_then_reported_failed_and_ingest_goes_on() {
+    let mut smtp = SmtpServer::start().expect("maildev starts");
+    let host = Host::start().await;
+    save(
+        &host.hub,
+        json!({
+            "smtp": {"host": smtp.host(), "port": smtp.smtp_port(), "tls": "none",
+                     "from": "alerts@example.test", "timeoutSecs": 2},
+            "alerts": {"recipients": ["ops@example.test"], "digestWindowSecs": 1,
+                       "maxAttempts": 3, "retryInitialSecs": 1,
+                       "rules": [{"name": "all bans"}]}
+        }),
+    )
+    .await;
+    smtp.stop().expect("maildev stops");
+
+    // Bans keep being stored promptly while the mail server is down.
+    for (i, batch) in addresses("198.19", 30).chunks(10).enumerate() {
+        let before = host.stored_bans().await;
+        let sent = Instant::now();
+        host.ban("sshd", batch).await;
+        wait_for_async(Duration::from_secs(5), "the batch to be stored", || async {
+            (host.stored_bans().await == before + batch.len()).then_some(())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("batch {i}: {e}\n{}", host.hub.logs()));
+        eprintln!(
+            "batch {i}: 10 bans relayed and stored in {:?}",
+            sent.elapsed()
+        );
+    }
+
+    let failed = wait_for_async(DEADLINE, "the delivery to be reported failed", || async {
+        let all = deliveries(&host.hub, "&status=failed").await;
+        (!all.is_empty()).then_some(all)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    let delivery = &failed[0];
+    assert_eq!(delivery["channel"], "email");
+    assert_eq!(delivery["attempts"], 3, "{delivery}");
+    let error = delivery["lastError"].as_str().expect("an error");
+    assert!(error.contains("nothing accepts connections"), "{error}");
+    assert!(delivery["deliveredAt"].is_null());
+    // The hub logged the retries.
+    let log = std::fs::read_to_string(host.hub.dir().join("hub.stdout.log")).unwrap_or_default()
+        + &std::fs::read_to_string(host.hub.dir().join("hub.stderr.log")).unwrap_or_default();
+    assert!(log.contains("will retry"), "no retry in the log");
+
+    // Back up: a later digest is delivered.
+    smtp.start_again().expect("maildev starts again");
+    host.ban("sshd", &addresses("198.19.200", 2)).await;
+    wait_for_async(DEADLINE, "a delivery once the server is back", || async {
+        let done = deliveries(&host.hub, "&status=delivered").await;
+        (!done.is_empty()).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    assert_eq!(smtp.emails().await.expect("mails").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_are_delivered_in_three_formats_and_retried_after_a_500() {
+    let receiver = WebhookReceiver::start().await.expect("receiver");
+    let host = Host::start().await;
+    save(
+        &host.hub,
+        json!({
+            "alerts": {
+                "digestWindowSecs": 1, "maxAttempts": 4, "retryInitialSecs": 1,
+                "webhooks": [
+                    {"name": "generic", "format": "json", "url": receiver.url("/hooks/generic"), "token": "hook-token-1"},
+                    {"name": "chat", "format": "slack", "url": receiver.url("/hooks/slack")},
+                    {"name": "phone", "format": "ntfy", "url": receiver.url("/banhub-alerts")}
+                ],
+                "rules": [{"name": "web bans", "email": false, "webhooks": ["generic", "chat", "phone"]}]
+            }
+        }),
+    )
+    .await;
+    // The first request fails with a 500 (whichever channel comes first), the rest succeed.
+    receiver.answer(&[500]);
+    host.ban("nginx-http-auth", &addresses("198.18.100", 3))
+        .await;
+
+    let done = wait_for_async(DEADLINE, "three delivered webhooks", || async {
+        let all = deliveries(&host.hub, "&status=delivered").await;
+        (all.len() == 3).then_some(all)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}\n{:?}", host.hub.logs(), receiver.received()));
+    let received = receiver.received();
+    assert_eq!(received.len(), 4, "three posts and one retry: {received:?}");
+    assert_eq!(received[0].status, 500);
+    let retried = &received[0].path;
+    assert_eq!(
+        received.iter().filter(|r| &r.path == retried).count(),
+        2,
+        "the failed post was retried: {received:?}"
+    );
+    let retried_delivery = done
+        .iter()
+        .find(|d| d["attempts"] == 2)
+        .unwrap_or_else(|| panic!("no delivery took two attempts: {done:?}"));
+    assert!(
+        retried_delivery["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("500")),
+        "{retried_delivery}"
+    );
+    assert_eq!(retried_delivery["response"], "HTTP 200 OK");
+
+    let generic = received
+        .iter()
+        .find(|r| r.path == "/hooks/generic" && r.status == 200)
+        .expect("the JSON post");
+    assert_eq!(generic.headers["authorization"], "Bearer hook-token-1");
+    let body = generic.json().expect("JSON");
+    assert_eq!(body["type"], "banhub.alert.digest");
+    assert_eq!(body["rule"]["name"], "web bans");
+    assert_eq!(body["events"], 3);
+    assert_eq!(body["byJail"]["nginx-http-auth"], 3);
+    assert_eq!(body["samples"].as_array().map(Vec::len), Some(3));
+
+    let slack = received
+        .iter()
+        .find(|r| r.path == "/hooks/slack" && r.status == 200)
+        .expect("the Slack post");
+    let text = slack.json().expect("JSON")["text"]
+        .as_str()
+        .expect("text")
+        .to_owned();
+    assert!(
+        text.contains("web bans") && text.contains("3 bans"),
+        "{text}"
+    );
+    assert!(!slack.headers.contains_key("authorization"));
+
+    let ntfy = received
+        .iter()
+        .find(|r| r.path == "/banhub-alerts" && r.status == 200)
+        .expect("the ntfy post");
+    assert!(
+        ntfy.headers["title"].contains("web bans"),
+        "{:?}",
+        ntfy.headers
+    );
+    assert!(
+        ntfy.body_text().contains("nginx-http-auth"),
+        "{}",
+        ntfy.body_text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_restart_neither_loses_nor_repeats_alerts() {
+    let receiver = WebhookReceiver::start().await.expect("receiver");
+    let mut host = Host::start().await;
+    save(
+        &host.hub,
+        json!({"alerts": {"digestWindowSecs": 2,
+            "webhooks": [{"name": "generic", "format": "json", "url": receiver.url("/h")}],
+            "rules": [{"name": "all", "email": false, "webhooks": ["generic"]}]}}),
+    )
+    .await;
+    host.ban("sshd", &addresses("198.18.50", 20)).await;
+    wait_for_async(DEADLINE, "the first bans stored", || async {
+        (host.stored_bans().await == 20).then_some(())
+    })
+    .await
+    .expect("stored");
+    // Stop at once: the digest is still open (or its delivery pending).
+    host.hub.restart().expect("hub restarts");
+    host.ban("sshd", &addresses("198.18.60", 15)).await;
+    wait_for_async(DEADLINE, "every ban alerted on", || async {
+        let total: u64 = receiver
+            .received()
+            .iter()
+            .filter(|r| r.status == 200)
+            .filter_map(|r| r.json().ok()?["events"].as_u64())
+            .sum();
+        (total >= 35 && deliveries(&host.hub, "&status=pending").await.is_empty()).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    // Every event id is in exactly one digest.
+    let mut ids: Vec<i64> = Vec::new();
+    for d in digests(&host.hub).await {
+        let (first, last) = (
+            d["firstEventId"].as_i64().expect("id"),
+            d["lastEventId"].as_i64().expect("id"),
+        );
+        assert_eq!(d["events"].as_i64(), Some(last - first + 1), "{d}");
+        ids.extend(first..=last);
+    }
+    ids.sort_unstable();
+    let before = ids.len();
+    ids.dedup();
+    assert_eq!(ids.len(), before, "an event was alerted on twice");
+    assert_eq!(ids.len(), 35, "{ids:?}");
+}
