@@ -44,6 +44,8 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Pki(#[from] PkiError),
+    #[error("http.tls: {0}")]
+    HttpTls(#[from] crate::serve::TlsError),
     #[error("settings: {0}")]
     Settings(#[from] SettingsError),
     #[error("cannot listen on {addr} ({what}): {source}; is another process using it?")]
@@ -67,6 +69,8 @@ pub struct App {
     http: TcpListener,
     grpc: TcpListener,
     grpc_tls: rustls::ServerConfig,
+    /// HTTPS on the HTTP listener, when `http.tls` names a certificate.
+    http_tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: CancellationToken,
 }
 
@@ -85,6 +89,11 @@ impl App {
         if !config.http.listen.ip().is_loopback() {
             return Err(StartError::UnauthenticatedRemote(config.http.listen));
         }
+        // Read before anything is created, so a wrong path fails fast and changes nothing.
+        let http_tls = match config.http.tls.paths() {
+            Some((cert, key)) => Some(Arc::new(crate::serve::server_config(cert, key)?)),
+            None => None,
+        };
         create_private_dir(&config.data_dir)?;
         let store = Store::connect(&config.database_url(), config.database.max_connections).await?;
         let ca = Ca::load_or_create(&config.data_dir.join("ca"))?;
@@ -149,6 +158,7 @@ impl App {
             http,
             grpc,
             grpc_tls,
+            http_tls,
             shutdown,
         })
     }
@@ -172,6 +182,7 @@ impl App {
             http,
             grpc,
             grpc_tls,
+            http_tls,
             shutdown,
         } = self;
         let listening = Listening {
@@ -213,13 +224,9 @@ impl App {
                 result
             })
         };
-        let router = crate::api::router(state);
-        let http_result = axum::serve(
-            http,
-            router.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .await;
+        let base_path = state.config.http.base_path.clone();
+        let router = crate::serve::mount(crate::api::router(state), &base_path);
+        let http_result = crate::serve::serve_http(http, router, http_tls, shutdown.clone()).await;
         shutdown.cancel();
         let grpc_result = grpc_task.await;
         let _ = alert_worker.await;

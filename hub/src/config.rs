@@ -8,6 +8,8 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
+use crate::serve::BasePath;
+
 /// Longest allowed enrollment token lifetime: 30 days.
 pub const MAX_TOKEN_TTL_SECS: u64 = 30 * 24 * 3600;
 
@@ -36,6 +38,30 @@ pub struct HttpConfig {
     pub listen: SocketAddr,
     /// Largest request body accepted, in bytes.
     pub body_limit_bytes: usize,
+    /// URL prefix everything is served under, for a reverse proxy forwarding a sub-path (e.g.
+    /// `/banhub`); empty for the root.
+    pub base_path: BasePath,
+    /// HTTPS on the listener itself, for installations without a TLS-terminating proxy.
+    pub tls: HttpTlsConfig,
+}
+
+/// The HTTP listener's own certificate. Both paths or neither.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpTlsConfig {
+    /// PEM certificate chain, leaf first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert_path: Option<PathBuf>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_path: Option<PathBuf>,
+}
+
+impl HttpTlsConfig {
+    /// The certificate and key paths when HTTPS is configured.
+    pub fn paths(&self) -> Option<(&Path, &Path)> {
+        Some((self.cert_path.as_deref()?, self.key_path.as_deref()?))
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -156,6 +182,8 @@ impl Default for HttpConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             body_limit_bytes: 256 * 1024,
+            base_path: BasePath::root(),
+            tls: HttpTlsConfig::default(),
         }
     }
 }
@@ -265,6 +293,21 @@ impl Config {
         }
         if self.http.body_limit_bytes < 1024 {
             return invalid("http.body_limit_bytes", "must be at least 1024");
+        }
+        match (&self.http.tls.cert_path, &self.http.tls.key_path) {
+            (Some(_), None) => {
+                return invalid(
+                    "http.tls.key_path",
+                    "must be set when http.tls.cert_path is",
+                );
+            }
+            (None, Some(_)) => {
+                return invalid(
+                    "http.tls.cert_path",
+                    "must be set when http.tls.key_path is",
+                );
+            }
+            _ => {}
         }
         let url = &self.database.url;
         let known_scheme = ["postgres://", "postgresql://", "sqlite:"]
@@ -435,6 +478,33 @@ mod tests {
                 .expect_err("refused");
             assert!(err.to_string().contains(key), "{err}");
         }
+    }
+
+    #[test]
+    fn base_path_and_tls_load_and_are_checked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("banhub.toml");
+        std::fs::write(
+            &path,
+            "[http]\nbase_path = \"/banhub/\"\n[http.tls]\ncert_path = \"/c.pem\"\nkey_path = \"/k.pem\"\n",
+        )
+        .expect("write");
+        let config = Config::load(Some(&path), Figment::new()).expect("valid");
+        assert_eq!(config.http.base_path.as_str(), "/banhub");
+        assert_eq!(
+            config.http.tls.paths(),
+            Some((Path::new("/c.pem"), Path::new("/k.pem")))
+        );
+        let defaults = Config::load(None, Figment::new()).expect("valid");
+        assert!(defaults.http.base_path.is_root());
+        assert_eq!(defaults.http.tls.paths(), None);
+
+        let bad = Figment::from(Serialized::default("http.base_path", "banhub"));
+        let err = Config::load(None, bad).expect_err("refused");
+        assert!(err.to_string().contains("base_path"), "{err}");
+        let half = Figment::from(Serialized::default("http.tls.cert_path", "/c.pem"));
+        let err = Config::load(None, half).expect_err("refused");
+        assert!(err.to_string().contains("http.tls.key_path"), "{err}");
     }
 
     #[test]
