@@ -345,7 +345,7 @@ async fn smtp_down_is_retried_then_reported_failed_and_ingest_goes_on() {
 
     // Back up: a later digest is delivered.
     smtp.start_again().expect("maildev starts again");
-    host.ban("sshd", &addresses("198.19.200", 2)).await;
+    host.ban("sshd", &addresses("10.80", 2)).await;
     wait_for_async(DEADLINE, "a delivery once the server is back", || async {
         let done = deliveries(&host.hub, "&status=delivered").await;
         (!done.is_empty()).then_some(())
@@ -376,8 +376,7 @@ async fn webhooks_are_delivered_in_three_formats_and_retried_after_a_500() {
     .await;
     // The first request fails with a 500 (whichever channel comes first), the rest succeed.
     receiver.answer(&[500]);
-    host.ban("nginx-http-auth", &addresses("198.18.100", 3))
-        .await;
+    host.ban("nginx-http-auth", &addresses("10.70", 3)).await;
 
     let done = wait_for_async(DEADLINE, "three delivered webhooks", || async {
         let all = deliveries(&host.hub, "&status=delivered").await;
@@ -459,7 +458,7 @@ async fn a_hub_restart_neither_loses_nor_repeats_alerts() {
             "rules": [{"name": "all", "email": false, "webhooks": ["generic"]}]}}),
     )
     .await;
-    host.ban("sshd", &addresses("198.18.50", 20)).await;
+    host.ban("sshd", &addresses("10.50", 20)).await;
     wait_for_async(DEADLINE, "the first bans stored", || async {
         (host.stored_bans().await == 20).then_some(())
     })
@@ -467,7 +466,7 @@ async fn a_hub_restart_neither_loses_nor_repeats_alerts() {
     .expect("stored");
     // Stop at once: the digest is still open (or its delivery pending).
     host.hub.restart().expect("hub restarts");
-    host.ban("sshd", &addresses("198.18.60", 15)).await;
+    host.ban("sshd", &addresses("10.60", 15)).await;
     wait_for_async(DEADLINE, "every ban alerted on", || async {
         let total: u64 = receiver
             .received()

@@ -56,6 +56,7 @@ pub const CAPABILITIES: &[&str] = &[
     "get_ignore_list",
     "set_ignore_list",
     "write_defaults",
+    "write_defaults",
     "get_delivery_status",
     "probe_step",
 ];
