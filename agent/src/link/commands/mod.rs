@@ -56,7 +56,6 @@ pub const CAPABILITIES: &[&str] = &[
     "get_ignore_list",
     "set_ignore_list",
     "write_defaults",
-    "write_defaults",
     "get_delivery_status",
     "probe_step",
 ];
