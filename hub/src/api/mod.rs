@@ -19,7 +19,6 @@ pub(crate) const REQUESTED_BY: &str = "api";
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use tower_http::trace::TraceLayer;
@@ -73,19 +72,10 @@ fn api_routes() -> OpenApiRouter<AppState> {
 /// The whole HTTP surface of the hub.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.http.body_limit_bytes;
-    let (routes, mut doc) = api_routes().split_for_parts();
-    // Under `http.base_path` the paths in the document are relative to that prefix, and Swagger UI in
-    // the browser must fetch the document from under it too.
-    let base = &state.config.http.base_path;
-    doc.servers = Some(vec![utoipa::openapi::Server::new(base.to_string())]);
-    let swagger = SwaggerUi::new("/api/docs")
-        .url("/api/openapi.json", doc)
-        .config(utoipa_swagger_ui::Config::new([
-            base.join("/api/openapi.json")
-        ]));
+    let (routes, doc) = api_routes().split_for_parts();
     routes
-        .merge(swagger)
-        .fallback(not_found)
+        .merge(SwaggerUi::new("/api/docs").url("/api/openapi.json", doc))
+        .fallback(crate::ui::fallback("/"))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -93,16 +83,6 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
-}
-
-async fn not_found() -> Response {
-    problem(
-        StatusCode::NOT_FOUND,
-        "not_found",
-        "Not found",
-        "no such endpoint; the API is described at /api/openapi.json".to_owned(),
-        None,
-    )
 }
 
 async fn count_requests(State(state): State<AppState>, request: Request, next: Next) -> Response {
