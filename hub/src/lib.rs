@@ -9,6 +9,7 @@ pub mod events;
 pub mod fleet;
 pub mod metrics;
 pub mod pki;
+pub mod serve;
 pub mod settings;
 pub mod store;
 pub mod ui;

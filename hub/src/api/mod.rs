@@ -72,10 +72,19 @@ fn api_routes() -> OpenApiRouter<AppState> {
 /// The whole HTTP surface of the hub.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.http.body_limit_bytes;
-    let (routes, doc) = api_routes().split_for_parts();
+    let (routes, mut doc) = api_routes().split_for_parts();
+    // Under `http.base_path` the paths in the document are relative to that prefix, and Swagger UI in
+    // the browser must fetch the document from under it too.
+    let base = &state.config.http.base_path;
+    doc.servers = Some(vec![utoipa::openapi::Server::new(base.to_string())]);
+    let swagger = SwaggerUi::new("/api/docs")
+        .url("/api/openapi.json", doc)
+        .config(utoipa_swagger_ui::Config::new([
+            base.join("/api/openapi.json")
+        ]));
     routes
-        .merge(SwaggerUi::new("/api/docs").url("/api/openapi.json", doc))
-        .fallback(crate::ui::fallback("/"))
+        .merge(swagger)
+        .fallback(crate::ui::fallback(&state.config.http.base_path.home()))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(
             state.clone(),
