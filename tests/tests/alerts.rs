@@ -29,10 +29,16 @@ struct Host {
 
 impl Host {
     async fn start() -> Self {
-        let hub = HubProcess::builder()
-            .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
-            .start()
-            .expect("hub starts");
+        Self::start_on(None).await
+    }
+
+    /// With `database_url`, the hub keeps its store there (PostgreSQL); else SQLite.
+    async fn start_on(database_url: Option<String>) -> Self {
+        let mut builder = HubProcess::builder().env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500");
+        if let Some(url) = database_url {
+            builder = builder.database_url(url);
+        }
+        let hub = builder.start().expect("hub starts");
         let sandbox = Fail2banSandbox::start("web-1").expect("fail2ban sandbox");
         let (status, created) = post(&hub, "/api/servers", json!({"name": "web-1"})).await;
         assert_eq!(status, StatusCode::CREATED, "{created}");
@@ -359,6 +365,23 @@ async fn smtp_down_is_retried_then_reported_failed_and_ingest_goes_on() {
 async fn webhooks_are_delivered_in_three_formats_and_retried_after_a_500() {
     let receiver = WebhookReceiver::start().await.expect("receiver");
     let host = Host::start().await;
+    webhook_scenario(&host, &receiver).await;
+}
+
+/// The same on PostgreSQL: the worker's cursor, digests and deliveries in the other backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_are_delivered_and_retried_on_postgresql() {
+    let postgres = banhub_tests::PostgresServer::start()
+        .unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e:#}"));
+    let url = postgres
+        .create_database("banhub_alerts")
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", postgres.logs()));
+    let receiver = WebhookReceiver::start().await.expect("receiver");
+    let host = Host::start_on(Some(url)).await;
+    webhook_scenario(&host, &receiver).await;
+}
+
+async fn webhook_scenario(host: &Host, receiver: &WebhookReceiver) {
     save(
         &host.hub,
         json!({

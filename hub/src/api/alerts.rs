@@ -59,7 +59,8 @@ pub struct DeliveryPage {
 
 /// Alert deliveries, newest first: each e-mail or webhook post of a digest with its status,
 /// attempts, next retry, last error and the server's answer.
-#[utoipa::path(get, path = "/api/alerts/deliveries", tag = "alerts", params(DeliveryParams),
+#[utoipa::path(get, path = "/api/alerts/deliveries", tag = "alerts",
+    extensions(("x-required-role" = json!("viewer"))), params(DeliveryParams),
     responses((status = 200, body = DeliveryPage), (status = 422, body = Problem)))]
 async fn deliveries(
     State(state): State<AppState>,
@@ -104,7 +105,8 @@ pub struct DigestList {
 }
 
 /// Alert digests, newest first: the matches of one rule within its window, summed up.
-#[utoipa::path(get, path = "/api/alerts/digests", tag = "alerts", params(DigestParams),
+#[utoipa::path(get, path = "/api/alerts/digests", tag = "alerts",
+    extensions(("x-required-role" = json!("viewer"))), params(DigestParams),
     responses((status = 200, body = DigestList), (status = 422, body = Problem)))]
 async fn digests(
     State(state): State<AppState>,
@@ -116,6 +118,7 @@ async fn digests(
 
 /// One alert digest.
 #[utoipa::path(get, path = "/api/alerts/digests/{id}", tag = "alerts",
+    extensions(("x-required-role" = json!("viewer"))),
     params(("id" = i64, Path, description = "Digest id")),
     responses((status = 200, body = Digest), (status = 404, body = Problem)))]
 async fn digest(

@@ -121,6 +121,7 @@ fn parse_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T
 /// The current settings. Secrets are never shown: `passwordSet`, `urlSet` and `tokenSet` say
 /// whether one is stored. The `ETag` header carries the version.
 #[utoipa::path(get, path = "/api/settings", tag = "settings",
+    extensions(("x-required-role" = json!("admin"))),
     responses((status = 200, body = SettingsDocument, headers(("ETag" = String, description = "The version, quoted")))))]
 async fn get_settings(State(state): State<AppState>) -> Response {
     with_etag(state.settings.view())
@@ -129,7 +130,8 @@ async fn get_settings(State(state): State<AppState>) -> Response {
 /// Replaces the settings. Send the version you read in `version` (or as `If-Match`); an edit from
 /// an older version is refused with 409 so no one's change is lost. A secret left out keeps its
 /// stored value; `null` removes it. Sections left out take their defaults.
-#[utoipa::path(post, path = "/api/settings", tag = "settings", request_body = SettingsDocument,
+#[utoipa::path(post, path = "/api/settings", tag = "settings",
+    extensions(("x-required-role" = json!("admin"))), request_body = SettingsDocument,
     params(("If-Match" = Option<String>, Header, description = "The version read, instead of `version` in the body")),
     responses((status = 200, body = SettingsDocument),
               (status = 400, body = Problem), (status = 409, description = "Edited from an older version", body = Problem),
@@ -191,7 +193,8 @@ pub struct TestEmailResult {
 /// Sends a test e-mail and answers with the SMTP server's reply, or with a problem whose `code`
 /// says what failed: `smtp_dns`, `smtp_refused`, `smtp_timeout`, `smtp_tls`, `smtp_auth`,
 /// `smtp_rejected` (502).
-#[utoipa::path(post, path = "/api/settings/test-email", tag = "settings", request_body = TestEmailBody,
+#[utoipa::path(post, path = "/api/settings/test-email", tag = "settings",
+    extensions(("x-required-role" = json!("admin"))), request_body = TestEmailBody,
     responses((status = 200, body = TestEmailResult),
               (status = 422, description = "No SMTP server or recipient, or a bad value", body = Problem),
               (status = 502, description = "The mail server could not be reached or refused", body = Problem)))]
@@ -283,7 +286,8 @@ pub struct PushDefaultsResult {
 /// Pushes `fail2ban.defaults` of the saved settings to every server (or the chosen ones) through
 /// their agents: each writes the `[DEFAULT]` keys to its `jail.d/banhub-defaults.local`, has
 /// fail2ban validate the result and reloads. One result per server.
-#[utoipa::path(post, path = "/api/settings/fail2ban-defaults/push", tag = "settings", request_body = PushDefaultsBody,
+#[utoipa::path(post, path = "/api/settings/fail2ban-defaults/push", tag = "settings",
+    extensions(("x-required-role" = json!("admin"))), request_body = PushDefaultsBody,
     responses((status = 200, body = PushDefaultsResult),
               (status = 422, description = "Nothing to push, or no such server", body = Problem)))]
 async fn push_defaults(
