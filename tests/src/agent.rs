@@ -185,6 +185,28 @@ impl AgentProcess {
     }
 }
 
+/// Runs `banhub-agent <args>` to completion (killed after 60 s) with the harness's environment
+/// (inherited `BANHUB_…` variables removed) plus `env`, e.g. `install-action`; a failed command is
+/// an `Ok` with a failed status.
+pub fn run_command(args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> anyhow::Result<Output> {
+    let logs_dir = tempfile::Builder::new()
+        .prefix("banhub-agent-cmd-")
+        .tempdir()
+        .context("creating a directory for the command's output")?;
+    let mut command = agent_command(&binary(BINARY)?, logs_dir.path());
+    command.args(args).envs(env.iter().copied());
+    let name = args
+        .first()
+        .map(|a| a.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    run_with_timeout(
+        &format!("{BINARY} {name}"),
+        command,
+        &LogFiles::new(logs_dir.path(), "command"),
+        ENROLL_TIMEOUT,
+    )
+}
+
 fn enroll_with(
     binary: &Path,
     token: &str,

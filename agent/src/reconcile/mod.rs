@@ -20,7 +20,7 @@
 pub mod belief;
 pub mod diff;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -31,7 +31,7 @@ pub use belief::{Belief, BeliefError, STATE_FILE};
 pub use diff::{Diff, Key};
 
 use crate::fail2ban::{Fail2banError, Fail2banSocket};
-use crate::spool::{BanEvent, Event, JailName, Logs, Source, Spool, SpoolError};
+use crate::spool::{BanDuration, BanEvent, Event, JailName, Logs, Source, Spool, SpoolError};
 
 /// Default cap on the events one pass appends.
 pub const DEFAULT_MAX_EVENTS: usize = 10_000;
@@ -239,8 +239,15 @@ impl Reconciler {
             capped: found.capped,
             ..PassOutcome::default()
         };
+        let times = self.ban_times(&found.bans).await;
         for (jail, ip) in &found.bans {
-            if let Some(event) = self.event(jail, ip, true) {
+            if let Some(mut event) = self.event(jail, ip, true) {
+                if let (Event::Ban(ban), Some(&(at, duration))) =
+                    (&mut event, times.get(&(jail.clone(), ip.clone())))
+                {
+                    ban.ban_time = Some(at);
+                    ban.ban_duration = BanDuration::from_seconds(duration);
+                }
                 self.append(event).await?;
                 outcome.bans += 1;
             }
@@ -267,6 +274,40 @@ impl Reconciler {
             );
         }
         Ok(outcome)
+    }
+
+    /// When fail2ban banned each of `bans` and for how long (`get <jail> banip --with-time`, read
+    /// in this host's time zone, as fail2ban prints it), so observed bans carry their times. A
+    /// jail that does not answer leaves its bans without times.
+    async fn ban_times(&mut self, bans: &[Key]) -> HashMap<Key, (i64, i64)> {
+        let jails: BTreeSet<&str> = bans.iter().map(|(jail, _)| jail.as_str()).collect();
+        let mut times = HashMap::new();
+        for jail in jails {
+            let records = match self.socket().await {
+                Ok(socket) => socket.banned_with_time(jail).await,
+                Err(e) => Err(e),
+            };
+            match records {
+                Ok(records) => {
+                    for record in records {
+                        let Ok(ip) = IpOrCidr::parse(&record.ip) else {
+                            continue;
+                        };
+                        if let Some((start, _)) = record.unix_times(&chrono::Local) {
+                            times.insert(
+                                (jail.to_owned(), ip.to_string()),
+                                (start, record.duration_secs),
+                            );
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(%jail, error = %e, "no ban times for observed bans");
+                    self.socket = None;
+                }
+            }
+        }
+        times
     }
 
     async fn append(&mut self, event: Event) -> Result<(), SpoolError> {
