@@ -4,6 +4,60 @@
  */
 
 export interface paths {
+    "/api/alerts/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Alert deliveries, newest first: each e-mail or webhook post of a digest with its status,
+         *     attempts, next retry, last error and the server's answer.
+         */
+        get: operations["deliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/alerts/digests": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Alert digests, newest first: the matches of one rule within its window, summed up. */
+        get: operations["digests"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/alerts/digests/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One alert digest. */
+        get: operations["digest"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/ban": {
         parameters: {
             query?: never;
@@ -368,6 +422,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/servers/{id}/delivery": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Delivery diagnostics: the agent's relay (listening, last callback), its spool (depth, oldest
+         *     unacknowledged event), whether each running jail runs the banhub action, when the hub last
+         *     stored an event of this server, and the last end-to-end probe.
+         */
+        get: operations["delivery_status"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/servers/{id}/enrollment-token": {
         parameters: {
             query?: never;
@@ -388,6 +463,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/servers/{id}/probe": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * End-to-end probe: the agent bans a documentation address (192.0.2.0/24) in its probe jail
+         *     `banhub-probe`, and the hub waits until the ban event has come back through fail2ban's action,
+         *     the agent's relay and spool, the session and the store; then the same for the unban. A probe
+         *     that ran and failed answers 200 with `ok: false` and `failure` (`probe_jail_missing`,
+         *     `action_missing`, `relay_down`, `ban_timeout`, ...). Probe events stay out of event lists,
+         *     stats and insights unless `jail=banhub-probe` is asked for.
+         */
+        post: operations["run_probe"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/servers/{id}/test": {
         parameters: {
             query?: never;
@@ -399,6 +498,73 @@ export interface paths {
         put?: never;
         /** Round trip through the server's agent to fail2ban's `ping`. */
         post: operations["test_server"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/settings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The current settings. Secrets are never shown: `passwordSet`, `urlSet` and `tokenSet` say
+         *     whether one is stored. The `ETag` header carries the version.
+         */
+        get: operations["get_settings"];
+        put?: never;
+        /**
+         * Replaces the settings. Send the version you read in `version` (or as `If-Match`); an edit from
+         *     an older version is refused with 409 so no one's change is lost. A secret left out keeps its
+         *     stored value; `null` removes it. Sections left out take their defaults.
+         */
+        post: operations["save_settings"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/settings/fail2ban-defaults/push": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pushes `fail2ban.defaults` of the saved settings to every server (or the chosen ones) through
+         *     their agents: each writes the `[DEFAULT]` keys to its `jail.d/banhub-defaults.local`, has
+         *     fail2ban validate the result and reloads. One result per server.
+         */
+        post: operations["push_defaults"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/settings/test-email": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Sends a test e-mail and answers with the SMTP server's reply, or with a problem whose `code`
+         *     says what failed: `smtp_dns`, `smtp_refused`, `smtp_timeout`, `smtp_tls`, `smtp_auth`,
+         *     `smtp_rejected` (502).
+         */
+        post: operations["test_email"];
         delete?: never;
         options?: never;
         head?: never;
@@ -494,6 +660,29 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        AlertsDocument: {
+            /**
+             * Format: int32
+             * @description Matches of one rule within this many seconds of its first match go out as one digest.
+             */
+            digestWindowSecs?: number;
+            /** @description Off: no rule is evaluated (events arriving meanwhile are never alerted on). */
+            enabled?: boolean;
+            /**
+             * Format: int32
+             * @description Attempts per delivery before it is reported failed, 1 to 20.
+             */
+            maxAttempts?: number;
+            /** @description Who gets alert e-mails (and test e-mails sent without `to`). */
+            recipients?: string[];
+            /**
+             * Format: int32
+             * @description Wait before the first retry, doubled for each further one (at most an hour).
+             */
+            retryInitialSecs?: number;
+            rules?: components["schemas"]["RuleDocument"][];
+            webhooks?: components["schemas"]["WebhookDocument"][];
+        };
         /** @description What a ban or unban changed. */
         BanOutcome: {
             /** @description False when the address was already banned (ban) or not banned (unban). */
@@ -537,6 +726,11 @@ export interface components {
             /** @description The server the secret belongs to. */
             serverId: string;
         };
+        /**
+         * @description Where a delivery goes.
+         * @enum {string}
+         */
+        Channel: "email" | "webhook";
         /** @description The result of a validated configuration change. */
         ConfigChange: {
             /** @description Jails enabled in the configuration that do not run after the reload. */
@@ -578,6 +772,161 @@ export interface components {
         CreatedServer: {
             enrollment: components["schemas"]["EnrollmentDto"];
             server: components["schemas"]["ServerDto"];
+        };
+        /** @description fail2ban's defaults for every jail; `null` leaves a key as the host has it. */
+        DefaultsDocument: {
+            /**
+             * Format: int64
+             * @description Seconds an address stays banned; `-1` bans for good.
+             */
+            bantime?: number | null;
+            /** @description Ban repeat offenders for longer each time (`bantime.increment`). */
+            bantimeIncrement?: boolean | null;
+            /**
+             * Format: int64
+             * @description Longest ban when `bantimeIncrement` is on, in seconds (`bantime.maxtime`).
+             */
+            bantimeMaxtime?: number | null;
+            /**
+             * Format: int64
+             * @description Seconds within which `maxretry` failures lead to a ban.
+             */
+            findtime?: number | null;
+            /** @description Addresses, networks or host names never banned. */
+            ignoreip?: string[] | null;
+            /** Format: int32 */
+            maxretry?: number | null;
+        };
+        /** @description What a push did on one server. */
+        DefaultsPushResult: {
+            change?: components["schemas"]["ConfigChange"] | null;
+            /** @description fail2ban's own messages when it refused the configuration. */
+            details?: string[];
+            /** @description On failure: why (offline agent, fail2ban refused the values, ...). */
+            error?: string | null;
+            ok: boolean;
+            serverId: string;
+            serverName: string;
+        };
+        /** @description One message of a digest to one channel. */
+        Delivery: {
+            /** Format: int32 */
+            attempts: number;
+            channel: components["schemas"]["Channel"];
+            /** Format: date-time */
+            createdAt: string;
+            /** Format: date-time */
+            deliveredAt?: string | null;
+            /** Format: int64 */
+            digestId: number;
+            /** Format: int64 */
+            id: number;
+            /** @description Why the last attempt failed. */
+            lastError?: string | null;
+            /** Format: int32 */
+            maxAttempts: number;
+            /** Format: date-time */
+            nextAttemptAt?: string | null;
+            /** @description The server's answer to the successful attempt (SMTP reply, HTTP status). */
+            response?: string | null;
+            ruleId: string;
+            ruleName: string;
+            status: components["schemas"]["DeliveryStatus"];
+            /** @description `email`, or the webhook's name. */
+            target: string;
+            /** Format: date-time */
+            updatedAt: string;
+        };
+        DeliveryPage: {
+            deliveries: components["schemas"]["Delivery"][];
+            /**
+             * Format: int64
+             * @description Pass as `before` for the next page; absent on the last.
+             */
+            next?: number | null;
+        };
+        /** @description How a server's ban events reach the hub. */
+        DeliveryReport: {
+            /** @description Whether `action.d/banhub.conf` is in the host's fail2ban configuration. */
+            actionInstalled: boolean;
+            /** @description Why fail2ban could not be asked about its jails. */
+            fail2banError?: string | null;
+            fail2banRunning: boolean;
+            /** @description Every running jail, the probe jail included. */
+            jails: components["schemas"]["JailDelivery"][];
+            /**
+             * Format: date-time
+             * @description When the hub last stored an event of this server (probe events left out).
+             */
+            lastEventReceivedAt?: string | null;
+            lastProbe?: components["schemas"]["ProbeResult"] | null;
+            relay: components["schemas"]["RelayDiagnostics"];
+            serverId: string;
+            spool?: components["schemas"]["SpoolDiagnostics"] | null;
+            /** @description Running jails without the banhub action: their bans never reach the hub. */
+            unattachedJails: string[];
+        };
+        /**
+         * @description Where a delivery stands.
+         * @enum {string}
+         */
+        DeliveryStatus: "pending" | "sending" | "delivered" | "failed";
+        /** @description A rule's matches within its window, as stored. */
+        Digest: {
+            /** Format: date-time */
+            closedAt?: string | null;
+            /**
+             * Format: date-time
+             * @description When it closes and its deliveries start.
+             */
+            dueAt: string;
+            /**
+             * Format: int64
+             * @description Matches in it.
+             */
+            events: number;
+            /** Format: int64 */
+            firstEventId: number;
+            /** Format: int64 */
+            id: number;
+            /** Format: int64 */
+            lastEventId: number;
+            /** Format: date-time */
+            openedAt: string;
+            ruleId: string;
+            ruleName: string;
+            summary: components["schemas"]["DigestSummary"];
+        };
+        DigestList: {
+            digests: components["schemas"]["Digest"][];
+        };
+        /** @description The matches of one rule in one digest, summed up. */
+        DigestSummary: {
+            byCountry?: {
+                [key: string]: number;
+            };
+            /** @description Matches per address (at most [`MAX_IPS`] addresses). */
+            byIp: {
+                [key: string]: number;
+            };
+            byJail: {
+                [key: string]: number;
+            };
+            /** @description By server id. */
+            byServer: {
+                [key: string]: number;
+            };
+            /** Format: date-time */
+            firstAt?: string | null;
+            /** Format: date-time */
+            lastAt?: string | null;
+            /**
+             * Format: int64
+             * @description Matches of addresses beyond [`MAX_IPS`].
+             */
+            otherIps?: number;
+            /** @description The first matches (at most [`MAX_SAMPLES`]). */
+            samples: components["schemas"]["MatchSample"][];
         };
         /** @description A one-time enrollment token and the command that uses it. */
         EnrollmentDto: {
@@ -641,6 +990,18 @@ export interface components {
             /** @description Pass as `cursor` for the next (older) page; absent on the last page. */
             nextCursor?: string | null;
         };
+        EventsDocument: {
+            /**
+             * Format: int32
+             * @description Ban events older than this many days are pruned; `0` keeps them forever; `null` uses the
+             *     hub's configuration (`events.retention_days`).
+             */
+            retentionDays?: number | null;
+        };
+        Fail2banDocument: {
+            /** @description Written to each host's `[DEFAULT]` by `POST /api/settings/fail2ban-defaults/push`. */
+            defaults?: components["schemas"]["DefaultsDocument"];
+        };
         /** @description New content for one file and the version it was edited from (empty for a new file). */
         FileEditBody: {
             content: string;
@@ -667,6 +1028,13 @@ export interface components {
             /** Format: int64 */
             missed: number;
             regexHits: components["schemas"]["RegexHits"][];
+        };
+        GeoipDocument: {
+            /**
+             * @description Absolute path of a MaxMind-format country (or city) database, e.g.
+             *     `/var/lib/GeoIP/GeoLite2-Country.mmdb`; `null` for none.
+             */
+            databasePath?: string | null;
         };
         Health: {
             status: string;
@@ -774,6 +1142,14 @@ export interface components {
         JailCountsDto: components["schemas"]["CountsDto"] & {
             jail: string;
         };
+        /** @description One running jail. */
+        JailDelivery: {
+            /** @description Whether fail2ban runs the banhub action in this jail (`get <jail> actions`). */
+            actionAttached: boolean;
+            /** @description The jail's running actions. */
+            actions: string[];
+            jail: string;
+        };
         JailList: {
             jails: components["schemas"]["JailSummary"][];
             /** @description What the agent's configuration reader noticed. */
@@ -806,6 +1182,22 @@ export interface components {
         ManageJails: {
             jails: components["schemas"]["JailToggleBody"][];
         };
+        /** @description One ban that matched a rule. */
+        MatchSample: {
+            /** @description ISO country code of the address, when a GeoIP database knows it. */
+            country?: string | null;
+            /** Format: int64 */
+            eventId: number;
+            /** Format: int32 */
+            failures: number;
+            /** @description The host name the action reported (may be empty). */
+            hostname: string;
+            ip: string;
+            jail: string;
+            /** Format: date-time */
+            occurredAt: string;
+            serverId: string;
+        };
         MatchedLine: {
             /**
              * Format: int32
@@ -814,6 +1206,40 @@ export interface components {
             index: number;
             ip: string;
             line: string;
+        };
+        ProbeFailure: {
+            code: components["schemas"]["ProbeFailureCode"];
+            message: string;
+        };
+        /**
+         * @description Why a probe failed.
+         * @enum {string}
+         */
+        ProbeFailureCode: "probe_jail_missing" | "action_missing" | "relay_down" | "fail2ban_unavailable" | "agent_error" | "ban_timeout" | "unban_timeout";
+        /** @description The result of an end-to-end probe. */
+        ProbeResult: {
+            failure?: components["schemas"]["ProbeFailure"] | null;
+            /** Format: date-time */
+            finishedAt: string;
+            /** @description The documentation address banned and unbanned in the probe jail. */
+            ip: string;
+            jail: string;
+            ok: boolean;
+            /** @description Run by the schedule (`probe.interval_secs`) rather than on demand. */
+            scheduled: boolean;
+            /** Format: date-time */
+            startedAt: string;
+            steps: components["schemas"]["ProbeStepTiming"][];
+        };
+        /** @description One step of a probe with its duration. */
+        ProbeStepTiming: {
+            /** Format: double */
+            ms: number;
+            /**
+             * @description `ban` (the agent had fail2ban ban the address), `banEvent` (from the ban's start until the
+             *     hub committed the event), `unban`, `unbanEvent`.
+             */
+            step: string;
         };
         /** @description An RFC 9457 problem document. */
         Problem: {
@@ -837,6 +1263,20 @@ export interface components {
             /** @description A URI naming the kind of problem: `urn:banhub:problem:<code>`. */
             type: string;
         };
+        PushDefaultsBody: {
+            /** @description Only servers carrying all of these labels. */
+            labels?: {
+                [key: string]: string;
+            };
+            /** @description Server ids or names; empty: every server (or those matching `labels`). */
+            servers?: string[];
+        };
+        PushDefaultsResult: {
+            /** @description What was pushed: `fail2ban.defaults` of the saved settings. */
+            defaults: components["schemas"]["DefaultsDocument"];
+            /** @description One result per server. */
+            results: components["schemas"]["DefaultsPushResult"][];
+        };
         Readiness: {
             agentsOnline: number;
             database: string;
@@ -849,6 +1289,34 @@ export interface components {
             index: number;
             regex: string;
         };
+        /** @description The callback relay on the host. */
+        RelayDiagnostics: {
+            /**
+             * Format: int64
+             * @description Callbacks stored since the agent started.
+             */
+            callbacksAccepted: number;
+            /**
+             * Format: int64
+             * @description Callbacks refused since the agent started (wrong secret, bad body, ...).
+             */
+            callbacksRejected: number;
+            /** @description Whether the agent runs its relay at all (`relay.enabled`). */
+            enabled: boolean;
+            /**
+             * Format: date-time
+             * @description When the relay last stored a callback (since the agent started).
+             */
+            lastCallbackAt?: string | null;
+            /** @description Where it listens (the action's `relay_url`). */
+            listen?: string | null;
+            /** @description Whether the relay accepts connections. */
+            listening: boolean;
+        };
+        RepeatOffenderDocument: {
+            /** Format: int32 */
+            minBans: number;
+        };
         RestartBody: {
             mode?: components["schemas"]["RestartKind"] | null;
         };
@@ -860,6 +1328,27 @@ export interface components {
             mode: components["schemas"]["RestartKind"];
             ok: boolean;
             runningJails: string[];
+        };
+        /**
+         * @description An alert rule: every ban event that passes all of its conditions matches. Empty lists match
+         *     anything.
+         */
+        RuleDocument: {
+            /** @description ISO 3166 country codes of the banned address; needs `geoip.databasePath`. */
+            countries?: string[];
+            /** @description Send to `alerts.recipients`. */
+            email?: boolean;
+            enabled?: boolean;
+            /** @description Assigned by the hub when absent; keep it when editing a rule. */
+            id?: string | null;
+            jails?: string[];
+            name: string;
+            repeatOffender?: components["schemas"]["RepeatOffenderDocument"] | null;
+            /** @description Server ids. */
+            servers?: string[];
+            spike?: components["schemas"]["SpikeDocument"] | null;
+            /** @description Names of `alerts.webhooks` to post to. */
+            webhooks?: string[];
         };
         /** @description Sequence numbers `first..=last` an agent lost. */
         SeqRangeDto: {
@@ -921,8 +1410,81 @@ export interface components {
             name: string;
             status: components["schemas"]["StatusDto"];
         };
+        /** @description Every setting, as read with `GET /api/settings` and written with `POST /api/settings`. */
+        SettingsDocument: {
+            alerts?: components["schemas"]["AlertsDocument"];
+            events?: components["schemas"]["EventsDocument"];
+            fail2ban?: components["schemas"]["Fail2banDocument"];
+            geoip?: components["schemas"]["GeoipDocument"];
+            smtp?: components["schemas"]["SmtpDocument"] | null;
+            /**
+             * Format: date-time
+             * @description When the settings were last saved (ignored on input).
+             */
+            updatedAt?: string | null;
+            /**
+             * Format: int64
+             * @description The version read (GET); the version edited from (POST, required there unless an
+             *     `If-Match` header carries it). A POST from an older version is refused with 409.
+             */
+            version?: number | null;
+        };
+        SmtpDocument: {
+            /** @description Sender, e.g. `banhub <banhub@example.org>`. */
+            from: string;
+            /** @description Host name or address of the mail server. */
+            host: string;
+            /** @description Whether a password is stored (read-only). */
+            readonly passwordSet?: boolean;
+            /** Format: int32 */
+            port?: number;
+            /**
+             * Format: int32
+             * @description Bound on connecting and on each SMTP exchange, 1 to 300 seconds.
+             */
+            timeoutSecs?: number;
+            tls?: components["schemas"]["TlsMode"];
+            /** @description For SMTP authentication; `null` sends no credentials. */
+            username?: string | null;
+        };
         /** @enum {string} */
         SourceDto: "action" | "observed" | "direct";
+        SpikeDocument: {
+            /** Format: int32 */
+            bans: number;
+            /** Format: int32 */
+            windowSecs: number;
+        };
+        /** @description The agent's durable event spool. */
+        SpoolDiagnostics: {
+            /**
+             * Format: int64
+             * @description Highest sequence number the hub acknowledged.
+             */
+            ackedSeq: number;
+            /**
+             * Format: int64
+             * @description Events waiting for the hub's acknowledgement.
+             */
+            depth: number;
+            /** Format: int64 */
+            epoch: number;
+            /**
+             * Format: int64
+             * @description Highest sequence number written.
+             */
+            lastSeq: number;
+            /**
+             * Format: double
+             * @description Its age in seconds, now.
+             */
+            oldestUnackedAgeSecs?: number | null;
+            /**
+             * Format: date-time
+             * @description When the oldest unacknowledged event was received.
+             */
+            oldestUnackedAt?: string | null;
+        };
         /** @description Bans and unbans over time, per server, per jail and in total. */
         StatsDto: {
             /**
@@ -960,6 +1522,20 @@ export interface components {
         Summary: components["schemas"]["StatusReport"] & {
             server: components["schemas"]["ServerDto"];
         };
+        TestEmailBody: {
+            smtp?: components["schemas"]["SmtpDocument"] | null;
+            /** @description Recipients; empty: `alerts.recipients` of the saved settings. */
+            to?: string[];
+        };
+        TestEmailResult: {
+            from: string;
+            /** @description The SMTP server's final reply, e.g. `250 2.0.0 Ok: queued as 4F2A`. */
+            reply: string;
+            subject: string;
+            to: string[];
+            /** Format: int64 */
+            tookMs: number;
+        };
         /** @description A filter and the log lines to try it on. */
         TestFilterBody: {
             /** @description A filter of the server's configuration. */
@@ -986,6 +1562,11 @@ export interface components {
              */
             roundTripMs: number;
         };
+        /**
+         * @description How the SMTP connection is secured.
+         * @enum {string}
+         */
+        TlsMode: "none" | "starttls" | "tls";
         UnbanEverywhereBody: {
             ip: string;
         };
@@ -993,6 +1574,22 @@ export interface components {
             ip: string;
             servers: components["schemas"]["ServerActionResult"][];
         };
+        WebhookDocument: {
+            format: components["schemas"]["WebhookFormat"];
+            /** @description Rules name the webhook by this. */
+            name: string;
+            /** @description Whether a token is stored (read-only). */
+            readonly tokenSet?: boolean;
+            /** @description The host (and port) of the stored URL, to recognize it (read-only). */
+            readonly urlHost?: string | null;
+            /** @description Whether a URL is stored (read-only). */
+            readonly urlSet?: boolean;
+        };
+        /**
+         * @description What a webhook's body looks like.
+         * @enum {string}
+         */
+        WebhookFormat: "json" | "slack" | "ntfy";
         WriteConfig: {
             filterLocal?: components["schemas"]["FileEditBody"] | null;
             jailOverride?: components["schemas"]["FileEditBody"] | null;
@@ -1006,6 +1603,103 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    deliveries: {
+        parameters: {
+            query?: {
+                /** @description `pending`, `sending`, `delivered` or `failed`. */
+                status?: string;
+                /** @description Only deliveries of this alert rule. */
+                ruleId?: string;
+                digestId?: number;
+                /** @description Only deliveries older than this id (the `next` of the previous page). */
+                before?: number;
+                /** @description 1 to 500 (default 100). */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryPage"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    digests: {
+        parameters: {
+            query?: {
+                /** @description 1 to 500 (default 100). */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DigestList"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    digest: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Digest id */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Digest"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     ban: {
         parameters: {
             query?: never;
@@ -2001,6 +2695,55 @@ export interface operations {
             };
         };
     };
+    delivery_status: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Server id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryReport"];
+                };
+            };
+            /** @description No such server */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Agent offline or not enrolled */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Agent did not answer in time */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     new_enrollment_token: {
         parameters: {
             query?: never;
@@ -2022,6 +2765,55 @@ export interface operations {
                 };
             };
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    run_probe: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Server id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProbeResult"];
+                };
+            };
+            /** @description No such server */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A probe of this server is already running */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Agent offline or not enrolled */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2079,6 +2871,152 @@ export interface operations {
             };
             /** @description Agent did not answer in time */
             504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_settings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    /** @description The version, quoted */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SettingsDocument"];
+                };
+            };
+        };
+    };
+    save_settings: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The version read, instead of `version` in the body */
+                "If-Match"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SettingsDocument"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SettingsDocument"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Edited from an older version */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A value breaks its rule; `field` names it */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    push_defaults: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PushDefaultsBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PushDefaultsResult"];
+                };
+            };
+            /** @description Nothing to push, or no such server */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    test_email: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TestEmailBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TestEmailResult"];
+                };
+            };
+            /** @description No SMTP server or recipient, or a bad value */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The mail server could not be reached or refused */
+            502: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -35,3 +35,5 @@ export type JailCounts = S['JailCountsDto'];
 export type ServerCounts = S['ServerCountsDto'];
 export type RestartResult = S['RestartResult'];
 export type Problem = S['Problem'];
+export type TestEmailBody = S['TestEmailBody'];
+export type TestEmailResult = S['TestEmailResult'];

@@ -1,0 +1,87 @@
+// What tests/tests/ui.rs tells the browser tests about the environment it started, and small
+// helpers that look at the real components behind the hub (fail2ban, maildev).
+import { execFileSync } from 'node:child_process';
+import { appendFileSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { expect, type Page } from '@playwright/test';
+
+function need(name: string): string {
+  const value = process.env[name];
+  if (!value) {
+    throw new Error(
+      `${name} is not set: these tests run against a real hub started by the Rust harness; run ` +
+        '`cargo nextest run -p banhub-tests --test ui` (it starts everything and then Playwright)',
+    );
+  }
+  return value;
+}
+
+export const env = {
+  hub: need('BANHUB_URL').replace(/\/?$/, '/'),
+  serverA: need('BANHUB_SERVER_A'),
+  serverB: need('BANHUB_SERVER_B'),
+  jail: process.env.BANHUB_JAIL ?? 'testauth',
+  logA: need('BANHUB_LOG_A'),
+  f2bConfA: need('BANHUB_F2B_CONF_A'),
+  f2bSockA: need('BANHUB_F2B_SOCK_A'),
+  issuer: need('BANHUB_OIDC_ISSUER'),
+  maildev: need('BANHUB_MAILDEV_URL'),
+  smtpPort: need('BANHUB_SMTP_PORT'),
+  admin: process.env.BANHUB_ADMIN_LOGIN ?? 'alice',
+  viewer: process.env.BANHUB_VIEWER_LOGIN ?? 'victor',
+  screenshots: process.env.BANHUB_SCREENSHOTS ?? 'screenshots',
+};
+
+/** What fail2ban on server A has banned in a jail right now (`fail2ban-client get <jail> banned`). */
+export function bannedOnA(jail = env.jail): string[] {
+  const out = execFileSync('fail2ban-client', ['-c', env.f2bConfA, '-s', env.f2bSockA, 'get', jail, 'banned'], {
+    encoding: 'utf8',
+  });
+  // A Python list repr: ['192.0.2.1', '198.51.100.7']
+  return [...out.matchAll(/'([^']+)'/g)].map((m) => m[1]);
+}
+
+/** Appends `n` failed-login lines for `ip` to server A's watched log, stamped now (local time). */
+export function failLogins(ip: string, n: number): void {
+  const d = new Date();
+  const p = (x: number) => String(x).padStart(2, '0');
+  const stamp = `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+  appendFileSync(env.logA, `${stamp} Failed login for root from ${ip}\n`.repeat(n));
+}
+
+export interface Mail {
+  subject: string;
+  to: { address: string }[];
+  text?: string;
+}
+
+/** The messages maildev received. */
+export async function mails(): Promise<Mail[]> {
+  const response = await fetch(`${env.maildev.replace(/\/$/, '')}/api/email`);
+  if (!response.ok) throw new Error(`maildev answered ${response.status}`);
+  return (await response.json()) as Mail[];
+}
+
+/** Logs in through the OIDC provider's development login and consent pages. */
+export async function oidcLogin(page: Page, login: string): Promise<void> {
+  await page.goto('./');
+  await page.waitForURL(/\/login\?return_to=/);
+  await page.getByRole('link', { name: 'Sign in' }).click();
+  // The provider's own pages (another origin: 127.0.0.1 on its port).
+  await page.locator('input[name=login]').fill(login);
+  await page.locator('input[name=password]').fill('any password');
+  await page.locator('button[type=submit]').click();
+  // Consent, when the provider asks for it (a second interaction page), else straight back.
+  const consent = page.locator('input[name=prompt][value=consent]');
+  await expect
+    .poll(async () => page.url().startsWith(env.hub) || (await consent.count()) > 0, { timeout: 20_000 })
+    .toBe(true);
+  if (!page.url().startsWith(env.hub)) await page.locator('button[type=submit]').click();
+  await page.waitForURL((url) => url.href.startsWith(env.hub) && !url.pathname.includes('/auth/'));
+}
+
+/** Saves a full-page screenshot as <dir>/<name>.png. */
+export async function shoot(page: Page, name: string): Promise<void> {
+  mkdirSync(env.screenshots, { recursive: true });
+  await page.screenshot({ path: join(env.screenshots, `${name}.png`), fullPage: true });
+}
