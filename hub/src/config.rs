@@ -8,6 +8,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
+use crate::auth::config::AuthConfig;
 use crate::serve::BasePath;
 
 /// Longest allowed enrollment token lifetime: 30 days.
@@ -28,6 +29,8 @@ pub struct Config {
     pub secrets: SecretsConfig,
     /// The end-to-end delivery probe.
     pub probe: ProbeConfig,
+    /// Operator login: local administrator or OpenID Connect, sessions, API tokens.
+    pub auth: AuthConfig,
     pub log: LogConfig,
 }
 
@@ -172,6 +175,7 @@ impl Default for Config {
             events: EventsConfig::default(),
             secrets: SecretsConfig::default(),
             probe: ProbeConfig::default(),
+            auth: AuthConfig::default(),
             log: LogConfig::default(),
         }
     }
@@ -370,6 +374,10 @@ impl Config {
                 "must be host:port, e.g. hub.example.com:50051",
             );
         }
+        self.auth.validate().map_err(|e| ConfigError::Invalid {
+            field: e.field,
+            reason: e.reason,
+        })?;
         Ok(())
     }
 

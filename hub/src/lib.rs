@@ -3,6 +3,7 @@
 pub mod alerts;
 pub mod api;
 pub mod app;
+pub mod auth;
 pub mod config;
 pub mod domain;
 pub mod events;

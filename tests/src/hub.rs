@@ -4,6 +4,10 @@
 //! 127.0.0.1:0` and waits for `<data_dir>/listening.json` (ARCHITECTURE.md, "Hub command line") to learn
 //! the bound addresses. A restart reuses the data directory and passes the previously bound ports
 //! explicitly, so agents and clients find the hub where it was.
+//!
+//! Every hub the harness starts accepts an admin API token it generates ([`BootstrapToken`], passed as
+//! `BANHUB_AUTH__BOOTSTRAP_TOKEN_SHA256`), and [`HubProcess::client`] sends it: tests act as an admin
+//! unless they ask for another client.
 
 use std::ffi::OsString;
 use std::fs;
@@ -23,6 +27,44 @@ const BINARY: &str = "banhub";
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 const LISTENING_FILE: &str = "listening.json";
+/// The variable that makes the hub accept a bootstrap admin token (`auth.bootstrap_token_sha256`).
+pub const BOOTSTRAP_TOKEN_VAR: &str = "BANHUB_AUTH__BOOTSTRAP_TOKEN_SHA256";
+
+/// A random admin API token and its SHA-256, for `auth.bootstrap_token_sha256`.
+#[derive(Debug, Clone)]
+pub struct BootstrapToken {
+    /// What a client sends as `Authorization: Bearer …`.
+    pub token: String,
+    /// Lower-case hex SHA-256 of the token: the configuration value.
+    pub sha256: String,
+}
+
+impl BootstrapToken {
+    pub fn generate() -> Self {
+        use sha2::Digest as _;
+        let token = format!(
+            "bootstrap-{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        let sha256 = hex::encode(sha2::Sha256::digest(token.as_bytes()));
+        Self { token, sha256 }
+    }
+}
+
+/// An HTTP client (30 s request timeout) that sends `token` as a bearer token on every request.
+pub fn bearer_client(token: &str) -> anyhow::Result<reqwest::Client> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+        .context("the token is not a valid header value")?;
+    value.set_sensitive(true);
+    headers.insert(reqwest::header::AUTHORIZATION, value);
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .default_headers(headers)
+        .build()
+        .context("building the HTTP client")
+}
 
 /// What the hub writes to `<data_dir>/listening.json` once both listeners are bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -48,6 +90,12 @@ impl HubBuilder {
     pub fn database_url(mut self, url: impl Into<String>) -> Self {
         self.database_url = Some(url.into());
         self
+    }
+
+    /// Uses the internal CA in `dir` (`cluster.ca_dir`) rather than one in the hub's own data
+    /// directory: hub replicas on one database share it. The first hub to start creates it.
+    pub fn ca_dir(self, dir: impl Into<PathBuf>) -> Self {
+        self.env("BANHUB_CLUSTER__CA_DIR", dir.into())
     }
 
     /// Sets an environment variable, e.g. `BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS=500`. Inherited
@@ -89,10 +137,8 @@ impl HubBuilder {
         let data_dir = dir.path().join("data");
         fs::create_dir(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
         let logs = LogFiles::new(dir.path(), "hub");
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .context("building the HTTP client")?;
+        let admin = BootstrapToken::generate();
+        let client = bearer_client(&admin.token)?;
         let mut hub = HubProcess {
             dir,
             data_dir,
@@ -107,6 +153,7 @@ impl HubBuilder {
                 pid: 0,
             },
             runs: 0,
+            admin,
             client,
         };
         hub.launch(None)?;
@@ -127,6 +174,7 @@ pub struct HubProcess {
     /// The addresses of the current run, or of the last one after it stopped.
     listening: Listening,
     runs: u32,
+    admin: BootstrapToken,
     client: reqwest::Client,
 }
 
@@ -177,9 +225,23 @@ impl HubProcess {
         self.listening().grpc
     }
 
-    /// An HTTP client for the hub (30 s request timeout); clones share its connection pool.
+    /// An HTTP client for the hub (30 s request timeout) authenticated as an admin with the bootstrap
+    /// token; clones share its connection pool.
     pub fn client(&self) -> reqwest::Client {
         self.client.clone()
+    }
+
+    /// The bootstrap admin token [`HubProcess::client`] sends.
+    pub fn admin_token(&self) -> &str {
+        &self.admin.token
+    }
+
+    /// An HTTP client without credentials (30 s request timeout).
+    pub fn anonymous_client(&self) -> anyhow::Result<reqwest::Client> {
+        reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .context("building the HTTP client")
     }
 
     /// The process id while it runs.
@@ -265,6 +327,7 @@ impl HubProcess {
             }
         }
         command
+            .env(BOOTSTRAP_TOKEN_VAR, &self.admin.sha256)
             .envs(self.options.env.iter().map(|(k, v)| (k, v)))
             .env("RUST_BACKTRACE", "1")
             .current_dir(self.dir.path());

@@ -15,6 +15,6 @@ pub mod webhook;
 
 pub use agent::AgentProcess;
 pub use fail2ban::Fail2banSandbox;
-pub use hub::{HubBuilder, HubProcess, Listening};
+pub use hub::{BootstrapToken, HubBuilder, HubProcess, Listening, bearer_client};
 pub use postgres::PostgresServer;
 pub use wait::{wait_for, wait_for_async, wait_until, wait_until_async};

@@ -32,13 +32,16 @@ impl TestHub {
         if let Some(url) = database_url {
             config.database.url = url;
         }
+        // Act as an admin: the hub accepts this token through auth.bootstrap_token_sha256.
+        let admin = banhub_tests::BootstrapToken::generate();
+        config.auth.bootstrap_token_sha256 = admin.sha256.clone();
         let app = App::build(config).await.expect("hub builds");
         let base = format!("http://{}", app.http_addr().expect("bound"));
         let stop = CancellationToken::new();
         let task = tokio::spawn(app.run(stop.clone()));
         Self {
             base,
-            client: reqwest::Client::new(),
+            client: banhub_tests::bearer_client(&admin.token).expect("client"),
             stop,
             task,
             _dir: dir,

@@ -65,6 +65,9 @@ impl TestHub {
             }
         };
         adjust(&mut config);
+        // Act as an admin: the hub accepts this token through auth.bootstrap_token_sha256.
+        let admin = banhub_tests::BootstrapToken::generate();
+        config.auth.bootstrap_token_sha256 = admin.sha256.clone();
         let app = App::build(config).await.expect("hub builds");
         let base = format!("http://{}", app.http_addr().expect("bound"));
         let state = app.state().clone();
@@ -79,7 +82,7 @@ impl TestHub {
         let task = tokio::spawn(app.run(stop.clone()));
         Self {
             base,
-            client: reqwest::Client::new(),
+            client: banhub_tests::bearer_client(&admin.token).expect("client"),
             state,
             stop,
             task,

@@ -151,8 +151,15 @@ async fn main() -> anyhow::Result<()> {
         .binary(hub_bin)
         .env("BANHUB_LOG__FILTER", "warn")
         .start()?;
+    // The hub accepts the harness's bootstrap admin token.
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {}", hub.admin_token()).parse()?,
+    );
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
+        .default_headers(headers)
         .build()?;
     let created: serde_json::Value = client
         .post(hub.url("/api/servers"))

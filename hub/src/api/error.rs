@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use utoipa::ToSchema;
 
+use crate::auth::AuthError;
 use crate::fleet::{AgentErrorKind, FleetError};
 use crate::store::StoreError;
 
@@ -53,6 +54,9 @@ pub enum ApiError {
     Conflict(String),
     #[error(transparent)]
     Fleet(#[from] FleetError),
+    /// Authentication or authorization refused the request (401, 403, 429…).
+    #[error(transparent)]
+    Auth(#[from] AuthError),
     #[error("{0}")]
     Internal(String),
 }
@@ -158,6 +162,7 @@ impl ApiError {
                     "Internal error",
                 ),
             },
+            Self::Auth(e) => e.parts(),
             Self::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -194,6 +199,10 @@ impl IntoResponse for ApiError {
             details: Vec::new(),
             current_version: None,
         };
+        let retry_after = match &self {
+            Self::Auth(AuthError::RateLimited { retry_after_secs }) => Some(*retry_after_secs),
+            _ => None,
+        };
         match self {
             Self::Invalid { field, .. } => body.field = Some(field),
             Self::Fleet(FleetError::Agent {
@@ -206,7 +215,13 @@ impl IntoResponse for ApiError {
             }
             _ => {}
         }
-        problem_response(status, body)
+        let mut response = problem_response(status, body);
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
     }
 }
 

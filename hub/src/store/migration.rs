@@ -4,6 +4,7 @@ use sea_orm_migration::prelude::*;
 use sea_orm_migration::schema::*;
 
 mod m0002_events;
+mod m0003_auth;
 mod m0004_settings;
 
 pub struct Migrator;
@@ -13,6 +14,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(M0001Foundation),
             Box::new(m0002_events::M0002Events),
+            Box::new(m0003_auth::M0003Auth),
             Box::new(m0004_settings::M0004Settings),
         ]
     }

@@ -4,6 +4,7 @@
 //! `postgres://` URL is configured. The same migrations serve both.
 
 mod alerts;
+mod auth;
 mod entities;
 pub mod events;
 mod migration;
