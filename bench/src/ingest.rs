@@ -1,0 +1,551 @@
+//! `banhub-bench ingest`: the whole event path under load. A real hub and a real enrolled agent (its
+//! mTLS session and loopback relay); concurrent clients post callbacks to the relay as fail2ban's
+//! action would; a poller reads the hub's database to see when each event is committed. Reports the
+//! sustained rate from the first POST to the last commit and the latency from the relay's 200 to the
+//! commit, next to the limits of the same database in the same run: the same rows through the hub's
+//! store with no network, and into a bare table with no index.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use banhub::domain::events::NewEvent;
+use banhub::domain::{AgentId, Labels, NewServer, ServerName};
+use banhub::store::Store;
+use banhub_tests::agent::{AgentProcess, relay_addr, relay_secret};
+use banhub_tests::hub::HubProcess;
+use sea_orm::{
+    ConnectOptions, ConnectionTrait as _, Database, DatabaseConnection, DbBackend, Statement, Value,
+};
+
+use crate::measure::{self, Summary, ms};
+use crate::workload::{Fleet, Generator, Sample};
+use crate::{Backend, Databases};
+
+/// Options of `banhub-bench ingest`.
+#[derive(Debug, clap::Args)]
+pub struct IngestArgs {
+    /// Callbacks posted through the relay in the measured run.
+    #[arg(long, default_value_t = 200_000)]
+    pub events: usize,
+    /// Concurrent clients posting callbacks (each one keeps a connection).
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// Rows for the database-only limits (through the store, and into a bare table).
+    #[arg(long, default_value_t = 200_000)]
+    pub ceiling_events: usize,
+    /// Events per transaction for the database-only limits; the agent's batch size by default.
+    #[arg(long, default_value_t = banhub_agent_batch())]
+    pub batch: usize,
+    #[arg(long, value_enum, default_value = "both")]
+    pub backend: Backend,
+    /// Build of banhub and banhub-agent to drive: `release` (for figures) or `debug`.
+    #[arg(long, default_value = "release")]
+    pub profile: String,
+}
+
+/// What the agent sends per batch (`agent::link::delivery::BATCH_EVENTS`; kept in step by hand:
+/// the bench does not link the agent).
+const fn banhub_agent_batch() -> usize {
+    200
+}
+
+/// How long the measured run may take before it is called failed.
+const DEADLINE: Duration = Duration::from_secs(600);
+/// How often the poller reads the hub's database: the resolution of the commit times.
+const POLL: Duration = Duration::from_millis(2);
+
+pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
+    println!(
+        "== banhub-bench ingest: {} callbacks, {} clients, {} build; load average {} ==",
+        args.events,
+        args.clients,
+        args.profile,
+        measure::load_average()
+    );
+    let hub_bin = measure::binary(&args.profile, "banhub")?;
+    let agent_bin = measure::binary(&args.profile, "banhub-agent")?;
+    for backend in args.backend.each() {
+        let databases = Databases::start(backend)?;
+        println!("\n--- {} ---", backend.name());
+        ceiling(&databases, &args).await?;
+        full_path(&databases, &args, &hub_bin, &agent_bin).await?;
+    }
+    Ok(())
+}
+
+/// The same kind of rows as the callbacks, for the database-only runs.
+fn samples(n: usize, seed: u64) -> Vec<Sample> {
+    let mut generator = Generator::new(Fleet::default(), seed);
+    let start = chrono::Utc::now().timestamp_millis() - 3_600_000;
+    (0..n)
+        .map(|i| generator.sample(start + (i as i64) / 20))
+        .collect()
+}
+
+async fn ceiling(databases: &Databases, args: &IngestArgs) -> anyhow::Result<()> {
+    let rows = samples(args.ceiling_events, 1);
+    let events: Vec<NewEvent> = rows.iter().map(|s| s.new_event("web-1")).collect();
+
+    // Through the hub's store: the events, their indexes, the rollups and the agent's cursor in one
+    // transaction per batch, as ingest does.
+    let url = databases.fresh("ceiling_store")?;
+    let store = Store::connect(&url, 4).await?;
+    let server = store
+        .create_server(NewServer {
+            name: ServerName::parse("ceiling")?,
+            description: String::new(),
+            labels: Labels::default(),
+        })
+        .await?;
+    let agent = AgentId::new();
+    let load = measure::load_average();
+    let cpu = measure::cpu_seconds("self");
+    let db_cpu = databases.server_cpu();
+    let started = Instant::now();
+    let mut seq = 0u64;
+    for chunk in events.chunks(args.batch) {
+        let batch: Vec<(u64, NewEvent)> = chunk
+            .iter()
+            .map(|e| {
+                seq += 1;
+                (seq, e.clone())
+            })
+            .collect();
+        let outcome = store.ingest_batch(server.id, agent, 1, batch).await?;
+        if outcome.committed_seq != seq {
+            bail!("the store committed {} of {seq}", outcome.committed_seq);
+        }
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "database only, through the store (Store::ingest_batch: events + indexes + rollups + \
+         cursor, one transaction per {} events): {} events in {:.2} s = {:.0} events/s; CPU {:.1} s \
+         in this process{}; load average before {load}",
+        args.batch,
+        events.len(),
+        elapsed.as_secs_f64(),
+        events.len() as f64 / elapsed.as_secs_f64(),
+        measure::cpu_seconds("self") - cpu,
+        databases.server_cpu_note(db_cpu),
+    );
+    drop(store);
+
+    // A bare table shaped like `events`, no index, no rollup: what the database takes at best.
+    let url = databases.fresh("ceiling_bare")?;
+    let db = connect(&url, false).await?;
+    let backend = db.get_database_backend();
+    db.execute_unprepared(
+        "CREATE TABLE bare_events (server_id VARCHAR(36) NOT NULL, agent_id VARCHAR(36), \
+         epoch BIGINT, seq BIGINT, kind VARCHAR(8) NOT NULL, source VARCHAR(16) NOT NULL, \
+         ip VARCHAR(64), jail VARCHAR(64), hostname VARCHAR(255) NOT NULL, failures BIGINT NOT NULL, \
+         logs TEXT NOT NULL, ban_time BIGINT, ban_duration BIGINT, ban_count BIGINT, \
+         occurred_at BIGINT NOT NULL, stored_at BIGINT NOT NULL)",
+    )
+    .await?;
+    let server = server.id.to_string();
+    let agent = agent.to_string();
+    let cpu = measure::cpu_seconds("self");
+    let db_cpu = databases.server_cpu();
+    let started = Instant::now();
+    let mut seq = 0i64;
+    for chunk in rows.chunks(args.batch) {
+        // At most 16 values a row: keep each statement under SQLite's 32,766 parameters.
+        for part in chunk.chunks(1000) {
+            let mut sql = String::from(
+                "INSERT INTO bare_events (server_id, agent_id, epoch, seq, kind, source, ip, jail, \
+                 hostname, failures, logs, ban_time, ban_duration, ban_count, occurred_at, \
+                 stored_at) VALUES ",
+            );
+            let mut values: Vec<Value> = Vec::with_capacity(part.len() * 16);
+            for (r, s) in part.iter().enumerate() {
+                seq += 1;
+                let row: [Value; 16] = [
+                    server.clone().into(),
+                    agent.clone().into(),
+                    1i64.into(),
+                    seq.into(),
+                    (if s.unban { "unban" } else { "ban" }).into(),
+                    "action".into(),
+                    s.ip.to_string().into(),
+                    s.jail.as_str().to_owned().into(),
+                    "web-1".into(),
+                    i64::from(s.failures).into(),
+                    serde_json::to_string(&s.logs)?.into(),
+                    (s.at_ms / 1000).into(),
+                    600i64.into(),
+                    i64::from(s.ban_count).into(),
+                    s.at_ms.into(),
+                    s.at_ms.into(),
+                ];
+                sql.push_str(if r == 0 { "(" } else { ", (" });
+                for (i, value) in row.into_iter().enumerate() {
+                    if i > 0 {
+                        sql.push_str(", ");
+                    }
+                    values.push(value);
+                    if backend == DbBackend::Postgres {
+                        sql.push_str(&format!("${}", values.len()));
+                    } else {
+                        sql.push('?');
+                    }
+                }
+                sql.push(')');
+            }
+            db.execute_raw(Statement::from_sql_and_values(backend, sql, values))
+                .await?;
+        }
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "database only, bare table (no index, no rollup, one statement per {} rows): {} rows in \
+         {:.2} s = {:.0} rows/s; CPU {:.1} s in this process{}",
+        args.batch.min(1000),
+        rows.len(),
+        elapsed.as_secs_f64(),
+        rows.len() as f64 / elapsed.as_secs_f64(),
+        measure::cpu_seconds("self") - cpu,
+        databases.server_cpu_note(db_cpu),
+    );
+    db.close().await?;
+    Ok(())
+}
+
+/// A connection with the hub's SQLite settings (WAL, synchronous=NORMAL), read-only if asked.
+async fn connect(url: &str, read_only: bool) -> anyhow::Result<DatabaseConnection> {
+    let mut options = ConnectOptions::new(url.to_owned());
+    options.max_connections(1).sqlx_logging(false);
+    options.map_sqlx_sqlite_opts(move |sqlite| {
+        use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+        let sqlite = sqlite.read_only(read_only);
+        if read_only {
+            sqlite
+        } else {
+            sqlite
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+        }
+    });
+    Ok(Database::connect(options).await?)
+}
+
+/// One enrolled agent of a running hub, with its relay.
+struct Host {
+    hub: HubProcess,
+    agent: AgentProcess,
+    state: tempfile::TempDir,
+    relay: String,
+    secret: String,
+}
+
+async fn start_host(
+    databases: &Databases,
+    hub_bin: &Path,
+    agent_bin: &Path,
+) -> anyhow::Result<Host> {
+    let mut builder = HubProcess::builder()
+        .binary(hub_bin)
+        .env("BANHUB_LOG__FILTER", "warn");
+    if let Some(url) = databases.hub_url()? {
+        builder = builder.database_url(url);
+    }
+    let hub = builder.start()?;
+    let client = hub.client();
+    let created: serde_json::Value = client
+        .post(hub.url("/api/servers"))
+        .json(&serde_json::json!({"name": "bench-web-1"}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let server_id = created["server"]["id"]
+        .as_str()
+        .context("no server id")?
+        .to_owned();
+    let token = created["enrollment"]["token"]
+        .as_str()
+        .context("no enrollment token")?;
+    let state = tempfile::Builder::new()
+        .prefix("banhub-bench-agent-")
+        .tempdir()?;
+    let dir = state.path().join("agent");
+    let mut enroll = std::process::Command::new(agent_bin);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("BANHUB_") {
+            enroll.env_remove(key);
+        }
+    }
+    let out = enroll
+        .arg("enroll")
+        .arg(token)
+        .arg("--state-dir")
+        .arg(&dir)
+        .output()?;
+    if !out.status.success() {
+        bail!("enroll failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    // No fail2ban: the relay, the spool and the session are what is measured. Reconciliation
+    // (which would ask fail2ban) is off.
+    let agent = AgentProcess::start_binary(
+        agent_bin.to_owned(),
+        &dir,
+        &state.path().join("no-fail2ban.sock"),
+        state.path(),
+        &[
+            ("BANHUB_AGENT_RECONCILE__INTERVAL_SECS", "0"),
+            ("BANHUB_AGENT_LOG__FILTER", "warn"),
+        ],
+    )?;
+    let url = hub.url(&format!("/api/servers/{server_id}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status: Option<serde_json::Value> = match client.get(&url).send().await {
+            Ok(r) => r.json().await.ok(),
+            Err(_) => None,
+        };
+        if status.is_some_and(|s| s["status"] == "online") && dir.join("relay.json").exists() {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the agent did not come online\n{}\n{}",
+                hub.logs(),
+                agent.logs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let relay = format!("http://{}/api/ban", relay_addr(&dir)?);
+    let secret = relay_secret(&dir)?;
+    Ok(Host {
+        hub,
+        agent,
+        state,
+        relay,
+        secret,
+    })
+}
+
+/// Posts `bodies` with `clients` concurrent connections; returns each accepted event's sequence
+/// number with the moment its 200 arrived.
+async fn post_all(
+    host: &Host,
+    bodies: Arc<Vec<String>>,
+    clients: usize,
+) -> anyhow::Result<Vec<(u64, Instant)>> {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(clients)
+        .timeout(Duration::from_secs(60))
+        .build()?;
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        let (http, next, bodies) = (http.clone(), next.clone(), bodies.clone());
+        let (url, secret) = (host.relay.clone(), host.secret.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut accepted = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(body) = bodies.get(i) else { break };
+                let response = http
+                    .post(&url)
+                    .header("X-Callback-Secret", &secret)
+                    .header("Content-Type", "application/json")
+                    .body(body.clone())
+                    .send()
+                    .await?;
+                if !response.status().is_success() {
+                    bail!("the relay answered {}", response.status());
+                }
+                let position: serde_json::Value = response.json().await?;
+                let at = Instant::now();
+                let seq = position["seq"].as_u64().context("no seq in the answer")?;
+                accepted.push((seq, at));
+            }
+            anyhow::Ok(accepted)
+        }));
+    }
+    let mut all = Vec::with_capacity(bodies.len());
+    for task in tasks {
+        all.extend(task.await??);
+    }
+    Ok(all)
+}
+
+/// Reads newly committed events from the hub's database until `wanted` sequence numbers above
+/// `above` were seen; returns when each became visible.
+async fn poll_commits(
+    db: DatabaseConnection,
+    above: u64,
+    wanted: usize,
+    stop: Instant,
+) -> anyhow::Result<HashMap<u64, Instant>> {
+    let backend = db.get_database_backend();
+    let mut seen: HashMap<u64, Instant> = HashMap::with_capacity(wanted);
+    let mut last_id = 0i64;
+    let sql = match backend {
+        DbBackend::Postgres => "SELECT id, seq FROM events WHERE id > $1 ORDER BY id LIMIT 50000",
+        _ => "SELECT id, seq FROM events WHERE id > ? ORDER BY id LIMIT 50000",
+    };
+    while seen.len() < wanted {
+        if Instant::now() > stop {
+            bail!("only {} of {wanted} events were committed in time", seen.len());
+        }
+        let rows = db
+            .query_all_raw(Statement::from_sql_and_values(backend, sql, [last_id.into()]))
+            .await?;
+        let at = Instant::now();
+        for row in &rows {
+            last_id = row.try_get_by_index(0)?;
+            let seq: i64 = row.try_get_by_index(1)?;
+            let seq = u64::try_from(seq).unwrap_or(0);
+            if seq > above {
+                seen.entry(seq).or_insert(at);
+            }
+        }
+        if rows.is_empty() {
+            tokio::time::sleep(POLL).await;
+        }
+    }
+    Ok(seen)
+}
+
+async fn full_path(
+    databases: &Databases,
+    args: &IngestArgs,
+    hub_bin: &Path,
+    agent_bin: &Path,
+) -> anyhow::Result<()> {
+    let host = start_host(databases, hub_bin, agent_bin).await?;
+    let poll_url = match databases.hub_url()? {
+        Some(url) => url,
+        None => format!(
+            "sqlite://{}?mode=ro",
+            host.hub.data_dir().join("banhub.db").display()
+        ),
+    };
+    let hostname = "bench-web-1";
+    let mut generator = Generator::new(Fleet::default(), 2);
+    let now = chrono::Utc::now().timestamp_millis();
+
+    // Warm-up: connections, the session, the database's caches.
+    let warm = 2_000.min(args.events);
+    let bodies: Arc<Vec<String>> = Arc::new(
+        (0..warm)
+            .map(|_| generator.sample(now).callback_json(hostname))
+            .collect(),
+    );
+    let poller = connect(&poll_url, true).await?;
+    let accepted = post_all(&host, bodies, args.clients).await?;
+    poll_commits(
+        poller.clone(),
+        0,
+        accepted.len(),
+        Instant::now() + DEADLINE,
+    )
+    .await?;
+    let above = accepted.iter().map(|(seq, _)| *seq).max().unwrap_or(0);
+
+    let bodies: Arc<Vec<String>> = Arc::new(
+        (0..args.events)
+            .map(|_| generator.sample(now).callback_json(hostname))
+            .collect(),
+    );
+    let pids = [
+        host.hub.pid().map(|p| p.to_string()),
+        host.agent.pid().map(|p| p.to_string()),
+    ];
+    let cpu_before: Vec<f64> = pids
+        .iter()
+        .map(|p| p.as_deref().map_or(0.0, measure::cpu_seconds))
+        .collect();
+    let self_cpu = measure::cpu_seconds("self");
+    let db_cpu = databases.server_cpu();
+    let load_before = measure::load_average();
+    let commits = tokio::spawn(poll_commits(
+        poller,
+        above,
+        args.events,
+        Instant::now() + DEADLINE,
+    ));
+    let started = Instant::now();
+    let accepted = post_all(&host, bodies, args.clients).await?;
+    let posted = started.elapsed();
+    let commits = commits.await??;
+    let last_commit = commits.values().max().copied().unwrap_or(started);
+    let elapsed = last_commit - started;
+    let cpu: Vec<f64> = pids
+        .iter()
+        .zip(&cpu_before)
+        .map(|(p, before)| p.as_deref().map_or(0.0, measure::cpu_seconds) - before)
+        .collect();
+
+    let mut latencies = Vec::with_capacity(accepted.len());
+    for (seq, ok_at) in &accepted {
+        let committed = commits
+            .get(seq)
+            .with_context(|| format!("seq {seq} was accepted but never committed"))?;
+        latencies.push(committed.saturating_duration_since(*ok_at));
+    }
+    let latency = Summary::of(latencies);
+    let n = args.events as f64;
+    println!(
+        "full path (relay → spool → session → hub → {}): {} callbacks from {} clients",
+        databases.name(),
+        args.events,
+        args.clients
+    );
+    println!(
+        "  sustained: first POST to last commit {:.2} s = {:.0} events/s (relay accepted all in \
+         {:.2} s = {:.0}/s)",
+        elapsed.as_secs_f64(),
+        n / elapsed.as_secs_f64(),
+        posted.as_secs_f64(),
+        n / posted.as_secs_f64()
+    );
+    println!(
+        "  relay 200 → committed at the hub: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (poll every \
+         {} ms)",
+        ms(latency.p50),
+        ms(latency.p99),
+        ms(latency.max),
+        POLL.as_millis()
+    );
+    println!(
+        "  CPU seconds: hub {:.1}, agent {:.1}, clients+poller {:.1}{}; load average {} before, {} \
+         after",
+        cpu[0],
+        cpu[1],
+        measure::cpu_seconds("self") - self_cpu,
+        databases.server_cpu_note(db_cpu),
+        load_before,
+        measure::load_average()
+    );
+    check_stored(&host, args.events + warm).await?;
+    drop(host.state);
+    Ok(())
+}
+
+/// The API agrees: every callback is stored once.
+async fn check_stored(host: &Host, expected: usize) -> anyhow::Result<()> {
+    let stats: serde_json::Value = host
+        .hub
+        .client()
+        .get(host.hub.url("/api/events/bans/stats"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let totals = &stats["totals"];
+    let stored = totals["bans"].as_u64().unwrap_or(0) + totals["unbans"].as_u64().unwrap_or(0);
+    println!("  stored per /api/events/bans/stats (24 h): {stored} (expected {expected})");
+    if stored != expected as u64 {
+        bail!("the hub holds {stored} events, {expected} were posted");
+    }
+    Ok(())
+}

@@ -1,0 +1,466 @@
+//! `banhub-bench queries`: the events API over a large history. Seeds a realistic history (many
+//! servers, jails and addresses with power-law weights, spread over 90 days) straight through the
+//! hub's store — the rollups are built as ingest builds them — then starts the real hub on that
+//! database and times `GET /api/events/bans` (first, following and deep pages, every filter, text
+//! search), `/stats` and `/insights` over HTTP. A seeded SQLite file is kept in `--data` and reused.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use banhub::domain::events::{Cursor, EventId, IpOrCidr, NewEvent};
+use banhub::domain::{AgentId, Labels, NewServer, ServerId, ServerName};
+use banhub::store::Store;
+use banhub_tests::hub::HubProcess;
+
+use crate::measure::{self, Summary, ms};
+use crate::workload::{self, COMMON_TEXT, Fleet, Generator, RARE_TEXT};
+use crate::{Backend, Databases};
+
+const DAY_MS: i64 = 24 * 3_600_000;
+
+/// Options of `banhub-bench queries`.
+#[derive(Debug, clap::Args)]
+pub struct QueryArgs {
+    /// Events in the seeded history.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub events: u64,
+    /// Days the history spans, ending at the time of seeding.
+    #[arg(long, default_value_t = 90)]
+    pub days: i64,
+    #[arg(long, value_enum, default_value = "sqlite")]
+    pub backend: Backend,
+    /// Directory that keeps the seeded SQLite database for later runs (seeded when missing).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Timed runs per query (after 3 warm-up runs); a query slower than a second gets 3.
+    #[arg(long, default_value_t = 30)]
+    pub runs: usize,
+    /// Events per seeding transaction.
+    #[arg(long, default_value_t = 5_000)]
+    pub seed_batch: usize,
+    /// Build of banhub to query: `release` (for figures) or `debug`.
+    #[arg(long, default_value = "release")]
+    pub profile: String,
+}
+
+/// What a seeded database holds, written next to it once seeding finished.
+#[derive(Debug)]
+struct Seeded {
+    events: u64,
+    days: i64,
+    /// The newest event's time: queries are relative to it, not to the clock.
+    end_ms: i64,
+    servers: Vec<String>,
+    seconds: f64,
+}
+
+impl Seeded {
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "events": self.events, "days": self.days, "endMs": self.end_ms,
+            "servers": self.servers, "seconds": self.seconds,
+        })
+    }
+
+    fn from_json(v: &serde_json::Value) -> anyhow::Result<Self> {
+        Ok(Self {
+            events: v["events"].as_u64().context("events")?,
+            days: v["days"].as_i64().context("days")?,
+            end_ms: v["endMs"].as_i64().context("endMs")?,
+            servers: v["servers"]
+                .as_array()
+                .context("servers")?
+                .iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect(),
+            seconds: v["seconds"].as_f64().unwrap_or(0.0),
+        })
+    }
+}
+
+pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
+    println!(
+        "== banhub-bench queries: {} events over {} days, {} build; load average {} ==",
+        args.events,
+        args.days,
+        args.profile,
+        measure::load_average()
+    );
+    let hub_bin = measure::binary(&args.profile, "banhub")?;
+    for backend in args.backend.each() {
+        println!("\n--- {} ---", backend.name());
+        let databases = Databases::start(backend)?;
+        let (url, seeded) = match (backend, &args.data) {
+            (Backend::Sqlite, Some(dir)) => {
+                std::fs::create_dir_all(dir)?;
+                let file = dir.join(format!("events-{}.db", args.events));
+                let marker = dir.join(format!("events-{}.json", args.events));
+                let url = format!("sqlite://{}?mode=rwc", file.display());
+                let seeded = match std::fs::read(&marker) {
+                    Ok(bytes) => {
+                        let seeded = Seeded::from_json(&serde_json::from_slice(&bytes)?)?;
+                        println!(
+                            "reusing {} ({} events seeded in {:.0} s)",
+                            file.display(),
+                            seeded.events,
+                            seeded.seconds
+                        );
+                        seeded
+                    }
+                    Err(_) => {
+                        let _ = std::fs::remove_file(&file);
+                        let seeded = seed(&url, &args).await?;
+                        std::fs::write(&marker, serde_json::to_vec_pretty(&seeded.to_json())?)?;
+                        seeded
+                    }
+                };
+                (url, seeded)
+            }
+            _ => {
+                let url = match databases.hub_url()? {
+                    Some(url) => url,
+                    None => databases.fresh("events")?,
+                };
+                let seeded = seed(&url, &args).await?;
+                (url, seeded)
+            }
+        };
+        if let Some(path) = url
+            .strip_prefix("sqlite://")
+            .and_then(|u| u.split('?').next())
+        {
+            let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+            println!("database file: {:.0} MiB", size as f64 / 1_048_576.0);
+        }
+        queries(&url, &seeded, &args, &hub_bin).await?;
+    }
+    Ok(())
+}
+
+/// Loads `args.events` events through `Store::ingest_batch`, one agent per server, oldest first.
+async fn seed(url: &str, args: &QueryArgs) -> anyhow::Result<Seeded> {
+    let store = Store::connect(url, 4).await?;
+    let fleet = Fleet::default();
+    let mut servers: Vec<ServerId> = Vec::with_capacity(fleet.servers);
+    for i in 0..fleet.servers {
+        let server = store
+            .create_server(NewServer {
+                name: ServerName::parse(&format!("host-{i:02}"))?,
+                description: String::new(),
+                labels: Labels::default(),
+            })
+            .await?;
+        servers.push(server.id);
+    }
+    let hostnames: Vec<String> = (0..fleet.servers)
+        .map(|i| format!("host-{i:02}.example.net"))
+        .collect();
+    let end_ms = chrono::Utc::now().timestamp_millis();
+    let start_ms = end_ms - args.days * DAY_MS;
+    let total = args.events;
+    let batch = args.seed_batch.max(1);
+
+    // One task draws the events (its own core), this one stores them.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, Vec<(u64, NewEvent)>)>(8);
+    let producer = tokio::task::spawn_blocking(move || {
+        let mut generator = Generator::new(fleet, 10);
+        let mut pending: Vec<Vec<(u64, NewEvent)>> = vec![Vec::new(); fleet.servers];
+        let mut seqs = vec![0u64; fleet.servers];
+        let step = (end_ms - start_ms) as f64 / total as f64;
+        for i in 0..total {
+            let at = start_ms + (i as f64 * step) as i64;
+            let sample = generator.sample(at);
+            let s = sample.server;
+            seqs[s] += 1;
+            pending[s].push((seqs[s], sample.new_event(&hostnames[s])));
+            if pending[s].len() >= batch && tx.blocking_send((s, std::mem::take(&mut pending[s]))).is_err() {
+                return;
+            }
+        }
+        for (s, rest) in pending.into_iter().enumerate() {
+            if !rest.is_empty() && tx.blocking_send((s, rest)).is_err() {
+                return;
+            }
+        }
+    });
+    let agents: Vec<AgentId> = servers.iter().map(|_| AgentId::new()).collect();
+    let started = Instant::now();
+    let mut stored = 0u64;
+    let mut next_report = total / 10;
+    while let Some((s, events)) = rx.recv().await {
+        stored += events.len() as u64;
+        store.ingest_batch(servers[s], agents[s], 1, events).await?;
+        if stored >= next_report {
+            eprintln!(
+                "  seeded {stored} events in {:.0} s ({:.0}/s)",
+                started.elapsed().as_secs_f64(),
+                stored as f64 / started.elapsed().as_secs_f64()
+            );
+            next_report += total / 10;
+        }
+    }
+    producer.await?;
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "seeded {stored} events through Store::ingest_batch ({batch} per transaction) in {seconds:.0} \
+         s = {:.0} events/s",
+        stored as f64 / seconds
+    );
+    Ok(Seeded {
+        events: stored,
+        days: args.days,
+        end_ms,
+        servers: servers.iter().map(ToString::to_string).collect(),
+        seconds,
+    })
+}
+
+/// One timed request: a label and the path with its query string.
+struct Query {
+    label: String,
+    path: String,
+}
+
+fn q(label: impl Into<String>, path: impl Into<String>) -> Query {
+    Query {
+        label: label.into(),
+        path: path.into(),
+    }
+}
+
+/// `?cursor=` text for a page starting just older than `at_ms`.
+fn cursor_at(at_ms: i64) -> String {
+    Cursor {
+        occurred_at_ms: at_ms,
+        id: EventId(i64::MAX),
+    }
+    .encode()
+}
+
+/// The address network of `ip` with `prefix` bits.
+fn network(ip: IpOrCidr, prefix: u8) -> anyhow::Result<String> {
+    let IpOrCidr::Ip(addr) = ip else {
+        bail!("not a single address")
+    };
+    let net = ipnet_of(addr, prefix)?;
+    Ok(net)
+}
+
+fn ipnet_of(addr: std::net::IpAddr, prefix: u8) -> anyhow::Result<String> {
+    match addr {
+        std::net::IpAddr::V4(v4) => {
+            let bits = u32::from(v4) & (u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0));
+            Ok(format!("{}/{prefix}", std::net::Ipv4Addr::from(bits)))
+        }
+        std::net::IpAddr::V6(v6) => {
+            let bits =
+                u128::from(v6) & (u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0));
+            Ok(format!("{}/{prefix}", std::net::Ipv6Addr::from(bits)))
+        }
+    }
+}
+
+async fn queries(
+    url: &str,
+    seeded: &Seeded,
+    args: &QueryArgs,
+    hub_bin: &std::path::Path,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let hub = HubProcess::builder()
+        .binary(hub_bin)
+        .database_url(url)
+        .env("BANHUB_LOG__FILTER", "warn")
+        // The seeded history is older than nothing the hub would prune, but keep it all anyway.
+        .env("BANHUB_EVENTS__RETENTION_DAYS", "0")
+        .start_timeout(Duration::from_secs(600))
+        .start()?;
+    println!(
+        "hub started on the seeded database in {:.1} s (migrations included)",
+        started.elapsed().as_secs_f64()
+    );
+    let client = hub.client();
+    let end = seeded.end_ms;
+    let busy = seeded.servers.first().context("no servers")?;
+    let quiet = seeded.servers.last().context("no servers")?;
+    let hot = workload::address(0);
+    let cold = workload::address(3_000_001);
+    let never = "198.18.0.1";
+    let range = |from: i64, to: i64| format!("from={from}&to={to}");
+    let day = |d: i64| end - d * DAY_MS;
+
+    let mut list: Vec<Query> = vec![
+        q("page 1 (50 newest)", "/api/events/bans?limit=50".to_owned()),
+        q("deep page, 30 days back", format!("/api/events/bans?cursor={}", cursor_at(day(30)))),
+        q("deep page, 60 days back", format!("/api/events/bans?cursor={}", cursor_at(day(60)))),
+        q("deep page, 89 days back (the oldest)", format!("/api/events/bans?cursor={}", cursor_at(day(89)))),
+        q("server (busiest), page 1", format!("/api/events/bans?serverId={busy}")),
+        q("server (busiest), deep page 60 d", format!("/api/events/bans?serverId={busy}&cursor={}", cursor_at(day(60)))),
+        q("server (quietest), page 1", format!("/api/events/bans?serverId={quiet}")),
+        q("server (quietest), deep page 60 d", format!("/api/events/bans?serverId={quiet}&cursor={}", cursor_at(day(60)))),
+        q("jail sshd, page 1", "/api/events/bans?jail=sshd".to_owned()),
+        q("jail sshd, deep page 60 d", format!("/api/events/bans?jail=sshd&cursor={}", cursor_at(day(60)))),
+        q("jail portsentry (rare), page 1", "/api/events/bans?jail=portsentry".to_owned()),
+        q("jail portsentry (rare), deep page 60 d", format!("/api/events/bans?jail=portsentry&cursor={}", cursor_at(day(60)))),
+        q("server (quietest) + rare jail, page 1", format!("/api/events/bans?serverId={quiet}&jail=portsentry")),
+        q("server (busiest) + sshd, deep page 60 d", format!("/api/events/bans?serverId={busy}&jail=sshd&cursor={}", cursor_at(day(60)))),
+        q("ip (most banned address), page 1", format!("/api/events/bans?ip={hot}")),
+        q("ip (most banned), deep page 60 d", format!("/api/events/bans?ip={hot}&cursor={}", cursor_at(day(60)))),
+        q("ip (rarely banned), page 1", format!("/api/events/bans?ip={cold}")),
+        q("ip (never banned), page 1", format!("/api/events/bans?ip={never}")),
+        q("CIDR /24 of the most banned", format!("/api/events/bans?ip={}", network(hot, 24)?)),
+        q("CIDR /16 of the most banned", format!("/api/events/bans?ip={}", network(hot, 16)?)),
+        q("CIDR /8 of the most banned", format!("/api/events/bans?ip={}", network(hot, 8)?)),
+        q("CIDR 2001:db8::/32 (every IPv6, 10%)", "/api/events/bans?ip=2001:db8::/32".to_owned()),
+        q("CIDR /8, deep page 60 d", format!("/api/events/bans?ip={}&cursor={}", network(hot, 8)?, cursor_at(day(60)))),
+        q("kind=unban", "/api/events/bans?kind=unban".to_owned()),
+        q("source=observed", "/api/events/bans?source=observed".to_owned()),
+        q("kind=unban&source=observed, deep 60 d", format!("/api/events/bans?kind=unban&source=observed&cursor={}", cursor_at(day(60)))),
+        q("kind=gap (none stored)", "/api/events/bans?kind=gap".to_owned()),
+        q("time range: 1 hour, 45 days back", format!("/api/events/bans?{}", range(day(45), day(45) + 3_600_000))),
+        q("time range: 1 day, 45 days back, jail sshd", format!("/api/events/bans?jail=sshd&{}", range(day(45), day(44)))),
+        q("time range + rare jail + quiet server", format!("/api/events/bans?serverId={quiet}&jail=portsentry&{}", range(day(45), day(44)))),
+        q(format!("text {COMMON_TEXT:?}, page 1"), format!("/api/events/bans?q={}", COMMON_TEXT.replace(' ', "%20"))),
+        q(format!("text {RARE_TEXT:?} (1 in 100k), page 1"), format!("/api/events/bans?q={RARE_TEXT}")),
+        q(format!("text {RARE_TEXT:?}, last 7 days"), format!("/api/events/bans?q={RARE_TEXT}&{}", range(day(7), end + 1))),
+        q("text \"no-such-text\" (no match), whole history", "/api/events/bans?q=no-such-text".to_owned()),
+        q("text \"no-such-text\", last 24 hours", format!("/api/events/bans?q=no-such-text&{}", range(day(1), end + 1))),
+        q("text \"oracle\" + server (quietest)", format!("/api/events/bans?q=oracle&serverId={quiet}")),
+        q("limit=1000, page 1", "/api/events/bans?limit=1000".to_owned()),
+    ];
+    for (label, days) in [("24 hours", 1), ("7 days", 7), ("30 days", 30), ("90 days", 90)] {
+        list.push(q(
+            format!("stats, {label}"),
+            format!("/api/events/bans/stats?{}", range(day(days), end + 1)),
+        ));
+    }
+    list.push(q(
+        "stats, 30 days, one server",
+        format!("/api/events/bans/stats?serverId={busy}&{}", range(day(30), end + 1)),
+    ));
+    list.push(q(
+        "stats, 30 days, jail sshd",
+        format!("/api/events/bans/stats?jail=sshd&{}", range(day(30), end + 1)),
+    ));
+    list.push(q(
+        "stats, 90 days, one server + sshd",
+        format!("/api/events/bans/stats?serverId={busy}&jail=sshd&{}", range(day(90), end + 1)),
+    ));
+    list.push(q(
+        "insights, 30 days",
+        format!("/api/events/bans/insights?{}", range(day(30), end + 1)),
+    ));
+    list.push(q(
+        "insights, 90 days",
+        format!("/api/events/bans/insights?{}", range(day(90), end + 1)),
+    ));
+    list.push(q(
+        "insights, 30 days, one server",
+        format!("/api/events/bans/insights?serverId={busy}&{}", range(day(30), end + 1)),
+    ));
+    list.push(q(
+        "insights, 30 days, jail sshd",
+        format!("/api/events/bans/insights?jail=sshd&{}", range(day(30), end + 1)),
+    ));
+    list.push(q(
+        "insights + one address in detail",
+        format!("/api/events/bans/insights?ip={hot}&{}", range(day(30), end + 1)),
+    ));
+    list.push(q(
+        "insights, limit 100",
+        format!("/api/events/bans/insights?limit=100&{}", range(day(30), end + 1)),
+    ));
+
+    println!(
+        "over {} events; {} timed runs per query after 3 warm-up runs (3 when slower than 1 s); \
+         load average {}",
+        seeded.events,
+        args.runs,
+        measure::load_average()
+    );
+    println!(
+        "{:<48} {:>9} {:>9} {:>9} {:>7}",
+        "query", "median ms", "p99 ms", "max ms", "rows"
+    );
+    for query in &list {
+        let url = hub.url(&query.path);
+        let mut warm = Duration::ZERO;
+        let mut rows = 0usize;
+        for _ in 0..3 {
+            let t = Instant::now();
+            let body = get(&client, &url).await?;
+            warm = warm.max(t.elapsed());
+            rows = count_rows(&body);
+        }
+        let runs = if warm > Duration::from_secs(1) {
+            3
+        } else {
+            args.runs
+        };
+        let mut samples = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let t = Instant::now();
+            get(&client, &url).await?;
+            samples.push(t.elapsed());
+        }
+        let s = Summary::of(samples);
+        println!(
+            "{:<48} {:>9.2} {:>9.2} {:>9.2} {:>7}",
+            query.label,
+            ms(s.p50),
+            ms(s.p99),
+            ms(s.max),
+            rows
+        );
+    }
+
+    // Paging as a person does: follow nextCursor from the newest page, 200 pages of 50.
+    let mut samples = Vec::new();
+    let mut next: Option<String> = None;
+    for _ in 0..200 {
+        let url = match &next {
+            Some(c) => hub.url(&format!("/api/events/bans?cursor={c}")),
+            None => hub.url("/api/events/bans"),
+        };
+        let t = Instant::now();
+        let body = get(&client, &url).await?;
+        samples.push(t.elapsed());
+        next = body["nextCursor"].as_str().map(str::to_owned);
+        if next.is_none() {
+            break;
+        }
+    }
+    let s = Summary::of(samples);
+    println!(
+        "{:<48} {:>9.2} {:>9.2} {:>9.2} {:>7}",
+        "following nextCursor, pages 1..200",
+        ms(s.p50),
+        ms(s.p99),
+        ms(s.max),
+        s.n
+    );
+    println!("load average after: {}", measure::load_average());
+    Ok(())
+}
+
+async fn get(client: &reqwest::Client, url: &str) -> anyhow::Result<serde_json::Value> {
+    let response = client.get(url).send().await?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await?;
+    if !status.is_success() {
+        bail!("GET {url}: {status} {body}");
+    }
+    Ok(body)
+}
+
+/// Events on a page, or entries in a stats/insights answer (series points).
+fn count_rows(body: &serde_json::Value) -> usize {
+    if let Some(events) = body["events"].as_array() {
+        return events.len();
+    }
+    if let Some(series) = body["series"].as_array() {
+        return series.len();
+    }
+    body["topIps"].as_array().map_or(0, Vec::len)
+}
