@@ -393,10 +393,17 @@ async fn poll_commits(
     };
     while seen.len() < wanted {
         if Instant::now() > stop {
-            bail!("only {} of {wanted} events were committed in time", seen.len());
+            bail!(
+                "only {} of {wanted} events were committed in time",
+                seen.len()
+            );
         }
         let rows = db
-            .query_all_raw(Statement::from_sql_and_values(backend, sql, [last_id.into()]))
+            .query_all_raw(Statement::from_sql_and_values(
+                backend,
+                sql,
+                [last_id.into()],
+            ))
             .await?;
         let at = Instant::now();
         for row in &rows {
@@ -441,13 +448,7 @@ async fn full_path(
     );
     let poller = connect(&poll_url, true).await?;
     let accepted = post_all(&host, bodies, args.clients).await?;
-    poll_commits(
-        poller.clone(),
-        0,
-        accepted.len(),
-        Instant::now() + DEADLINE,
-    )
-    .await?;
+    poll_commits(poller.clone(), 0, accepted.len(), Instant::now() + DEADLINE).await?;
     let above = accepted.iter().map(|(seq, _)| *seq).max().unwrap_or(0);
 
     let bodies: Arc<Vec<String>> = Arc::new(

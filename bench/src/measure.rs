@@ -77,9 +77,7 @@ pub fn cpu_seconds_of_command(comm: &str) -> f64 {
 
 /// A workspace binary of the given profile (`debug` or `release`), or how to build it.
 pub fn binary(profile: &str, name: &str) -> anyhow::Result<PathBuf> {
-    let path = banhub_tests::process::target_dir()
-        .join(profile)
-        .join(name);
+    let path = banhub_tests::process::target_dir().join(profile).join(name);
     if !path.is_file() {
         anyhow::bail!(
             "{} does not exist; build it first: cargo build{} -p banhub -p banhub-agent",

@@ -174,7 +174,11 @@ async fn seed(url: &str, args: &QueryArgs) -> anyhow::Result<Seeded> {
             let s = sample.server;
             seqs[s] += 1;
             pending[s].push((seqs[s], sample.new_event(&hostnames[s])));
-            if pending[s].len() >= batch && tx.blocking_send((s, std::mem::take(&mut pending[s]))).is_err() {
+            if pending[s].len() >= batch
+                && tx
+                    .blocking_send((s, std::mem::take(&mut pending[s])))
+                    .is_err()
+            {
                 return;
             }
         }
@@ -292,44 +296,173 @@ async fn queries(
 
     let mut list: Vec<Query> = vec![
         q("page 1 (50 newest)", "/api/events/bans?limit=50".to_owned()),
-        q("deep page, 30 days back", format!("/api/events/bans?cursor={}", cursor_at(day(30)))),
-        q("deep page, 60 days back", format!("/api/events/bans?cursor={}", cursor_at(day(60)))),
-        q("deep page, 89 days back (the oldest)", format!("/api/events/bans?cursor={}", cursor_at(day(89)))),
-        q("server (busiest), page 1", format!("/api/events/bans?serverId={busy}")),
-        q("server (busiest), deep page 60 d", format!("/api/events/bans?serverId={busy}&cursor={}", cursor_at(day(60)))),
-        q("server (quietest), page 1", format!("/api/events/bans?serverId={quiet}")),
-        q("server (quietest), deep page 60 d", format!("/api/events/bans?serverId={quiet}&cursor={}", cursor_at(day(60)))),
+        q(
+            "deep page, 30 days back",
+            format!("/api/events/bans?cursor={}", cursor_at(day(30))),
+        ),
+        q(
+            "deep page, 60 days back",
+            format!("/api/events/bans?cursor={}", cursor_at(day(60))),
+        ),
+        q(
+            "deep page, 89 days back (the oldest)",
+            format!("/api/events/bans?cursor={}", cursor_at(day(89))),
+        ),
+        q(
+            "server (busiest), page 1",
+            format!("/api/events/bans?serverId={busy}"),
+        ),
+        q(
+            "server (busiest), deep page 60 d",
+            format!(
+                "/api/events/bans?serverId={busy}&cursor={}",
+                cursor_at(day(60))
+            ),
+        ),
+        q(
+            "server (quietest), page 1",
+            format!("/api/events/bans?serverId={quiet}"),
+        ),
+        q(
+            "server (quietest), deep page 60 d",
+            format!(
+                "/api/events/bans?serverId={quiet}&cursor={}",
+                cursor_at(day(60))
+            ),
+        ),
         q("jail sshd, page 1", "/api/events/bans?jail=sshd".to_owned()),
-        q("jail sshd, deep page 60 d", format!("/api/events/bans?jail=sshd&cursor={}", cursor_at(day(60)))),
-        q("jail portsentry (rare), page 1", "/api/events/bans?jail=portsentry".to_owned()),
-        q("jail portsentry (rare), deep page 60 d", format!("/api/events/bans?jail=portsentry&cursor={}", cursor_at(day(60)))),
-        q("server (quietest) + rare jail, page 1", format!("/api/events/bans?serverId={quiet}&jail=portsentry")),
-        q("server (busiest) + sshd, deep page 60 d", format!("/api/events/bans?serverId={busy}&jail=sshd&cursor={}", cursor_at(day(60)))),
-        q("ip (most banned address), page 1", format!("/api/events/bans?ip={hot}")),
-        q("ip (most banned), deep page 60 d", format!("/api/events/bans?ip={hot}&cursor={}", cursor_at(day(60)))),
-        q("ip (rarely banned), page 1", format!("/api/events/bans?ip={cold}")),
-        q("ip (never banned), page 1", format!("/api/events/bans?ip={never}")),
-        q("CIDR /24 of the most banned", format!("/api/events/bans?ip={}", network(hot, 24)?)),
-        q("CIDR /16 of the most banned", format!("/api/events/bans?ip={}", network(hot, 16)?)),
-        q("CIDR /8 of the most banned", format!("/api/events/bans?ip={}", network(hot, 8)?)),
-        q("CIDR 2001:db8::/32 (every IPv6, 10%)", "/api/events/bans?ip=2001:db8::/32".to_owned()),
-        q("CIDR /8, deep page 60 d", format!("/api/events/bans?ip={}&cursor={}", network(hot, 8)?, cursor_at(day(60)))),
+        q(
+            "jail sshd, deep page 60 d",
+            format!("/api/events/bans?jail=sshd&cursor={}", cursor_at(day(60))),
+        ),
+        q(
+            "jail portsentry (rare), page 1",
+            "/api/events/bans?jail=portsentry".to_owned(),
+        ),
+        q(
+            "jail portsentry (rare), deep page 60 d",
+            format!(
+                "/api/events/bans?jail=portsentry&cursor={}",
+                cursor_at(day(60))
+            ),
+        ),
+        q(
+            "server (quietest) + rare jail, page 1",
+            format!("/api/events/bans?serverId={quiet}&jail=portsentry"),
+        ),
+        q(
+            "server (busiest) + sshd, deep page 60 d",
+            format!(
+                "/api/events/bans?serverId={busy}&jail=sshd&cursor={}",
+                cursor_at(day(60))
+            ),
+        ),
+        q(
+            "ip (most banned address), page 1",
+            format!("/api/events/bans?ip={hot}"),
+        ),
+        q(
+            "ip (most banned), deep page 60 d",
+            format!("/api/events/bans?ip={hot}&cursor={}", cursor_at(day(60))),
+        ),
+        q(
+            "ip (rarely banned), page 1",
+            format!("/api/events/bans?ip={cold}"),
+        ),
+        q(
+            "ip (never banned), page 1",
+            format!("/api/events/bans?ip={never}"),
+        ),
+        q(
+            "CIDR /24 of the most banned",
+            format!("/api/events/bans?ip={}", network(hot, 24)?),
+        ),
+        q(
+            "CIDR /16 of the most banned",
+            format!("/api/events/bans?ip={}", network(hot, 16)?),
+        ),
+        q(
+            "CIDR /8 of the most banned",
+            format!("/api/events/bans?ip={}", network(hot, 8)?),
+        ),
+        q(
+            "CIDR 2001:db8::/32 (every IPv6, 10%)",
+            "/api/events/bans?ip=2001:db8::/32".to_owned(),
+        ),
+        q(
+            "CIDR /8, deep page 60 d",
+            format!(
+                "/api/events/bans?ip={}&cursor={}",
+                network(hot, 8)?,
+                cursor_at(day(60))
+            ),
+        ),
         q("kind=unban", "/api/events/bans?kind=unban".to_owned()),
-        q("source=observed", "/api/events/bans?source=observed".to_owned()),
-        q("kind=unban&source=observed, deep 60 d", format!("/api/events/bans?kind=unban&source=observed&cursor={}", cursor_at(day(60)))),
-        q("kind=gap (none stored)", "/api/events/bans?kind=gap".to_owned()),
-        q("time range: 1 hour, 45 days back", format!("/api/events/bans?{}", range(day(45), day(45) + 3_600_000))),
-        q("time range: 1 day, 45 days back, jail sshd", format!("/api/events/bans?jail=sshd&{}", range(day(45), day(44)))),
-        q("time range + rare jail + quiet server", format!("/api/events/bans?serverId={quiet}&jail=portsentry&{}", range(day(45), day(44)))),
-        q(format!("text {COMMON_TEXT:?}, page 1"), format!("/api/events/bans?q={}", COMMON_TEXT.replace(' ', "%20"))),
-        q(format!("text {RARE_TEXT:?} (1 in 100k), page 1"), format!("/api/events/bans?q={RARE_TEXT}")),
-        q(format!("text {RARE_TEXT:?}, last 7 days"), format!("/api/events/bans?q={RARE_TEXT}&{}", range(day(7), end + 1))),
-        q("text \"no-such-text\" (no match), whole history", "/api/events/bans?q=no-such-text".to_owned()),
-        q("text \"no-such-text\", last 24 hours", format!("/api/events/bans?q=no-such-text&{}", range(day(1), end + 1))),
-        q("text \"oracle\" + server (quietest)", format!("/api/events/bans?q=oracle&serverId={quiet}")),
-        q("limit=1000, page 1", "/api/events/bans?limit=1000".to_owned()),
+        q(
+            "source=observed",
+            "/api/events/bans?source=observed".to_owned(),
+        ),
+        q(
+            "kind=unban&source=observed, deep 60 d",
+            format!(
+                "/api/events/bans?kind=unban&source=observed&cursor={}",
+                cursor_at(day(60))
+            ),
+        ),
+        q(
+            "kind=gap (none stored)",
+            "/api/events/bans?kind=gap".to_owned(),
+        ),
+        q(
+            "time range: 1 hour, 45 days back",
+            format!("/api/events/bans?{}", range(day(45), day(45) + 3_600_000)),
+        ),
+        q(
+            "time range: 1 day, 45 days back, jail sshd",
+            format!("/api/events/bans?jail=sshd&{}", range(day(45), day(44))),
+        ),
+        q(
+            "time range + rare jail + quiet server",
+            format!(
+                "/api/events/bans?serverId={quiet}&jail=portsentry&{}",
+                range(day(45), day(44))
+            ),
+        ),
+        q(
+            format!("text {COMMON_TEXT:?}, page 1"),
+            format!("/api/events/bans?q={}", COMMON_TEXT.replace(' ', "%20")),
+        ),
+        q(
+            format!("text {RARE_TEXT:?} (1 in 100k), page 1"),
+            format!("/api/events/bans?q={RARE_TEXT}"),
+        ),
+        q(
+            format!("text {RARE_TEXT:?}, last 7 days"),
+            format!("/api/events/bans?q={RARE_TEXT}&{}", range(day(7), end + 1)),
+        ),
+        q(
+            "text \"no-such-text\" (no match), whole history",
+            "/api/events/bans?q=no-such-text".to_owned(),
+        ),
+        q(
+            "text \"no-such-text\", last 24 hours",
+            format!("/api/events/bans?q=no-such-text&{}", range(day(1), end + 1)),
+        ),
+        q(
+            "text \"oracle\" + server (quietest)",
+            format!("/api/events/bans?q=oracle&serverId={quiet}"),
+        ),
+        q(
+            "limit=1000, page 1",
+            "/api/events/bans?limit=1000".to_owned(),
+        ),
     ];
-    for (label, days) in [("24 hours", 1), ("7 days", 7), ("30 days", 30), ("90 days", 90)] {
+    for (label, days) in [
+        ("24 hours", 1),
+        ("7 days", 7),
+        ("30 days", 30),
+        ("90 days", 90),
+    ] {
         list.push(q(
             format!("stats, {label}"),
             format!("/api/events/bans/stats?{}", range(day(days), end + 1)),
@@ -337,15 +470,24 @@ async fn queries(
     }
     list.push(q(
         "stats, 30 days, one server",
-        format!("/api/events/bans/stats?serverId={busy}&{}", range(day(30), end + 1)),
+        format!(
+            "/api/events/bans/stats?serverId={busy}&{}",
+            range(day(30), end + 1)
+        ),
     ));
     list.push(q(
         "stats, 30 days, jail sshd",
-        format!("/api/events/bans/stats?jail=sshd&{}", range(day(30), end + 1)),
+        format!(
+            "/api/events/bans/stats?jail=sshd&{}",
+            range(day(30), end + 1)
+        ),
     ));
     list.push(q(
         "stats, 90 days, one server + sshd",
-        format!("/api/events/bans/stats?serverId={busy}&jail=sshd&{}", range(day(90), end + 1)),
+        format!(
+            "/api/events/bans/stats?serverId={busy}&jail=sshd&{}",
+            range(day(90), end + 1)
+        ),
     ));
     list.push(q(
         "insights, 30 days",
@@ -357,19 +499,31 @@ async fn queries(
     ));
     list.push(q(
         "insights, 30 days, one server",
-        format!("/api/events/bans/insights?serverId={busy}&{}", range(day(30), end + 1)),
+        format!(
+            "/api/events/bans/insights?serverId={busy}&{}",
+            range(day(30), end + 1)
+        ),
     ));
     list.push(q(
         "insights, 30 days, jail sshd",
-        format!("/api/events/bans/insights?jail=sshd&{}", range(day(30), end + 1)),
+        format!(
+            "/api/events/bans/insights?jail=sshd&{}",
+            range(day(30), end + 1)
+        ),
     ));
     list.push(q(
         "insights + one address in detail",
-        format!("/api/events/bans/insights?ip={hot}&{}", range(day(30), end + 1)),
+        format!(
+            "/api/events/bans/insights?ip={hot}&{}",
+            range(day(30), end + 1)
+        ),
     ));
     list.push(q(
         "insights, limit 100",
-        format!("/api/events/bans/insights?limit=100&{}", range(day(30), end + 1)),
+        format!(
+            "/api/events/bans/insights?limit=100&{}",
+            range(day(30), end + 1)
+        ),
     ));
 
     println!(
