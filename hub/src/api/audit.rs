@@ -1,0 +1,155 @@
+//! `GET /api/audit`: the audit log, newest first, in pages (admins only).
+//!
+//! Work in progress: not yet declared in `api/mod.rs` (it needs `AppState::auth` and the policy
+//! layers wired in `api::router`), so it is not compiled.
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::error::{ApiError, ApiJson, Problem};
+use crate::app::AppState;
+use crate::auth::{Admin, AuditQuery, AuditRecord, Outcome};
+use crate::domain::ServerId;
+
+const DEFAULT_PAGE: u64 = 50;
+const MAX_PAGE: u64 = 500;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_audit))
+}
+
+/// Filters and paging of `GET /api/audit`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct AuditParams {
+    /// Entries per page, 1 to 500 (default 50).
+    limit: Option<String>,
+    /// `nextCursor` of the previous page.
+    cursor: Option<String>,
+    /// Only this actor (a subject, e.g. `alice` or `token:<id>`).
+    actor: Option<String>,
+    /// Only entries about this server (its id).
+    server_id: Option<String>,
+}
+
+/// One recorded action.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEntryDto {
+    id: i64,
+    at: DateTime<Utc>,
+    /// Who: the subject of the user or token (for a failed login, the name tried).
+    actor: String,
+    actor_name: String,
+    /// `session`, `token`, `bootstrap`, or `anonymous`.
+    actor_kind: String,
+    /// What: `METHOD /route/{template}`, or `login` / `logout`.
+    action: String,
+    /// The path as requested.
+    path: String,
+    /// The server it concerned, if any.
+    server_id: Option<String>,
+    /// The HTTP status of the answer.
+    status: u16,
+    outcome: Outcome,
+    /// Details the handler recorded (e.g. the address banned).
+    #[schema(value_type = Object)]
+    detail: serde_json::Map<String, serde_json::Value>,
+    client_addr: Option<String>,
+}
+
+impl From<AuditRecord> for AuditEntryDto {
+    fn from(r: AuditRecord) -> Self {
+        Self {
+            id: r.id,
+            at: r.at,
+            actor: r.actor,
+            actor_name: r.actor_name,
+            actor_kind: r.actor_kind,
+            action: r.action,
+            path: r.path,
+            server_id: r.server_id,
+            status: r.status,
+            outcome: r.outcome,
+            detail: r.detail,
+            client_addr: r.client_addr,
+        }
+    }
+}
+
+/// A page of the audit log, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditPageDto {
+    entries: Vec<AuditEntryDto>,
+    /// Pass as `cursor` for the next (older) page; absent on the last page.
+    next_cursor: Option<String>,
+}
+
+/// Every state-changing action (who, what, which server, how it ended, when), newest first.
+#[utoipa::path(get, path = "/api/audit", tag = "audit", params(AuditParams),
+    extensions(("x-required-role" = json!("admin"))),
+    responses((status = 200, body = AuditPageDto),
+              (status = 400, description = "Unknown parameter", body = Problem),
+              (status = 422, description = "A parameter breaks its rule", body = Problem)))]
+async fn list_audit(
+    State(state): State<AppState>,
+    _admin: Admin,
+    params: Result<Query<AuditParams>, QueryRejection>,
+) -> Result<ApiJson<AuditPageDto>, ApiError> {
+    let params = super::events::query(params)?;
+    let limit = match params.limit.as_deref() {
+        None => DEFAULT_PAGE,
+        Some(text) => text
+            .parse::<u64>()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| ApiError::invalid("limit", format!("must be 1 to {MAX_PAGE}")))?,
+    };
+    let before = params
+        .cursor
+        .as_deref()
+        .map(|c| {
+            c.parse::<i64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| ApiError::invalid("cursor", "must be a nextCursor of this API"))
+        })
+        .transpose()?;
+    let server_id = params
+        .server_id
+        .as_deref()
+        .map(|s| {
+            ServerId::parse(s)
+                .map(|id| id.to_string())
+                .map_err(|_| ApiError::invalid("serverId", "must be a server id"))
+        })
+        .transpose()?;
+    // One more than asked tells whether there is a next page.
+    let mut records = state
+        .auth
+        .audit_page(&AuditQuery {
+            before,
+            limit: limit + 1,
+            actor: params.actor.filter(|a| !a.is_empty()),
+            server_id,
+        })
+        .await?;
+    let more = records.len() as u64 > limit;
+    records.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    let next_cursor = if more {
+        records.last().map(|r| r.id.to_string())
+    } else {
+        None
+    };
+    Ok(ApiJson(AuditPageDto {
+        entries: records.into_iter().map(AuditEntryDto::from).collect(),
+        next_cursor,
+    }))
+}
