@@ -1,9 +1,10 @@
-# Debian packaging (deploy/packaging/check.sh): cargo-deb, pinned so that its behaviour (it warns
-# that the dev profile CI packages will one day be refused) does not change under us; dpkg-dev's
-# tools are not needed. systemd-analyze (Debian package systemd) checks the installed units and
-# works without systemd as PID 1. Sourced by .ci/install-deps.
+# Deployment checks. deploy/packaging/check.sh: cargo-deb (pinned, so that its behaviour does not
+# change under us: it warns that the dev profile CI packages will one day be refused),
+# systemd-analyze (Debian package systemd; it works without systemd as PID 1) and adduser for the
+# packages' maintainer scripts. tests/tests/deploy_files.rs: python3-yaml parses deploy/compose.yaml.
+# Sourced by .ci/install-deps.
 CARGO_DEB_VERSION=3.8.0
-apt_install systemd adduser
+apt_install systemd adduser python3-yaml
 if [ "$(cargo deb --version 2>/dev/null | awk '{print $NF}')" != "$CARGO_DEB_VERSION" ]; then
   log "installing cargo-deb $CARGO_DEB_VERSION (about 2 minutes on 2 cores)"
   cargo install cargo-deb --version "$CARGO_DEB_VERSION" --locked
