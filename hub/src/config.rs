@@ -8,8 +8,6 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
-use crate::serve::BasePath;
-
 use crate::auth::config::AuthConfig;
 use crate::serve::BasePath;
 
@@ -299,21 +297,6 @@ impl Config {
         }
         if self.http.body_limit_bytes < 1024 {
             return invalid("http.body_limit_bytes", "must be at least 1024");
-        }
-        match (&self.http.tls.cert_path, &self.http.tls.key_path) {
-            (Some(_), None) => {
-                return invalid(
-                    "http.tls.key_path",
-                    "must be set when http.tls.cert_path is",
-                );
-            }
-            (None, Some(_)) => {
-                return invalid(
-                    "http.tls.cert_path",
-                    "must be set when http.tls.key_path is",
-                );
-            }
-            _ => {}
         }
         match (&self.http.tls.cert_path, &self.http.tls.key_path) {
             (Some(_), None) => {
