@@ -10,6 +10,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::alerts::Alerts;
+use crate::cluster::jobs::{self, run_singleton};
+use crate::cluster::{Cluster, JoinError};
 use crate::config::Config;
 use crate::events::Events;
 use crate::fleet::{Fleet, FleetParts};
@@ -25,6 +27,8 @@ pub struct AppState {
     pub store: Store,
     pub fleet: Fleet,
     pub events: Events,
+    /// This hub replica among the others on the same database.
+    pub cluster: Cluster,
     pub metrics: Metrics,
     /// The settings document (SMTP, alerts, retention, fail2ban defaults).
     pub settings: SettingsService,
@@ -44,6 +48,8 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Pki(#[from] PkiError),
+    #[error(transparent)]
+    Cluster(#[from] JoinError),
     #[error("http.tls: {0}")]
     HttpTls(#[from] crate::serve::TlsError),
     #[error("settings: {0}")]
@@ -96,7 +102,7 @@ impl App {
         };
         create_private_dir(&config.data_dir)?;
         let store = Store::connect(&config.database_url(), config.database.max_connections).await?;
-        let ca = Ca::load_or_create(&config.data_dir.join("ca"))?;
+        let ca = Ca::load_or_create(&config.ca_dir())?;
         let revocations = RevocationList::default();
         revocations.replace_all(store.revoked_serials().await?);
 
@@ -114,6 +120,8 @@ impl App {
         let shutdown = CancellationToken::new();
         let metrics = Metrics::default();
         let events = Events::new(store.clone(), &config.events, shutdown.clone());
+        let cluster = Cluster::new(store.clone(), &config.cluster, shutdown.clone());
+        cluster.join(ca.fingerprint()).await?;
         let key_file = config
             .secrets
             .key_file
@@ -138,11 +146,13 @@ impl App {
             shutdown: shutdown.clone(),
             events: events.clone(),
             probe: config.probe.clone(),
+            cluster: cluster.clone(),
         });
         tracing::info!(
             database = store.backend_name(),
             data_dir = %config.data_dir.display(),
             agents_dial = fleet.advertise(),
+            replica = cluster.replica(),
             "hub ready to serve"
         );
         Ok(Self {
@@ -151,6 +161,7 @@ impl App {
                 store,
                 fleet,
                 events,
+                cluster,
                 metrics,
                 settings,
                 alerts,
@@ -204,8 +215,26 @@ impl App {
         };
         tokio::spawn(forward);
 
-        tokio::spawn(state.events.clone().run_retention());
-        tokio::spawn(state.fleet.clone().run_probe_schedule(shutdown.clone()));
+        // Jobs that run on one replica at a time (retention, scheduled probes, the sweeper), the
+        // fleet's background tasks, and on PostgreSQL the replica's listener, announcer and lease
+        // keeper. Following the retention setting stays on every replica: it sets local state.
+        crate::cluster::spawn_background(&state.cluster, &state.fleet, &state.events);
+        {
+            let events = state.events.clone();
+            tokio::spawn(run_singleton(
+                state.cluster.clone(),
+                jobs::RETENTION,
+                move |_| events.clone().run_retention(),
+            ));
+            let fleet = state.fleet.clone();
+            let stop = shutdown.clone();
+            tokio::spawn(run_singleton(
+                state.cluster.clone(),
+                jobs::PROBES,
+                move |_| fleet.clone().run_probe_schedule(stop.clone()),
+            ));
+        }
+        let cluster = state.cluster.clone();
         tokio::spawn(crate::settings::follow_retention(
             state.settings.clone(),
             state.events.clone(),
@@ -229,6 +258,7 @@ impl App {
         let http_result = crate::serve::serve_http(http, router, http_tls, shutdown.clone()).await;
         shutdown.cancel();
         let grpc_result = grpc_task.await;
+        cluster.leave().await;
         let _ = alert_worker.await;
         let _ = std::fs::remove_file(&marker);
         http_result?;

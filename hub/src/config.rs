@@ -26,6 +26,8 @@ pub struct Config {
     pub enrollment: EnrollmentConfig,
     pub agents: AgentsConfig,
     pub events: EventsConfig,
+    /// Hub replicas on one PostgreSQL database, and the CA they share.
+    pub cluster: ClusterConfig,
     pub secrets: SecretsConfig,
     /// The end-to-end delivery probe.
     pub probe: ProbeConfig,
@@ -128,6 +130,21 @@ pub struct EventsConfig {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// This replica's name among the hub replicas sharing one PostgreSQL database (letters,
+    /// digits, `.`, `_`, `@`, `-`). Empty: `<hostname>-<random>`, new at every start.
+    pub replica_id: String,
+    /// How long an agent lease lives without renewal, in seconds; renewed every third of it. A dead
+    /// replica's agents count as offline at most this long (they usually reconnect sooner).
+    pub lease_ttl_secs: u64,
+    /// How often queued fleet actions are delivered and their deadlines swept, in milliseconds.
+    pub sweep_interval_ms: u64,
+    /// Directory of the internal CA. Empty: `<data_dir>/ca`. Every replica must use the same CA.
+    pub ca_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// `tracing` filter directives; `RUST_LOG` overrides.
     pub filter: String,
@@ -173,6 +190,7 @@ impl Default for Config {
             enrollment: EnrollmentConfig::default(),
             agents: AgentsConfig::default(),
             events: EventsConfig::default(),
+            cluster: ClusterConfig::default(),
             secrets: SecretsConfig::default(),
             probe: ProbeConfig::default(),
             auth: AuthConfig::default(),
@@ -234,6 +252,17 @@ impl Default for EventsConfig {
         Self {
             retention_days: 180,
             prune_interval_secs: 3600,
+        }
+    }
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            replica_id: String::new(),
+            lease_ttl_secs: 30,
+            sweep_interval_ms: 5000,
+            ca_dir: PathBuf::new(),
         }
     }
 }
@@ -368,6 +397,26 @@ impl Config {
                 "must be between 60 and 86400 seconds",
             );
         }
+        if !self.cluster.replica_id.is_empty()
+            && banhub_proto::rules::check_name(&self.cluster.replica_id).is_err()
+        {
+            return invalid(
+                "cluster.replica_id",
+                "must be 1 to 64 letters, digits, '.', '_', '@' or '-', starting with a letter or digit",
+            );
+        }
+        if !(3..=3600).contains(&self.cluster.lease_ttl_secs) {
+            return invalid(
+                "cluster.lease_ttl_secs",
+                "must be between 3 and 3600 seconds",
+            );
+        }
+        if !(100..=3_600_000).contains(&self.cluster.sweep_interval_ms) {
+            return invalid(
+                "cluster.sweep_interval_ms",
+                "must be between 100 and 3600000 milliseconds",
+            );
+        }
         if !self.grpc.advertise.is_empty() && !self.grpc.advertise.contains(':') {
             return invalid(
                 "grpc.advertise",
@@ -390,6 +439,15 @@ impl Config {
             )
         } else {
             self.database.url.clone()
+        }
+    }
+
+    /// The internal CA's directory.
+    pub fn ca_dir(&self) -> PathBuf {
+        if self.cluster.ca_dir.as_os_str().is_empty() {
+            self.data_dir.join("ca")
+        } else {
+            self.cluster.ca_dir.clone()
         }
     }
 
@@ -513,6 +571,26 @@ mod tests {
         let half = Figment::from(Serialized::default("http.tls.cert_path", "/c.pem"));
         let err = Config::load(None, half).expect_err("refused");
         assert!(err.to_string().contains("http.tls.key_path"), "{err}");
+    }
+
+    #[test]
+    fn cluster_settings_load_and_are_checked() {
+        let config = Config::load(None, Figment::new()).expect("valid");
+        assert_eq!(config.ca_dir(), config.data_dir.join("ca"));
+        let overrides = Figment::from(Serialized::default("cluster.replica_id", "hub-a"))
+            .merge(Serialized::default("cluster.ca_dir", "/srv/shared-ca"));
+        let config = Config::load(None, overrides).expect("valid");
+        assert_eq!(config.cluster.replica_id, "hub-a");
+        assert_eq!(config.ca_dir(), PathBuf::from("/srv/shared-ca"));
+        for (key, value) in [
+            ("cluster.replica_id", "bad id"),
+            ("cluster.lease_ttl_secs", "1"),
+            ("cluster.sweep_interval_ms", "10"),
+        ] {
+            let err = Config::load(None, Figment::from(Serialized::default(key, value)))
+                .expect_err("refused");
+            assert!(err.to_string().contains(key), "{err}");
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! nothing skips silently.
 
 pub mod agent;
+pub mod balancer;
 pub mod fail2ban;
 pub mod hub;
 pub mod postgres;

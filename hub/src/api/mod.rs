@@ -8,6 +8,7 @@ mod delivery;
 mod error;
 mod events;
 mod filters;
+mod fleet;
 mod health;
 mod jails;
 mod servers;
@@ -62,6 +63,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(jails::router())
         .merge(filters::router())
         .merge(control::router())
+        .merge(fleet::router())
         .merge(events::router())
         .merge(callbacks::router())
         .merge(settings::router())

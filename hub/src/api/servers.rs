@@ -69,12 +69,16 @@ pub struct ServerDto {
     hostname: Option<String>,
     /// Address the agent connects from.
     address: Option<String>,
+    /// The hub replica holding the agent's session (only with several replicas on PostgreSQL).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replica: Option<String>,
 }
 
 impl From<ServerView> for ServerDto {
     fn from(view: ServerView) -> Self {
         let s = view.server;
         let session = view.session;
+        let replica = view.replica;
         let online = session.is_some();
         Self {
             id: s.id.to_string(),
@@ -105,6 +109,7 @@ impl From<ServerView> for ServerDto {
                 .or(s.fail2ban_version),
             hostname: session.as_ref().map(|i| i.hostname.clone()).or(s.hostname),
             address: session.map(|i| i.address).or(s.last_address),
+            replica,
         }
     }
 }

@@ -1,11 +1,17 @@
 //! The live feed for one client: committed events from the broadcast, filtered, with catch-up from
 //! the database after a reconnect (`Last-Event-ID`) or when the client fell too far behind.
+//!
+//! With several hub replicas on one database, the broadcast of each replica carries the events it
+//! committed itself and, through the peer feed, those the others committed: their ids arrive by
+//! `NOTIFY` (see `cluster`) and the events are read back from the database in id order. So a browser
+//! on any replica sees every agent's events, and resumes on any replica by event id.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 
 use futures::Stream;
 use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::mpsc;
 
 use super::{Events, EventsError};
 use crate::domain::events::{EventFilter, EventId, StoredEvent};
@@ -14,6 +20,53 @@ use crate::domain::events::{EventFilter, EventId, StoredEvent};
 const REPLAY_PAGE: usize = 500;
 /// At most this many events are replayed for one client before it just goes on live.
 const REPLAY_MAX: usize = 10_000;
+/// Events read per query by the peer feed.
+const PEER_PAGE: usize = 1000;
+
+impl Events {
+    /// From now on, tells the other replicas about every event committed here.
+    pub fn attach_cluster(&self, cluster: crate::cluster::Cluster) {
+        // Attached once at start-up; a second call changes nothing.
+        let _ = self.0.cluster.set(cluster);
+    }
+
+    /// Publishes here the events other replicas committed, given as inclusive id ranges, in the
+    /// order the notifications came and by id within each. Runs until the sender goes away.
+    pub async fn run_peer_feed(self, mut ranges: mpsc::Receiver<Vec<(i64, i64)>>) {
+        while let Some(batch) = ranges.recv().await {
+            for (first, last) in batch {
+                self.publish_peer_range(first, last).await;
+            }
+        }
+    }
+
+    async fn publish_peer_range(&self, first: i64, last: i64) {
+        let mut after = first - 1;
+        while after < last {
+            let want = usize::try_from(last - after)
+                .unwrap_or(PEER_PAGE)
+                .min(PEER_PAGE);
+            let page = match self.store().events_after(EventId(after), want).await {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(error = %e, first, last, "cannot read another replica's events for live clients");
+                    return;
+                }
+            };
+            let Some(newest) = page.last().map(|e| e.id.0) else {
+                return;
+            };
+            for event in page.into_iter().filter(|e| e.id.0 <= last) {
+                // Nobody listening is not an error.
+                let _ = self.0.live.send(Arc::new(event));
+            }
+            after = newest;
+            if newest >= last {
+                return;
+            }
+        }
+    }
+}
 
 struct Live {
     events: Events,

@@ -64,6 +64,8 @@ struct Inner {
     retention: std::sync::Mutex<Option<Duration>>,
     prune_interval: Duration,
     shutdown: CancellationToken,
+    /// The other hub replicas, told about every committed event (see `live::attach_cluster`).
+    cluster: std::sync::OnceLock<crate::cluster::Cluster>,
 }
 
 /// The event service; cheap to clone.
@@ -91,6 +93,7 @@ impl Events {
             retention: std::sync::Mutex::new(retention),
             prune_interval: Duration::from_secs(config.prune_interval_secs),
             shutdown,
+            cluster: std::sync::OnceLock::new(),
         }))
     }
 
@@ -141,6 +144,9 @@ impl Events {
     }
 
     fn publish(&self, events: Vec<StoredEvent>) {
+        if let Some(cluster) = self.0.cluster.get() {
+            cluster.announce_events(events.iter().map(|e| e.id.0).collect());
+        }
         for event in events {
             // No subscriber is not an error: nobody is watching.
             let _ = self.0.live.send(Arc::new(event));

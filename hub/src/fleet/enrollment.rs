@@ -5,7 +5,6 @@ use banhub_proto::v1::{EnrollRequest, EnrollResponse};
 use tonic::{Request, Response, Status};
 
 use super::Fleet;
-use super::sessions::DrainReason;
 use crate::domain::AgentFacts;
 use crate::store::EnrollOutcome;
 
@@ -63,17 +62,16 @@ impl Enrollment for EnrollmentService {
             })?;
         match outcome {
             EnrollOutcome::Enrolled(server, cert, agent) => {
-                for serial in &superseded {
-                    fleet.revocations().revoke(serial);
-                }
-                // An older agent of this server is cut off: one agent per server.
-                fleet.sessions().disconnect(
-                    server.id,
-                    DrainReason {
-                        reason: "another agent enrolled for this server".to_owned(),
-                        reconnect: false,
-                    },
-                );
+                fleet.revoke_everywhere(&superseded).await;
+                // An older agent of this server is cut off, on whichever replica holds it: one
+                // agent per server.
+                fleet
+                    .cut_off(
+                        server.id,
+                        Some(agent),
+                        "another agent enrolled for this server",
+                    )
+                    .await;
                 fleet.metrics().enrollments.inc();
                 tracing::info!(server_id = %server.id, server = %server.name, %agent, hostname = %facts.hostname, "agent enrolled");
                 Ok(Response::new(EnrollResponse {

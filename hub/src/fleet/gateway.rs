@@ -26,8 +26,10 @@ use crate::pki::agent_from_cert;
 
 /// How long an agent may take to send its hello after the stream opens.
 const HELLO_DEADLINE: Duration = Duration::from_secs(10);
-/// How often a live session refreshes the server's "last seen" time in the store.
+/// How often the "last seen" time of every server with a live session is refreshed in the store.
 const SEEN_WRITE_INTERVAL: Duration = Duration::from_secs(30);
+/// Servers per "last seen" statement.
+const SEEN_CHUNK: usize = 500;
 
 /// The tonic service; a thin shell around [`Fleet`].
 #[derive(Debug, Clone)]
@@ -198,9 +200,17 @@ struct SessionTask {
 impl SessionTask {
     async fn run(mut self) {
         tracing::info!("agent connected");
+        let server = self.server.id;
+        self.fleet
+            .take_lease(server, self.registration.session_id, self.agent)
+            .await;
+        // Fleet actions queued while the agent was away go out now, beside the session.
+        let fleet = self.fleet.clone();
+        tokio::spawn(async move { fleet.deliver_due(server).await }.in_current_span());
         let end = self.serve().await;
         let sessions = self.fleet.sessions();
-        sessions.unregister(self.server.id, self.registration.session_id);
+        let generation = sessions.unregister(self.server.id, self.registration.session_id);
+        self.fleet.end_lease(server, generation).await;
         self.fleet
             .metrics()
             .agents_connected
@@ -218,7 +228,6 @@ impl SessionTask {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_heard = Instant::now();
-        let mut last_written = Instant::now();
         let mut heartbeat_seq = 0u64;
         let mut pending: HashMap<String, oneshot::Sender<CommandResult>> = HashMap::new();
         loop {
@@ -271,12 +280,6 @@ impl SessionTask {
                     let beat = Heartbeat { seq: heartbeat_seq, sent_at_unix_ms: chrono::Utc::now().timestamp_millis() };
                     if !self.send(hub_frame::Body::Heartbeat(beat)).await {
                         return "the agent stopped reading".to_owned();
-                    }
-                    if last_written.elapsed() >= SEEN_WRITE_INTERVAL {
-                        last_written = Instant::now();
-                        if let Err(e) = self.fleet.store().mark_seen(self.server.id, None).await {
-                            tracing::warn!(error = %e, "could not record when the agent was last seen");
-                        }
                     }
                 }
             }
@@ -334,5 +337,27 @@ impl SessionTask {
             tokio::time::timeout(limit, self.out.send(Ok(frame))).await,
             Ok(Ok(()))
         )
+    }
+}
+
+/// Refreshes the "last seen" time of every server with a live session here, a few statements every
+/// [`SEEN_WRITE_INTERVAL`] for the whole fleet rather than one write per session: with thousands of
+/// agents, per-session writes would keep the database busy for nothing.
+pub(super) async fn write_seen(fleet: Fleet, shutdown: tokio_util::sync::CancellationToken) {
+    let mut ticker = tokio::time::interval(SEEN_WRITE_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let live = fleet.sessions().live_servers();
+        for chunk in live.chunks(SEEN_CHUNK) {
+            if let Err(e) = fleet.store().mark_seen_many(chunk).await {
+                tracing::warn!(error = %e, "could not record when agents were last seen");
+                break;
+            }
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! session), the registry of live sessions, command dispatch, and the server lifecycle (create with an
 //! enrollment token, revoke on delete). This is the only module that names protocol types.
 
+mod actions;
 mod control;
 mod defaults;
 mod enrollment;
@@ -9,6 +10,7 @@ mod gateway;
 mod ingest;
 mod listener;
 mod probe;
+mod relay;
 mod sessions;
 
 use std::sync::Arc;
@@ -22,6 +24,7 @@ use chrono::{DateTime, Utc};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::Cluster;
 use crate::config::{AgentsConfig, ProbeConfig};
 use crate::domain::{NewServer, Server, ServerId, ServerStatus};
 use crate::events::Events;
@@ -29,6 +32,7 @@ use crate::metrics::{CommandLabels, Metrics};
 use crate::pki::{Ca, RevocationList, random_secret};
 use crate::store::{Store, StoreError};
 
+pub use actions::{ActionError, FleetBan, Selector, spawn_background};
 pub use control::*;
 pub use defaults::DefaultsPushResult;
 pub use probe::{
@@ -44,6 +48,8 @@ pub struct ServerView {
     pub server: Server,
     pub status: ServerStatus,
     pub session: Option<SessionInfo>,
+    /// The hub replica holding the agent's session, when several replicas share the database.
+    pub replica: Option<String>,
 }
 
 /// A freshly issued enrollment token; the only time its secret exists outside the agent.
@@ -130,6 +136,7 @@ struct Inner {
     /// `host:port` written into enrollment tokens.
     advertise: String,
     events: Events,
+    cluster: Cluster,
     /// The delivery probe's settings and last results.
     probe: probe::ProbeState,
 }
@@ -160,6 +167,8 @@ pub struct FleetParts {
     pub shutdown: CancellationToken,
     /// Where agents' event batches are stored.
     pub events: Events,
+    /// The other hub replicas on the same database (if any).
+    pub cluster: Cluster,
     pub probe: ProbeConfig,
 }
 
@@ -175,12 +184,17 @@ impl Fleet {
             token_ttl: parts.token_ttl,
             advertise: parts.advertise,
             events: parts.events,
+            cluster: parts.cluster,
             probe: probe::ProbeState::new(parts.probe),
         }))
     }
 
     pub(crate) fn store(&self) -> &Store {
         &self.0.store
+    }
+
+    pub(crate) fn cluster(&self) -> &Cluster {
+        &self.0.cluster
     }
 
     fn events(&self) -> &Events {
@@ -281,6 +295,7 @@ impl Fleet {
     /// Every server with its live status.
     pub async fn list(&self) -> Result<Vec<ServerView>, FleetError> {
         let live = self.0.sessions.snapshot();
+        let mut leases = self.0.cluster.leases().await?;
         Ok(self
             .0
             .store
@@ -289,7 +304,8 @@ impl Fleet {
             .into_iter()
             .map(|server| {
                 let session = live.get(&server.id).cloned();
-                Self::view_with(server, session)
+                let lease = leases.remove(&server.id);
+                self.view_with(server, session, lease)
             })
             .collect())
     }
@@ -301,15 +317,45 @@ impl Fleet {
             .get_server(id)
             .await?
             .ok_or(FleetError::UnknownServer)?;
-        Ok(self.view(server))
+        let session = self.0.sessions.info(server.id);
+        let lease = match session {
+            Some(_) => None,
+            None => self.0.cluster.holder(server.id).await?,
+        };
+        Ok(self.view_with(server, session, lease))
     }
 
     fn view(&self, server: Server) -> ServerView {
         let session = self.0.sessions.info(server.id);
-        Self::view_with(server, session)
+        self.view_with(server, session, None)
     }
 
-    fn view_with(server: Server, session: Option<SessionInfo>) -> ServerView {
+    /// A server with its session here, or else the lease of its session on another replica.
+    fn view_with(
+        &self,
+        server: Server,
+        session: Option<SessionInfo>,
+        lease: Option<crate::store::cluster::Lease>,
+    ) -> ServerView {
+        let here = session
+            .is_some()
+            .then(|| self.0.cluster.replica().to_owned());
+        let (session, replica) = match (session, lease) {
+            (Some(session), _) => (Some(session), here),
+            (None, Some(lease)) => (
+                Some(SessionInfo {
+                    agent_id: lease.agent.or(server.agent_id).unwrap_or_default(),
+                    connected_at: lease.connected_at,
+                    agent_version: server.agent_version.clone().unwrap_or_default(),
+                    fail2ban_version: server.fail2ban_version.clone().unwrap_or_default(),
+                    hostname: server.hostname.clone().unwrap_or_default(),
+                    address: server.last_address.clone().unwrap_or_default(),
+                    capabilities: Vec::new(),
+                }),
+                Some(lease.replica),
+            ),
+            (None, None) => (None, None),
+        };
         let status = if session.is_some() {
             ServerStatus::Online
         } else if server.agent_id.is_none() {
@@ -321,6 +367,11 @@ impl Fleet {
             server,
             status,
             session,
+            replica: if self.0.cluster.is_shared() {
+                replica
+            } else {
+                None
+            },
         }
     }
 
@@ -333,16 +384,9 @@ impl Fleet {
             .delete_server(id)
             .await?
             .ok_or(FleetError::UnknownServer)?;
-        for serial in &revoked {
-            self.0.revocations.revoke(serial);
-        }
-        self.0.sessions.disconnect(
-            id,
-            DrainReason {
-                reason: "this server was removed from the hub".to_owned(),
-                reconnect: false,
-            },
-        );
+        self.revoke_everywhere(&revoked).await;
+        self.cut_off(id, None, "this server was removed from the hub")
+            .await;
         tracing::info!(server_id = %id, certificates = revoked.len(), "server deleted and its agent revoked");
         Ok(())
     }
@@ -379,6 +423,26 @@ impl Fleet {
         label: &'static str,
         requested_by: &str,
     ) -> Result<command_result::Outcome, FleetError> {
+        self.call_with_id(
+            id,
+            kind,
+            label,
+            requested_by,
+            uuid::Uuid::now_v7().to_string(),
+        )
+        .await
+    }
+
+    /// [`Fleet::call`] with the command's id given: a command delivered again keeps its id, so the
+    /// agent runs it once. The agent's session may be here or on another replica.
+    async fn call_with_id(
+        &self,
+        id: ServerId,
+        kind: command::Kind,
+        label: &'static str,
+        requested_by: &str,
+        command_id: String,
+    ) -> Result<command_result::Outcome, FleetError> {
         let slow = matches!(
             kind,
             command::Kind::SetJailsEnabled(_)
@@ -395,12 +459,20 @@ impl Fleet {
         });
         let deadline = Utc::now() + chrono::Duration::from_std(timeout).unwrap_or_default();
         let command = Command {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: command_id,
             deadline_unix_ms: deadline.timestamp_millis(),
             requested_by: requested_by.to_owned(),
             kind: Some(kind),
         };
-        let result = self.0.sessions.call(id, command, timeout).await;
+        let result = if self.0.sessions.is_live(id) || !self.0.cluster.is_shared() {
+            self.0
+                .sessions
+                .call(id, command, timeout)
+                .await
+                .map_err(FleetError::from)
+        } else {
+            self.call_elsewhere(id, command, timeout).await
+        };
         let outcome = match result {
             Ok(result) => match result.outcome {
                 Some(command_result::Outcome::Error(e)) => Err(FleetError::Agent {
@@ -415,7 +487,7 @@ impl Fleet {
                     "a result without an outcome".to_owned(),
                 )),
             },
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e),
         };
         let outcome_label = match &outcome {
             Ok(_) => "ok",

@@ -65,6 +65,27 @@ struct Live {
     commands: mpsc::Sender<Outgoing>,
     stop: CancellationToken,
     drain: Arc<Mutex<Option<DrainReason>>>,
+    /// The generation of this session's lease in the database (replicas on PostgreSQL), once taken.
+    generation: Option<i64>,
+    /// A lease generation another replica announced before this session knew its own: if this
+    /// session's turns out lower, it was replaced.
+    superseded_by: i64,
+}
+
+/// A live session as the lease keeper sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalLease {
+    pub server: ServerId,
+    pub session_id: u64,
+    pub agent: AgentId,
+    pub generation: Option<i64>,
+}
+
+fn replaced_elsewhere() -> DrainReason {
+    DrainReason {
+        reason: "replaced by a newer session of this agent on another hub replica".to_owned(),
+        reconnect: true,
+    }
 }
 
 impl Live {
@@ -120,6 +141,8 @@ impl Sessions {
             commands: tx,
             stop: stop.clone(),
             drain: drain.clone(),
+            generation: None,
+            superseded_by: 0,
         };
         if let Some(older) = lock(&self.live).insert(server, live) {
             tracing::info!(%server, older = older.session_id, newer = session_id, "a newer session replaces the older one");
@@ -136,26 +159,104 @@ impl Sessions {
         }
     }
 
-    /// Forgets `session_id` of `server` if it is still the current one.
-    pub fn unregister(&self, server: ServerId, session_id: u64) {
+    /// Forgets `session_id` of `server` if it is still the current one; returns its lease
+    /// generation, which is then to be released.
+    pub fn unregister(&self, server: ServerId, session_id: u64) -> Option<i64> {
         let mut live = lock(&self.live);
         if live
             .get(&server)
             .is_some_and(|l| l.session_id == session_id)
         {
-            live.remove(&server);
+            return live.remove(&server).and_then(|l| l.generation);
+        }
+        None
+    }
+
+    /// Records the lease generation of `session_id` of `server` (only ever upwards). Stops the
+    /// session if another replica already announced a newer one.
+    pub fn set_generation(&self, server: ServerId, session_id: u64, generation: i64) {
+        let mut live = lock(&self.live);
+        let Some(l) = live.get_mut(&server).filter(|l| l.session_id == session_id) else {
+            return;
+        };
+        l.generation = Some(l.generation.map_or(generation, |g| g.max(generation)));
+        if generation < l.superseded_by
+            && let Some(l) = live.remove(&server)
+        {
+            l.stop(replaced_elsewhere());
         }
     }
 
-    /// Stops the session of `server`, if any, telling the agent why.
-    pub fn disconnect(&self, server: ServerId, reason: DrainReason) -> bool {
-        match lock(&self.live).remove(&server) {
-            Some(live) => {
-                live.stop(reason);
-                true
+    /// Another replica took the lease of `server` at `generation`: a session here with an older
+    /// lease ends (with `reconnect` false, whatever its lease: the server is gone).
+    pub fn drop_older(&self, server: ServerId, generation: i64, reconnect: bool) -> bool {
+        let mut live = lock(&self.live);
+        let Some(l) = live.get_mut(&server) else {
+            return false;
+        };
+        let older = match l.generation {
+            Some(own) => own < generation,
+            None => {
+                l.superseded_by = l.superseded_by.max(generation);
+                false
             }
-            None => false,
+        };
+        if (older || !reconnect)
+            && let Some(l) = live.remove(&server)
+        {
+            l.stop(if reconnect {
+                replaced_elsewhere()
+            } else {
+                DrainReason {
+                    reason: "this server was removed from the hub or enrolled again".to_owned(),
+                    reconnect: false,
+                }
+            });
+            return true;
         }
+        false
+    }
+
+    /// Stops the session of `server` unless its agent is `keep`, telling the agent why.
+    pub fn disconnect_unless(
+        &self,
+        server: ServerId,
+        keep: Option<AgentId>,
+        reason: DrainReason,
+    ) -> bool {
+        let mut live = lock(&self.live);
+        if live
+            .get(&server)
+            .is_some_and(|l| Some(l.info.agent_id) != keep)
+            && let Some(l) = live.remove(&server)
+        {
+            l.stop(reason);
+            return true;
+        }
+        false
+    }
+
+    /// Every live session with its lease generation.
+    pub fn local_leases(&self) -> Vec<LocalLease> {
+        lock(&self.live)
+            .iter()
+            .map(|(server, l)| LocalLease {
+                server: *server,
+                session_id: l.session_id,
+                agent: l.info.agent_id,
+                generation: l.generation,
+            })
+            .collect()
+    }
+
+    /// The servers with a live session here.
+    pub fn live_servers(&self) -> Vec<ServerId> {
+        lock(&self.live).keys().copied().collect()
+    }
+
+    /// Whether `server` has a live session here.
+    pub fn is_live(&self, server: ServerId) -> bool {
+        lock(&self.live).contains_key(&server)
     }
 
     pub fn info(&self, server: ServerId) -> Option<SessionInfo> {
@@ -168,6 +269,11 @@ impl Sessions {
             .iter()
             .map(|(id, l)| (*id, l.info.clone()))
             .collect()
+    }
+
+    /// The token whose cancellation ends every session (the hub's shutdown).
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
     }
 
     pub fn count(&self) -> usize {
@@ -233,6 +339,66 @@ mod tests {
     }
 
     #[test]
+    fn a_newer_lease_elsewhere_stops_the_session_here() {
+        let sessions = Sessions::new(CancellationToken::new());
+        let server = ServerId::new();
+        let reg = sessions.register(server, info());
+        sessions.set_generation(server, reg.session_id, 4);
+        // An older or equal generation is this session's own past: nothing happens.
+        assert!(!sessions.drop_older(server, 4, true));
+        assert!(!reg.stop.is_cancelled());
+        assert!(sessions.drop_older(server, 5, true));
+        assert!(reg.stop.is_cancelled());
+        assert!(reg.drain_reason().reconnect);
+        assert!(reg.drain_reason().reason.contains("another hub replica"));
+        assert_eq!(sessions.unregister(server, reg.session_id), None);
+    }
+
+    #[test]
+    fn a_newer_lease_announced_before_ours_is_known_still_wins() {
+        let sessions = Sessions::new(CancellationToken::new());
+        let server = ServerId::new();
+        let reg = sessions.register(server, info());
+        assert!(!sessions.drop_older(server, 7, true));
+        assert!(!reg.stop.is_cancelled());
+        sessions.set_generation(server, reg.session_id, 6);
+        assert!(reg.stop.is_cancelled());
+
+        // The other way round: our lease is the newer one and stays.
+        let reg = sessions.register(server, info());
+        assert!(!sessions.drop_older(server, 7, true));
+        sessions.set_generation(server, reg.session_id, 8);
+        assert!(!reg.stop.is_cancelled());
+        assert_eq!(sessions.unregister(server, reg.session_id), Some(8));
+    }
+
+    #[test]
+    fn removal_elsewhere_stops_whatever_the_lease() {
+        let sessions = Sessions::new(CancellationToken::new());
+        let server = ServerId::new();
+        let reg = sessions.register(server, info());
+        sessions.set_generation(server, reg.session_id, 9);
+        assert!(sessions.drop_older(server, 1, false));
+        assert!(!reg.drain_reason().reconnect);
+    }
+
+    #[test]
+    fn disconnect_unless_keeps_the_named_agent() {
+        let sessions = Sessions::new(CancellationToken::new());
+        let server = ServerId::new();
+        let reg = sessions.register(server, info());
+        let agent = sessions.info(server).expect("live").agent_id;
+        let reason = DrainReason {
+            reason: "enrolled again".to_owned(),
+            reconnect: false,
+        };
+        assert!(!sessions.disconnect_unless(server, Some(agent), reason.clone()));
+        assert!(!reg.stop.is_cancelled());
+        assert!(sessions.disconnect_unless(server, Some(AgentId::new()), reason));
+        assert!(reg.stop.is_cancelled());
+    }
+
+    #[test]
     fn disconnect_tells_the_reason() {
         let sessions = Sessions::new(CancellationToken::new());
         let server = ServerId::new();
@@ -241,10 +407,10 @@ mod tests {
             reason: "removed".to_owned(),
             reconnect: false,
         };
-        assert!(sessions.disconnect(server, reason.clone()));
+        assert!(sessions.disconnect_unless(server, None, reason.clone()));
         assert!(reg.stop.is_cancelled());
         assert_eq!(reg.drain_reason(), reason);
-        assert!(!sessions.disconnect(server, reason));
+        assert!(!sessions.disconnect_unless(server, None, reason));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use sea_orm_migration::schema::*;
 mod m0002_events;
 mod m0003_auth;
 mod m0004_settings;
+mod m0005_cluster;
 
 pub struct Migrator;
 
@@ -16,6 +17,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0002_events::M0002Events),
             Box::new(m0003_auth::M0003Auth),
             Box::new(m0004_settings::M0004Settings),
+            Box::new(m0005_cluster::M0005Cluster),
         ]
     }
 }

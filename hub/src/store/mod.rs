@@ -5,6 +5,7 @@
 
 mod alerts;
 mod auth;
+pub mod cluster;
 mod entities;
 pub mod events;
 mod migration;

@@ -1,0 +1,1015 @@
+//! Fleet simulator and scale benchmarks. Simulated agents are lightweight tasks in this process that
+//! speak the real protocol over real mutual TLS: each enrolls through `Enrollment.Enroll` with a token
+//! from the API (its own key and CSR), then holds one `AgentGateway.Session`, heartbeats, answers
+//! commands (a ban or unban succeeds, a ping pongs, anything else is "unsupported") and reports ban
+//! events from a spool it numbers like the real agent. Prints its figures.
+//!
+//! Scenarios (`--scenario`, several allowed):
+//! * `sessions`: N agents (10,000) on one hub with heartbeats: hub memory per session, idle CPU.
+//! * `fleet-ban`: fleet-wide bans over N online agents (1,000): time until every ack is back.
+//! * `replicas`: ingest with one hub replica, then with two on one PostgreSQL (agents split), in one
+//!   run; hub CPU time per 1,000 events.
+//! * `agent`: resident memory and CPU of an idle real `banhub-agent`, and the binary sizes.
+//! * `simulate`: just run N agents producing `--rate` events per second against an existing hub
+//!   (`--hub-http`, `--token`), until interrupted.
+//!
+//! `cargo build --release -p banhub -p banhub-agent -p banhub-bench`, then
+//! `target/release/fleet --profile release --scenario sessions --agents 10000`.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use banhub_proto::token::EnrollmentToken;
+use banhub_proto::v1::agent_gateway_client::AgentGatewayClient;
+use banhub_proto::v1::enrollment_client::EnrollmentClient;
+use banhub_proto::v1::{
+    AgentFrame, BanChange, CommandError, CommandResult, EnrollRequest, ErrorCode, Event,
+    EventBatch, EventKind, EventSource, Heartbeat, Hello, HubFrame, Pong, SpoolHead, agent_frame,
+    command, command_result, hub_frame,
+};
+use banhub_tests::agent::AgentProcess;
+use banhub_tests::fail2ban::Fail2banSandbox;
+use banhub_tests::hub::HubProcess;
+use banhub_tests::postgres::PostgresServer;
+use clap::{Parser, ValueEnum};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    Sessions,
+    FleetBan,
+    Replicas,
+    Agent,
+    Simulate,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    about = "Fleet simulator: many real mTLS agent sessions in one process, and scale figures"
+)]
+struct Args {
+    /// What to measure; repeat for several.
+    #[arg(long, value_enum, default_values_t = [Scenario::Sessions, Scenario::FleetBan, Scenario::Replicas, Scenario::Agent])]
+    scenario: Vec<Scenario>,
+    /// Agents for `sessions` and `simulate`.
+    #[arg(long, default_value_t = 10_000)]
+    agents: usize,
+    /// Agents for `fleet-ban`.
+    #[arg(long, default_value_t = 1000)]
+    ban_agents: usize,
+    /// Fleet-wide bans timed by `fleet-ban`.
+    #[arg(long, default_value_t = 30)]
+    ban_rounds: usize,
+    /// Agents for `replicas`.
+    #[arg(long, default_value_t = 64)]
+    ingest_agents: usize,
+    /// Events per batch in `replicas`.
+    #[arg(long, default_value_t = 100)]
+    batch: usize,
+    /// Seconds of ingest per phase of `replicas`.
+    #[arg(long, default_value_t = 20)]
+    ingest_secs: u64,
+    /// Seconds over which idle CPU is measured.
+    #[arg(long, default_value_t = 60)]
+    idle_secs: u64,
+    /// Heartbeat interval the hub gives agents, in milliseconds (the default configuration's).
+    #[arg(long, default_value_t = 10_000)]
+    heartbeat_ms: u32,
+    /// Which build of banhub and banhub-agent to drive: `debug` or `release`.
+    #[arg(long, default_value = "debug")]
+    profile: String,
+    /// `simulate`: the hub's API, e.g. http://127.0.0.1:8080.
+    #[arg(long)]
+    hub_http: Option<String>,
+    /// `simulate`: an admin API token for it.
+    #[arg(long)]
+    token: Option<String>,
+    /// `simulate`: the hub's CA certificate (PEM), e.g. `<data_dir>/ca/ca.pem`.
+    #[arg(long)]
+    ca: Option<PathBuf>,
+    /// `simulate`: ban events per second over the whole fleet.
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
+}
+
+fn binary(profile: &str, name: &str) -> anyhow::Result<PathBuf> {
+    let path = banhub_tests::process::target_dir().join(profile).join(name);
+    if !path.is_file() {
+        bail!(
+            "{} is missing; build it with `cargo build{} -p banhub -p banhub-agent`",
+            path.display(),
+            if profile == "release" {
+                " --release"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(path)
+}
+
+/// Lifts this process's open-file limit to the hard limit; hubs started from here inherit it.
+fn raise_fd_limit() -> anyhow::Result<u64> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    limit.current = limit.maximum;
+    setrlimit(Resource::Nofile, limit).context("raising the open-file limit")?;
+    Ok(limit.current.unwrap_or(u64::MAX))
+}
+
+// ----- process figures -----
+
+fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmRSS")
+}
+
+/// CPU time (user + system) the process used so far.
+fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name may hold spaces; fields resume after its closing parenthesis.
+    let rest = stat.rsplit_once(')').context("stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11).context("utime")?.parse()?;
+    let stime: u64 = fields.get(12).context("stime")?.parse()?;
+    let ticks = rustix::param::clock_ticks_per_second();
+    Ok(Duration::from_secs_f64(
+        (utime + stime) as f64 / ticks as f64,
+    ))
+}
+
+fn pid_of(hub: &HubProcess) -> anyhow::Result<u32> {
+    hub.pid().context("the hub is not running")
+}
+
+// ----- enrollment -----
+
+/// A simulated agent's credentials.
+#[derive(Clone)]
+struct Credentials {
+    name: String,
+    cert_pem: String,
+    key_pem: String,
+}
+
+/// Creates `n` servers through the API and enrolls one simulated agent for each, `parallel` at a time.
+async fn enroll_many(
+    http: &reqwest::Client,
+    api: &str,
+    grpc: SocketAddr,
+    ca_pem: &str,
+    prefix: &str,
+    n: usize,
+) -> anyhow::Result<Vec<Credentials>> {
+    let channel = Endpoint::from_shared(format!("https://{grpc}"))?
+        .tls_config(
+            ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(ca_pem))
+                .domain_name(banhub_proto::HUB_TLS_NAME),
+        )?
+        .connect()
+        .await
+        .context("connecting for enrollment")?;
+    let started = Instant::now();
+    let done = AtomicUsize::new(0);
+    let results: Vec<anyhow::Result<Credentials>> = futures::stream::iter(0..n)
+        .map(|i| {
+            let channel = channel.clone();
+            let done = &done;
+            async move {
+                let name = format!("{prefix}-{i:05}");
+                let created: Value = http
+                    .post(format!("{api}/api/servers"))
+                    .json(&json!({"name": name, "labels": {"sim": prefix}}))
+                    .send()
+                    .await?
+                    .error_for_status()?
+                    .json()
+                    .await?;
+                let token = created["enrollment"]["token"]
+                    .as_str()
+                    .context("no token")?;
+                let token = EnrollmentToken::decode(token).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let key = rcgen::KeyPair::generate()?;
+                let csr = rcgen::CertificateParams::new(Vec::<String>::new())?
+                    .serialize_request(&key)?
+                    .pem()?;
+                let response = EnrollmentClient::new(channel)
+                    .enroll(EnrollRequest {
+                        token_id: token.token_id,
+                        secret: token.secret,
+                        csr_pem: csr,
+                        hostname: name.clone(),
+                        agent_version: "sim".into(),
+                    })
+                    .await?
+                    .into_inner();
+                let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if finished.is_multiple_of(1000) {
+                    eprintln!(
+                        "  enrolled {finished}/{n} ({:.0}/s)",
+                        finished as f64 / started.elapsed().as_secs_f64()
+                    );
+                }
+                Ok(Credentials {
+                    name,
+                    cert_pem: response.certificate_pem,
+                    key_pem: key.serialize_pem(),
+                })
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+// ----- simulated agents -----
+
+/// Counters shared by every simulated agent.
+#[derive(Default)]
+struct Counters {
+    connected: AtomicUsize,
+    sessions: AtomicU64,
+    commands: AtomicU64,
+    events_sent: AtomicU64,
+    events_acked: AtomicU64,
+    failures: AtomicU64,
+}
+
+/// How a simulated agent reports events.
+#[derive(Debug, Clone, Copy)]
+enum Load {
+    /// None: heartbeats and commands only.
+    Idle,
+    /// One event every this often.
+    Every(Duration),
+    /// Batches of this many events, the next sent as soon as the previous one is acknowledged.
+    Flood(usize),
+}
+
+struct Agent {
+    creds: Credentials,
+    ca: Certificate,
+    hub: SocketAddr,
+    counters: Arc<Counters>,
+    load: watch::Receiver<Load>,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Agent {
+    async fn channel(&self) -> anyhow::Result<Channel> {
+        Ok(Endpoint::from_shared(format!("https://{}", self.hub))?
+            .tls_config(
+                ClientTlsConfig::new()
+                    .ca_certificate(self.ca.clone())
+                    .identity(Identity::from_pem(
+                        &self.creds.cert_pem,
+                        &self.creds.key_pem,
+                    ))
+                    .domain_name(banhub_proto::HUB_TLS_NAME),
+            )?
+            .connect_timeout(Duration::from_secs(30))
+            .connect()
+            .await?)
+    }
+
+    /// Keeps a session up (reconnecting after a second) until stopped; `ready` fires at the first
+    /// welcome.
+    async fn run(mut self, ready: oneshot::Sender<()>) {
+        let mut ready = Some(ready);
+        let epoch: u64 = rand::random::<u64>() >> 1;
+        let mut spool = Spool {
+            epoch,
+            next_seq: 1,
+            unacked: VecDeque::new(),
+        };
+        while !self.stop.is_cancelled() {
+            match self.session(&mut spool, &mut ready).await {
+                Ok(()) => {}
+                Err(e) => {
+                    self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                    if std::env::var_os("FLEET_SIM_VERBOSE").is_some() {
+                        eprintln!("{}: {e:#}", self.creds.name);
+                    }
+                }
+            }
+            tokio::select! {
+                () = self.stop.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    async fn session(
+        &mut self,
+        spool: &mut Spool,
+        ready: &mut Option<oneshot::Sender<()>>,
+    ) -> anyhow::Result<()> {
+        let channel = self.channel().await?;
+        let (tx, rx) = mpsc::channel::<AgentFrame>(16);
+        let send = |body| AgentFrame { body: Some(body) };
+        tx.send(send(agent_frame::Body::Hello(Hello {
+            protocol_version: banhub_proto::PROTOCOL_VERSION,
+            agent_version: "sim".into(),
+            hostname: self.creds.name.clone(),
+            fail2ban_version: "1.0.2".into(),
+            capabilities: vec![],
+            spool: Some(SpoolHead {
+                epoch: spool.epoch,
+                last_seq: spool.next_seq - 1,
+                acked_seq: spool.acked(),
+                depth: spool.unacked.len() as u64,
+                oldest_unacked_unix_ms: 0,
+            }),
+        })))
+        .await?;
+        let mut inbound = AgentGatewayClient::new(channel)
+            .session(ReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        let welcome = match inbound.message().await?.and_then(|f| f.body) {
+            Some(hub_frame::Body::Welcome(w)) => w,
+            other => bail!("expected a welcome, got {other:?}"),
+        };
+        spool.acked_through(welcome.committed_seq);
+        // Whatever the hub has not committed is sent again, as the real agent does.
+        let resend: Vec<Event> = spool.unacked.iter().cloned().collect();
+        if !resend.is_empty() {
+            tx.send(send(agent_frame::Body::Events(EventBatch {
+                epoch: spool.epoch,
+                events: resend,
+            })))
+            .await?;
+        }
+        self.counters.connected.fetch_add(1, Ordering::Relaxed);
+        self.counters.sessions.fetch_add(1, Ordering::Relaxed);
+        if let Some(ready) = ready.take() {
+            let _ = ready.send(());
+        }
+        let result = self
+            .serve(&tx, &mut inbound, spool, welcome.heartbeat_interval_ms)
+            .await;
+        self.counters.connected.fetch_sub(1, Ordering::Relaxed);
+        result
+    }
+
+    async fn serve(
+        &mut self,
+        tx: &mpsc::Sender<AgentFrame>,
+        inbound: &mut tonic::Streaming<HubFrame>,
+        spool: &mut Spool,
+        heartbeat_ms: u32,
+    ) -> anyhow::Result<()> {
+        let send = |body| AgentFrame { body: Some(body) };
+        let mut beat =
+            tokio::time::interval(Duration::from_millis(u64::from(heartbeat_ms.max(100))));
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut seq = 0;
+        // Spread the fleet's events over the period rather than all agents at once.
+        let mut load = *self.load.borrow();
+        let mut next_event = tokio::time::Instant::now() + jitter(&load);
+        let mut in_flight = false;
+        loop {
+            let event_due = match load {
+                Load::Every(_) => Some(next_event),
+                Load::Flood(_) if !in_flight => Some(tokio::time::Instant::now()),
+                _ => None,
+            };
+            tokio::select! {
+                () = self.stop.cancelled() => return Ok(()),
+                changed = self.load.changed() => {
+                    if changed.is_err() { return Ok(()); }
+                    load = *self.load.borrow();
+                    next_event = tokio::time::Instant::now() + jitter(&load);
+                }
+                frame = inbound.message() => {
+                    let Some(frame) = frame? else { bail!("the hub closed the stream") };
+                    match frame.body {
+                        Some(hub_frame::Body::Command(command)) => {
+                            self.counters.commands.fetch_add(1, Ordering::Relaxed);
+                            tx.send(send(agent_frame::Body::Result(answer(command)))).await?;
+                        }
+                        Some(hub_frame::Body::Ack(ack)) if ack.epoch == spool.epoch => {
+                            let before = spool.unacked.len();
+                            spool.acked_through(ack.seq);
+                            let acked = (before - spool.unacked.len()) as u64;
+                            self.counters.events_acked.fetch_add(acked, Ordering::Relaxed);
+                            in_flight = !spool.unacked.is_empty();
+                        }
+                        Some(hub_frame::Body::Drain(drain)) => bail!("drained: {}", drain.reason),
+                        _ => {}
+                    }
+                }
+                _ = beat.tick() => {
+                    seq += 1;
+                    tx.send(send(agent_frame::Body::Heartbeat(Heartbeat {
+                        seq,
+                        sent_at_unix_ms: chrono::Utc::now().timestamp_millis(),
+                    }))).await?;
+                }
+                () = sleep_until(event_due) => {
+                    let count = match load { Load::Flood(n) => n, _ => 1 };
+                    let events: Vec<Event> = (0..count).map(|_| spool.write(&self.creds.name)).collect();
+                    self.counters.events_sent.fetch_add(events.len() as u64, Ordering::Relaxed);
+                    tx.send(send(agent_frame::Body::Events(EventBatch { epoch: spool.epoch, events }))).await?;
+                    in_flight = true;
+                    if let Load::Every(period) = load {
+                        next_event += period;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn jitter(load: &Load) -> Duration {
+    match load {
+        Load::Every(period) => period.mul_f64(rand::random::<f64>()),
+        _ => Duration::ZERO,
+    }
+}
+
+/// What the simulated fail2ban does: every ban and unban works, a ping pongs, the rest is not here.
+fn answer(command: banhub_proto::v1::Command) -> CommandResult {
+    let outcome = match command.kind {
+        Some(command::Kind::SetBan(ban)) => command_result::Outcome::BanChange(BanChange {
+            changed: true,
+            jails: vec![if ban.jail.is_empty() {
+                "sshd".into()
+            } else {
+                ban.jail
+            }],
+        }),
+        Some(command::Kind::Ping(_)) => command_result::Outcome::Pong(Pong {
+            fail2ban_version: "1.0.2".into(),
+            fail2ban_latency_us: 50,
+            agent_version: "sim".into(),
+        }),
+        _ => command_result::Outcome::Error(CommandError {
+            code: ErrorCode::Unsupported.into(),
+            message: "the simulated agent only bans, unbans and pings".into(),
+            ..CommandError::default()
+        }),
+    };
+    CommandResult {
+        id: command.id,
+        outcome: Some(outcome),
+    }
+}
+
+/// The simulated agent's spool: numbered events kept until acknowledged.
+struct Spool {
+    epoch: u64,
+    next_seq: u64,
+    unacked: VecDeque<Event>,
+}
+
+impl Spool {
+    fn acked(&self) -> u64 {
+        self.unacked
+            .front()
+            .map_or(self.next_seq - 1, |e| e.seq - 1)
+    }
+
+    fn acked_through(&mut self, seq: u64) {
+        while self.unacked.front().is_some_and(|e| e.seq <= seq) {
+            self.unacked.pop_front();
+        }
+    }
+
+    fn write(&mut self, host: &str) -> Event {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let n = rand::random::<u32>();
+        let ip = format!(
+            "10.{}.{}.{}",
+            (n >> 16) & 0xff,
+            (n >> 8) & 0xff,
+            (n & 0xfe) + 1
+        );
+        let event = Event {
+            seq,
+            kind: EventKind::Ban.into(),
+            ip: ip.clone(),
+            jail: "sshd".into(),
+            hostname: host.into(),
+            failures: 5,
+            logs: vec![format!(
+                "sshd[1234]: Failed password for root from {ip} port 22"
+            )],
+            ban_time_unix: Some(chrono::Utc::now().timestamp()),
+            ban_duration_secs: Some(600),
+            ban_count: Some(1),
+            received_at_unix_ms: chrono::Utc::now().timestamp_millis(),
+            source: EventSource::Action.into(),
+            ..Event::default()
+        };
+        self.unacked.push_back(event.clone());
+        event
+    }
+}
+
+/// A fleet of simulated agents in this process.
+struct Fleet {
+    counters: Arc<Counters>,
+    load: watch::Sender<Load>,
+    stop: tokio_util::sync::CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Fleet {
+    /// Starts one agent per credential, agent `i` dialing `hubs[i % hubs.len()]`, and waits until
+    /// every one has had a session.
+    async fn start(
+        creds: Vec<Credentials>,
+        ca_pem: &str,
+        hubs: &[SocketAddr],
+        load: Load,
+    ) -> anyhow::Result<Self> {
+        let counters = Arc::new(Counters::default());
+        let (load_tx, load_rx) = watch::channel(load);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let ca = Certificate::from_pem(ca_pem);
+        let n = creds.len();
+        let started = Instant::now();
+        let mut tasks = Vec::with_capacity(n);
+        // Connecting is CPU-bound (TLS handshakes on both sides): a few at a time.
+        let connecting = Arc::new(Semaphore::new(64));
+        for (i, creds) in creds.into_iter().enumerate() {
+            let agent = Agent {
+                creds,
+                ca: ca.clone(),
+                hub: hubs[i % hubs.len()],
+                counters: counters.clone(),
+                load: load_rx.clone(),
+                stop: stop.clone(),
+            };
+            let connecting = connecting.clone();
+            tasks.push(tokio::spawn(async move {
+                let permit = connecting.acquire_owned().await;
+                let (tx, rx) = oneshot::channel();
+                let running = tokio::spawn(agent.run(tx));
+                // The next agent may start connecting once this one is in (or gave up for now).
+                let _ = tokio::time::timeout(Duration::from_secs(60), rx).await;
+                drop(permit);
+                let _ = running.await;
+            }));
+        }
+        let mut last_report = Instant::now();
+        loop {
+            let have = counters.connected.load(Ordering::Relaxed);
+            if have >= n {
+                break;
+            }
+            if last_report.elapsed() > Duration::from_secs(5) {
+                eprintln!(
+                    "  {have}/{n} agents connected ({:.0}/s, {} failures)",
+                    have as f64 / started.elapsed().as_secs_f64(),
+                    counters.failures.load(Ordering::Relaxed)
+                );
+                last_report = Instant::now();
+            }
+            if started.elapsed() > Duration::from_secs(1800) {
+                bail!("only {have} of {n} agents connected in 30 minutes");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        eprintln!(
+            "  {n} agents connected in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        Ok(Self {
+            counters,
+            load: load_tx,
+            stop,
+            tasks,
+        })
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+// ----- scenarios -----
+
+fn hub_with(
+    args: &Args,
+    env: &[(&str, String)],
+    database_url: Option<&str>,
+    ca: &Path,
+) -> anyhow::Result<HubProcess> {
+    let mut builder = HubProcess::builder()
+        .binary(binary(&args.profile, "banhub")?)
+        .ca_dir(ca)
+        .env(
+            "BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS",
+            args.heartbeat_ms.to_string(),
+        )
+        .env("BANHUB_DATABASE__MAX_CONNECTIONS", "32")
+        .env("BANHUB_LOG__FILTER", "warn")
+        .start_timeout(Duration::from_secs(60));
+    for (k, v) in env {
+        builder = builder.env(*k, v);
+    }
+    if let Some(url) = database_url {
+        builder = builder.database_url(url);
+    }
+    builder.start()
+}
+
+fn ca_pem(ca: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(ca.join("ca.pem")).context("reading the hub's CA")
+}
+
+async fn sessions(args: &Args) -> anyhow::Result<()> {
+    let n = args.agents;
+    println!(
+        "== sessions: {n} agents on one hub (SQLite), heartbeat every {} ms",
+        args.heartbeat_ms
+    );
+    let ca = tempfile::tempdir()?;
+    let hub = hub_with(args, &[], None, ca.path())?;
+    let pem = ca_pem(ca.path())?;
+    let api = hub.http_url();
+    let enrolled_at = Instant::now();
+    let creds = enroll_many(&hub.client(), &api, hub.grpc_addr(), &pem, "s", n).await?;
+    println!(
+        "enrolled {n} agents in {:.1} s ({:.0}/s)",
+        enrolled_at.elapsed().as_secs_f64(),
+        n as f64 / enrolled_at.elapsed().as_secs_f64()
+    );
+    let pid = pid_of(&hub)?;
+    // Settle after the enrollment burst, then the baseline.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let base = rss_kib(pid)?;
+    let fleet = Fleet::start(creds, &pem, &[hub.grpc_addr()], Load::Idle).await?;
+    let online = wait_online(&hub, n).await?;
+    // Let allocations settle over a few heartbeats.
+    tokio::time::sleep(Duration::from_millis(u64::from(args.heartbeat_ms) * 2)).await;
+    let with = rss_kib(pid)?;
+    let cpu0 = cpu_time(pid)?;
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
+    let cpu = cpu_time(pid)? - cpu0;
+    let wall = t0.elapsed();
+    let with_after = rss_kib(pid)?;
+    let me = rss_kib(std::process::id())?;
+    println!("hub RSS before sessions: {:.1} MiB", base as f64 / 1024.0);
+    println!(
+        "hub RSS with {online} sessions: {:.1} MiB (after the idle window: {:.1} MiB)",
+        with as f64 / 1024.0,
+        with_after as f64 / 1024.0
+    );
+    println!(
+        "hub memory per session: {:.1} KiB",
+        (with_after.max(with) - base) as f64 / online as f64
+    );
+    println!(
+        "hub CPU at idle with {online} sessions: {:.2}% of one core ({:.2} s CPU over {:.0} s)",
+        100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
+        cpu.as_secs_f64(),
+        wall.as_secs_f64()
+    );
+    println!(
+        "simulator RSS: {:.1} MiB; session failures: {}",
+        me as f64 / 1024.0,
+        fleet.counters.failures.load(Ordering::Relaxed)
+    );
+    fleet.stop().await;
+    Ok(())
+}
+
+/// Waits until the hub's `/metrics` says `n` agents are connected; returns the count.
+async fn wait_online(hub: &HubProcess, n: usize) -> anyhow::Result<usize> {
+    let started = Instant::now();
+    loop {
+        let text = hub
+            .client()
+            .get(hub.url("/metrics"))
+            .send()
+            .await?
+            .text()
+            .await?;
+        let connected = text
+            .lines()
+            .find_map(|l| l.strip_prefix("banhub_agents_connected "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0) as usize;
+        if connected >= n {
+            return Ok(connected);
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            bail!("the hub reports {connected} of {n} agents connected");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    let last = sorted.len().saturating_sub(1);
+    sorted
+        .get(((last as f64) * q).round() as usize)
+        .copied()
+        .unwrap_or_default()
+}
+
+async fn fleet_ban(args: &Args) -> anyhow::Result<()> {
+    let n = args.ban_agents;
+    println!("== fleet-ban: fleet-wide bans over {n} online agents (one hub, SQLite)");
+    let ca = tempfile::tempdir()?;
+    let hub = hub_with(args, &[], None, ca.path())?;
+    let pem = ca_pem(ca.path())?;
+    let creds = enroll_many(
+        &hub.client(),
+        &hub.http_url(),
+        hub.grpc_addr(),
+        &pem,
+        "b",
+        n,
+    )
+    .await?;
+    let fleet = Fleet::start(creds, &pem, &[hub.grpc_addr()], Load::Idle).await?;
+    wait_online(&hub, n).await?;
+    let client = hub.client();
+    let mut samples = Vec::with_capacity(args.ban_rounds);
+    for round in 0..args.ban_rounds + 2 {
+        let ip = format!("192.0.2.{}", round % 250 + 1);
+        let started = Instant::now();
+        let response = client
+            .post(hub.url("/api/fleet/bans"))
+            .json(&json!({"ip": ip, "jail": "sshd", "all": true}))
+            .send()
+            .await?;
+        let elapsed = started.elapsed();
+        let status = response.status();
+        let body: Value = response.json().await?;
+        if !status.is_success() || body["counts"]["done"].as_u64() != Some(n as u64) {
+            bail!("fleet ban {round}: {status} {}", body["counts"]);
+        }
+        // The first two warm caches up; they are not counted.
+        if round >= 2 {
+            samples.push(elapsed);
+        }
+    }
+    samples.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "fleet ban over {n} agents, all acks back: p50 {:.0} ms, p90 {:.0} ms, p99 {:.0} ms, max {:.0} ms (n={})",
+        ms(percentile(&samples, 0.5)),
+        ms(percentile(&samples, 0.9)),
+        ms(percentile(&samples, 0.99)),
+        ms(percentile(&samples, 1.0)),
+        samples.len()
+    );
+    println!(
+        "commands answered by the simulated agents: {}",
+        fleet.counters.commands.load(Ordering::Relaxed)
+    );
+    fleet.stop().await;
+    Ok(())
+}
+
+/// Ingest with the agents split over `hubs`; returns (events per second, hub CPU seconds).
+async fn ingest_phase(
+    args: &Args,
+    hubs: &[&HubProcess],
+    pem: &str,
+    creds: Vec<Credentials>,
+) -> anyhow::Result<(f64, f64, u64)> {
+    let addrs: Vec<SocketAddr> = hubs.iter().map(|h| h.grpc_addr()).collect();
+    let fleet = Fleet::start(creds, pem, &addrs, Load::Idle).await?;
+    let pids: Vec<u32> = hubs.iter().map(|h| pid_of(h)).collect::<Result<_, _>>()?;
+    // Warm up, then measure a window.
+    let _ = fleet.load.send(Load::Flood(args.batch));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let acked0 = fleet.counters.events_acked.load(Ordering::Relaxed);
+    let cpu0: Vec<Duration> = pids
+        .iter()
+        .map(|p| cpu_time(*p))
+        .collect::<Result<_, _>>()?;
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(args.ingest_secs)).await;
+    let acked = fleet.counters.events_acked.load(Ordering::Relaxed) - acked0;
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu: f64 = pids
+        .iter()
+        .zip(&cpu0)
+        .map(|(p, c0)| cpu_time(*p).map(|c| (c - *c0).as_secs_f64()))
+        .sum::<Result<f64, _>>()?;
+    let _ = fleet.load.send(Load::Idle);
+    fleet.stop().await;
+    Ok((acked as f64 / wall, cpu, acked))
+}
+
+async fn replicas(args: &Args) -> anyhow::Result<()> {
+    let n = args.ingest_agents;
+    println!(
+        "== replicas: ingest by {n} agents sending batches of {} as fast as acks come, {} s per phase, on PostgreSQL",
+        args.batch, args.ingest_secs
+    );
+    let pg = PostgresServer::start()?;
+    let ca = tempfile::tempdir()?;
+    let pem_for = |ca: &Path| ca_pem(ca);
+
+    // One replica.
+    let one_url = pg.create_database("fleet_one")?;
+    let solo = hub_with(
+        args,
+        &[("BANHUB_CLUSTER__REPLICA_ID", "solo".into())],
+        Some(&one_url),
+        ca.path(),
+    )?;
+    let pem = pem_for(ca.path())?;
+    let creds = enroll_many(
+        &solo.client(),
+        &solo.http_url(),
+        solo.grpc_addr(),
+        &pem,
+        "one",
+        n,
+    )
+    .await?;
+    let (rate_one, cpu_one, events_one) = ingest_phase(args, &[&solo], &pem, creds).await?;
+    drop(solo);
+
+    // Two replicas on one database, the agents split between them.
+    let two_url = pg.create_database("fleet_two")?;
+    let a = hub_with(
+        args,
+        &[("BANHUB_CLUSTER__REPLICA_ID", "a".into())],
+        Some(&two_url),
+        ca.path(),
+    )?;
+    let b = hub_with(
+        args,
+        &[("BANHUB_CLUSTER__REPLICA_ID", "b".into())],
+        Some(&two_url),
+        ca.path(),
+    )?;
+    let creds = enroll_many(&a.client(), &a.http_url(), a.grpc_addr(), &pem, "two", n).await?;
+    let (rate_two, cpu_two, events_two) = ingest_phase(args, &[&a, &b], &pem, creds).await?;
+
+    let per_k = |cpu: f64, events: u64| 1000.0 * cpu / events.max(1) as f64;
+    println!(
+        "one replica:  {rate_one:.0} events/s, hub CPU {:.1} ms per 1,000 events",
+        1000.0 * per_k(cpu_one, events_one)
+    );
+    println!(
+        "two replicas: {rate_two:.0} events/s, hub CPU {:.1} ms per 1,000 events (both replicas)",
+        1000.0 * per_k(cpu_two, events_two)
+    );
+    println!("two / one: {:.2}x", rate_two / rate_one);
+    drop(pg);
+    Ok(())
+}
+
+async fn agent(args: &Args) -> anyhow::Result<()> {
+    println!(
+        "== agent: an idle real banhub-agent ({}) beside fail2ban",
+        args.profile
+    );
+    let ca = tempfile::tempdir()?;
+    let hub = hub_with(args, &[], None, ca.path())?;
+    let sandbox = Fail2banSandbox::start("footprint")?;
+    let created: Value = hub
+        .client()
+        .post(hub.url("/api/servers"))
+        .json(&json!({"name": "footprint"}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let token = created["enrollment"]["token"].as_str().context("token")?;
+    let state = tempfile::tempdir()?;
+    let dir = state.path().join("agent");
+    let agent_bin = binary(&args.profile, "banhub-agent")?;
+    let out = std::process::Command::new(&agent_bin)
+        .args(["enroll", token, "--state-dir"])
+        .arg(&dir)
+        .output()?;
+    if !out.status.success() {
+        bail!("enroll: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let agent = AgentProcess::start_binary(
+        agent_bin.clone(),
+        &dir,
+        &sandbox.socket_path(),
+        &sandbox.conf_dir(),
+        &[],
+    )?;
+    wait_online(&hub, 1).await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let pid = agent.pid().context("agent pid")?;
+    let cpu0 = cpu_time(pid)?;
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
+    let cpu = cpu_time(pid)? - cpu0;
+    println!("idle agent RSS: {:.1} MiB", rss_kib(pid)? as f64 / 1024.0);
+    println!(
+        "idle agent CPU: {:.3}% of one core ({:.3} s over {:.0} s)",
+        100.0 * cpu.as_secs_f64() / t0.elapsed().as_secs_f64(),
+        cpu.as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
+    for name in ["banhub", "banhub-agent"] {
+        let path = binary(&args.profile, name)?;
+        println!(
+            "binary {name} ({}): {:.1} MiB",
+            args.profile,
+            std::fs::metadata(&path)?.len() as f64 / (1024.0 * 1024.0)
+        );
+    }
+    Ok(())
+}
+
+async fn simulate(args: &Args) -> anyhow::Result<()> {
+    let api = args.hub_http.clone().context("--hub-http is required")?;
+    let token = args.token.clone().context("--token is required")?;
+    let ca = args.ca.clone().context("--ca is required")?;
+    let pem = std::fs::read_to_string(&ca)?;
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))?,
+    );
+    let http = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()?;
+    let view: Value = http
+        .get(format!("{api}/api/cluster"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let grpc: SocketAddr = std::env::var("FLEET_SIM_GRPC")
+        .context("set FLEET_SIM_GRPC to the hub's gRPC address")?
+        .parse()?;
+    println!("simulating {} agents against {api} ({view})", args.agents);
+    let creds = enroll_many(&http, &api, grpc, &pem, "sim", args.agents).await?;
+    let load = if args.rate > 0.0 {
+        Load::Every(Duration::from_secs_f64(args.agents as f64 / args.rate))
+    } else {
+        Load::Idle
+    };
+    let fleet = Fleet::start(creds, &pem, &[grpc], load).await?;
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let c = &fleet.counters;
+        println!(
+            "connected {} sessions {} events sent {} acked {} commands {} failures {}",
+            c.connected.load(Ordering::Relaxed),
+            c.sessions.load(Ordering::Relaxed),
+            c.events_sent.load(Ordering::Relaxed),
+            c.events_acked.load(Ordering::Relaxed),
+            c.commands.load(Ordering::Relaxed),
+            c.failures.load(Ordering::Relaxed)
+        );
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let limit = raise_fd_limit()?;
+    eprintln!("open-file limit: {limit}");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        for scenario in &args.scenario {
+            match scenario {
+                Scenario::Sessions => sessions(&args).await?,
+                Scenario::FleetBan => fleet_ban(&args).await?,
+                Scenario::Replicas => replicas(&args).await?,
+                Scenario::Agent => agent(&args).await?,
+                Scenario::Simulate => simulate(&args).await?,
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,359 @@
+//! Fleet-wide actions end to end against real agents and fail2ban servers: a ban over a label
+//! selector with one result per server, an unban everywhere, a refused target, and commands for an
+//! offline agent that wait in the queue until it comes back, or expire at their deadline.
+
+use std::time::Duration;
+
+use banhub_tests::agent::AgentProcess;
+use banhub_tests::fail2ban::Fail2banSandbox;
+use banhub_tests::hub::HubProcess;
+use banhub_tests::wait::{wait_for_async, wait_until_async};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+struct Host {
+    name: String,
+    id: String,
+    sandbox: Fail2banSandbox,
+    agent: AgentProcess,
+    _state: tempfile::TempDir,
+}
+
+struct Fleet {
+    hub: HubProcess,
+    hosts: Vec<Host>,
+}
+
+impl Fleet {
+    async fn start(names: &[(&str, &str)]) -> Self {
+        let hub = HubProcess::builder()
+            .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
+            .env("BANHUB_CLUSTER__SWEEP_INTERVAL_MS", "200")
+            .start()
+            .expect("hub starts");
+        let mut hosts = Vec::new();
+        for (name, env) in names {
+            let (status, created) =
+                call(&hub, "POST", "/api/servers", Some(json!({"name": name}))).await;
+            assert_eq!(status, StatusCode::CREATED, "{created}");
+            let id = created["server"]["id"].as_str().expect("id").to_owned();
+            // Labels are set afterwards, the way an operator regroups servers.
+            let (status, labels) = call(
+                &hub,
+                "PUT",
+                &format!("/api/servers/{id}/labels"),
+                Some(json!({"labels": {"env": env}})),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{labels}");
+            assert_eq!(labels["labels"]["env"], *env);
+            let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
+            let state = tempfile::tempdir().expect("state");
+            let dir = state.path().join("agent");
+            let out = AgentProcess::enroll(
+                created["enrollment"]["token"].as_str().expect("token"),
+                &dir,
+            )
+            .expect("enroll runs");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let agent = AgentProcess::start(
+                &dir,
+                &sandbox.socket_path(),
+                &sandbox.conf_dir(),
+                &[("BANHUB_AGENT_LINK__BACKOFF_MAX_MS", "500")],
+            )
+            .expect("agent starts");
+            hosts.push(Host {
+                name: (*name).to_owned(),
+                id,
+                sandbox,
+                agent,
+                _state: state,
+            });
+        }
+        let fleet = Self { hub, hosts };
+        for host in &fleet.hosts {
+            fleet.wait_status(host, "online").await;
+        }
+        fleet
+    }
+
+    async fn wait_status(&self, host: &Host, want: &str) {
+        let path = format!("/api/servers/{}", host.id);
+        wait_until_async(DEADLINE, "the server's status", || async {
+            call(&self.hub, "GET", &path, None).await.1["status"] == want
+        })
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{} {want}: {e}\n{}\n{}",
+                host.name,
+                self.hub.logs(),
+                host.agent.logs()
+            )
+        });
+    }
+
+    fn host(&self, name: &str) -> &Host {
+        self.hosts.iter().find(|h| h.name == name).expect("host")
+    }
+}
+
+async fn call(
+    hub: &HubProcess,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let client = hub.client();
+    let url = hub.url(path);
+    let request = match method {
+        "GET" => client.get(url),
+        "PUT" => client.put(url),
+        _ => client.post(url),
+    };
+    let request = match body {
+        Some(body) => request.json(&body),
+        None => request,
+    };
+    let response = request.send().await.expect("request");
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+fn banned_in(sandbox: &Fail2banSandbox) -> String {
+    sandbox
+        .client(&["get", "testauth", "banned"])
+        .expect("fail2ban answers")
+}
+
+/// The target of `action` for server `name`.
+fn target<'a>(action: &'a Value, name: &str) -> &'a Value {
+    action["servers"]
+        .as_array()
+        .expect("servers")
+        .iter()
+        .find(|t| t["serverName"] == name)
+        .unwrap_or_else(|| panic!("no target {name} in {action}"))
+}
+
+#[tokio::test]
+async fn a_fleet_ban_over_a_label_selector_reports_each_server() {
+    let fleet = Fleet::start(&[("web-0", "prod"), ("web-1", "prod"), ("db-0", "staging")]).await;
+    let hub = &fleet.hub;
+
+    let (status, action) = call(
+        hub,
+        "POST",
+        "/api/fleet/bans",
+        Some(json!({"ip": "192.0.2.20", "jail": "testauth", "labels": {"env": "prod"}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{action}");
+    assert_eq!(action["action"], "ban");
+    assert_eq!(
+        action["servers"].as_array().map(Vec::len),
+        Some(2),
+        "{action}"
+    );
+    for name in ["web-0", "web-1"] {
+        let t = target(&action, name);
+        assert_eq!(t["state"], "done", "{t}");
+        assert_eq!(t["changed"], true, "{t}");
+        assert_eq!(t["jails"], json!(["testauth"]), "{t}");
+        assert!(
+            banned_in(&fleet.host(name).sandbox).contains("192.0.2.20"),
+            "{name}"
+        );
+    }
+    assert!(!banned_in(&fleet.host("db-0").sandbox).contains("192.0.2.20"));
+    assert_eq!(action["counts"], json!({"done": 2}));
+
+    // The stored record says the same, and the listing counts it.
+    let id = action["id"].as_str().expect("id");
+    let (status, stored) = call(hub, "GET", &format!("/api/fleet/actions/{id}"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(stored["servers"], action["servers"]);
+    let (_, list) = call(hub, "GET", "/api/fleet/actions", None).await;
+    assert_eq!(list[0]["id"], id, "{list}");
+    assert_eq!(list[0]["counts"]["done"], 2);
+
+    // Unban on every server: changed where it was banned, unchanged where it was not.
+    let (status, unban) = call(
+        hub,
+        "POST",
+        "/api/fleet/bans",
+        Some(json!({"ip": "192.0.2.20", "unban": true, "all": true})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{unban}");
+    assert_eq!(unban["counts"], json!({"done": 3}), "{unban}");
+    assert_eq!(target(&unban, "web-0")["changed"], true);
+    assert_eq!(target(&unban, "db-0")["changed"], false);
+    for host in &fleet.hosts {
+        assert!(
+            !banned_in(&host.sandbox).contains("192.0.2.20"),
+            "{}",
+            host.name
+        );
+    }
+
+    // A jail a host does not have: that server fails, with fail2ban's reason.
+    let (status, refused) = call(
+        hub,
+        "POST",
+        "/api/fleet/bans",
+        Some(json!({"ip": "192.0.2.21", "jail": "nosuchjail", "all": true})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{refused}");
+    assert_eq!(refused["counts"], json!({"failed": 3}), "{refused}");
+    assert!(
+        target(&refused, "web-0")["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("nosuchjail")),
+        "{refused}"
+    );
+
+    // Bad requests change nothing.
+    let (_, before) = call(hub, "GET", "/api/fleet/actions", None).await;
+    for (body, field) in [
+        (
+            json!({"ip": "not-an-ip", "jail": "testauth", "all": true}),
+            "ip",
+        ),
+        (json!({"ip": "192.0.2.22", "all": true}), "jail"),
+        (json!({"ip": "192.0.2.22", "jail": "testauth"}), "all"),
+        (
+            json!({"ip": "192.0.2.22", "jail": "testauth", "labels": {"env": "nowhere"}}),
+            "labels",
+        ),
+        (
+            json!({"ip": "192.0.2.22", "jail": "testauth", "all": true, "deadlineSecs": 0}),
+            "deadlineSecs",
+        ),
+    ] {
+        let (status, problem) = call(hub, "POST", "/api/fleet/bans", Some(body)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+        assert_eq!(problem["code"], "invalid_field", "{problem}");
+        assert_eq!(problem["field"], field, "{problem}");
+    }
+    let (_, after) = call(hub, "GET", "/api/fleet/actions", None).await;
+    assert_eq!(before, after);
+    for host in &fleet.hosts {
+        assert!(!banned_in(&host.sandbox).contains("192.0.2.22"));
+    }
+    let (status, missing) = call(
+        hub,
+        "GET",
+        "/api/fleet/actions/0190a3c0-0000-7000-8000-000000000000",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{missing}");
+    let (status, _) = call(
+        hub,
+        "PUT",
+        &format!("/api/servers/{}/labels", fleet.host("web-0").id),
+        Some(json!({"labels": {"bad key": "x"}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (_, server) = call(
+        hub,
+        "GET",
+        &format!("/api/servers/{}", fleet.host("web-0").id),
+        None,
+    )
+    .await;
+    assert_eq!(server["labels"], json!({"env": "prod"}));
+}
+
+#[tokio::test]
+async fn commands_for_an_offline_agent_wait_for_it_or_expire() {
+    let mut fleet = Fleet::start(&[("web-0", "prod"), ("web-1", "edge")]).await;
+    {
+        let host = fleet
+            .hosts
+            .iter_mut()
+            .find(|h| h.name == "web-1")
+            .expect("host");
+        host.agent.stop().expect("agent stops");
+    }
+    fleet.wait_status(fleet.host("web-1"), "offline").await;
+
+    let (status, queued) = call(
+        &fleet.hub,
+        "POST",
+        "/api/fleet/bans",
+        Some(json!({"ip": "192.0.2.30", "jail": "testauth", "all": true, "deadlineSecs": 120})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{queued}");
+    assert_eq!(target(&queued, "web-0")["state"], "done", "{queued}");
+    assert_eq!(target(&queued, "web-1")["state"], "queued", "{queued}");
+    assert!(!banned_in(&fleet.host("web-1").sandbox).contains("192.0.2.30"));
+
+    // Another one for the offline server with a deadline of two seconds: it expires.
+    let (status, expiring) = call(
+        &fleet.hub,
+        "POST",
+        "/api/fleet/bans",
+        Some(
+            json!({"ip": "192.0.2.31", "jail": "testauth", "labels": {"env": "edge"},
+                    "deadlineSecs": 2}),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{expiring}");
+    assert_eq!(target(&expiring, "web-1")["state"], "queued");
+    let expiring_path = format!(
+        "/api/fleet/actions/{}",
+        expiring["id"].as_str().expect("id")
+    );
+    let expired = wait_for_async(DEADLINE, "the second action to expire", || async {
+        let (_, action) = call(&fleet.hub, "GET", &expiring_path, None).await;
+        (target(&action, "web-1")["state"] == "expired").then_some(action)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hub.logs()));
+    assert_eq!(expired["counts"], json!({"expired": 1}));
+    assert!(target(&expired, "web-1")["finishedAt"].is_string());
+
+    // The agent comes back: the first action is delivered, the expired one is not.
+    {
+        let host = fleet
+            .hosts
+            .iter_mut()
+            .find(|h| h.name == "web-1")
+            .expect("host");
+        host.agent.restart().expect("agent restarts");
+    }
+    let queued_path = format!("/api/fleet/actions/{}", queued["id"].as_str().expect("id"));
+    let delivered = wait_for_async(DEADLINE, "the queued ban delivered", || async {
+        let (_, action) = call(&fleet.hub, "GET", &queued_path, None).await;
+        (target(&action, "web-1")["state"] == "done").then_some(action)
+    })
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}\n{}\n{}",
+            fleet.hub.logs(),
+            fleet.host("web-1").agent.logs()
+        )
+    });
+    let t = target(&delivered, "web-1");
+    assert_eq!(t["changed"], true, "{t}");
+    assert!(t["deliveredAt"].is_string(), "{t}");
+    assert_eq!(delivered["counts"], json!({"done": 2}));
+    assert!(banned_in(&fleet.host("web-1").sandbox).contains("192.0.2.30"));
+    assert!(!banned_in(&fleet.host("web-1").sandbox).contains("192.0.2.31"));
+    let (_, still) = call(&fleet.hub, "GET", &expiring_path, None).await;
+    assert_eq!(target(&still, "web-1")["state"], "expired");
+}
