@@ -8,7 +8,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
-use crate::auth::config::AuthConfig;
+use crate::auth::AuthConfig;
 use crate::serve::BasePath;
 
 /// Longest allowed enrollment token lifetime: 30 days.
@@ -26,11 +26,11 @@ pub struct Config {
     pub enrollment: EnrollmentConfig,
     pub agents: AgentsConfig,
     pub events: EventsConfig,
-    /// Hub replicas on one PostgreSQL database, and the CA they share.
-    pub cluster: ClusterConfig,
-    pub secrets: SecretsConfig,
     /// The end-to-end delivery probe.
     pub probe: ProbeConfig,
+    pub secrets: SecretsConfig,
+    /// Hub replicas on one PostgreSQL database, and the CA they share.
+    pub cluster: ClusterConfig,
     /// Operator login: local administrator or OpenID Connect, sessions, API tokens.
     pub auth: AuthConfig,
     pub log: LogConfig,
@@ -190,9 +190,9 @@ impl Default for Config {
             enrollment: EnrollmentConfig::default(),
             agents: AgentsConfig::default(),
             events: EventsConfig::default(),
-            cluster: ClusterConfig::default(),
-            secrets: SecretsConfig::default(),
             probe: ProbeConfig::default(),
+            secrets: SecretsConfig::default(),
+            cluster: ClusterConfig::default(),
             auth: AuthConfig::default(),
             log: LogConfig::default(),
         }

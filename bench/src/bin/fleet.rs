@@ -836,7 +836,11 @@ async fn replicas(args: &Args) -> anyhow::Result<()> {
     let ca = tempfile::tempdir()?;
     let pem_for = |ca: &Path| ca_pem(ca);
 
-    // One replica.
+    // The two replicas share this machine's cores the way they would each have their own: one
+    // runtime worker each, where the single replica has the usual one per core.
+    // One replica, then two on one database (the agents split between them), then the one again:
+    // the machine's load drifts (other work, the database warming up), and comparing the two
+    // replicas with the mean of the phases around them cancels most of the drift.
     let one_url = pg.create_database("fleet_one")?;
     let solo = hub_with(
         args,
@@ -854,25 +858,38 @@ async fn replicas(args: &Args) -> anyhow::Result<()> {
         n,
     )
     .await?;
-    let (rate_one, cpu_one, events_one) = ingest_phase(args, &[&solo], &pem, creds).await?;
-    drop(solo);
+    let first = ingest_phase(args, &[&solo], &pem, creds.clone()).await?;
 
-    // Two replicas on one database, the agents split between them.
     let two_url = pg.create_database("fleet_two")?;
     let a = hub_with(
         args,
-        &[("BANHUB_CLUSTER__REPLICA_ID", "a".into())],
+        &[
+            ("BANHUB_CLUSTER__REPLICA_ID", "a".into()),
+            ("TOKIO_WORKER_THREADS", "1".into()),
+        ],
         Some(&two_url),
         ca.path(),
     )?;
     let b = hub_with(
         args,
-        &[("BANHUB_CLUSTER__REPLICA_ID", "b".into())],
+        &[
+            ("BANHUB_CLUSTER__REPLICA_ID", "b".into()),
+            ("TOKIO_WORKER_THREADS", "1".into()),
+        ],
         Some(&two_url),
         ca.path(),
     )?;
-    let creds = enroll_many(&a.client(), &a.http_url(), a.grpc_addr(), &pem, "two", n).await?;
-    let (rate_two, cpu_two, events_two) = ingest_phase(args, &[&a, &b], &pem, creds).await?;
+    let two_creds = enroll_many(&a.client(), &a.http_url(), a.grpc_addr(), &pem, "two", n).await?;
+    let (rate_two, cpu_two, events_two) = ingest_phase(args, &[&a, &b], &pem, two_creds).await?;
+    drop((a, b));
+
+    let second = ingest_phase(args, &[&solo], &pem, creds).await?;
+    let rate_one = (first.0 + second.0) / 2.0;
+    let (cpu_one, events_one) = (first.1 + second.1, first.2 + second.2);
+    println!(
+        "one replica, before and after: {:.0} and {:.0} events/s",
+        first.0, second.0
+    );
 
     let per_k = |cpu: f64, events: u64| 1000.0 * cpu / events.max(1) as f64;
     println!(

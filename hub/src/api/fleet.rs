@@ -194,6 +194,7 @@ fn fleet_ban_request(body: FleetBanBody) -> Result<FleetBan, ApiError> {
 /// are done before the answer; offline ones stay `queued` until their agent comes back or the
 /// deadline passes (`expired`). Follow them with `GET /api/fleet/actions/{id}`.
 #[utoipa::path(post, path = "/api/fleet/bans", tag = "control", request_body = FleetBanBody,
+    extensions(("x-required-role" = json!("operator"))),
     responses((status = 201, body = FleetActionDto),
               (status = 422, description = "A field breaks its rule, or no server matches", body = Problem)))]
 async fn fleet_ban(
@@ -224,6 +225,7 @@ pub struct ListParams {
 
 /// Fleet actions, newest first, with the number of servers per state.
 #[utoipa::path(get, path = "/api/fleet/actions", tag = "control", params(ListParams),
+    extensions(("x-required-role" = json!("viewer"))),
     responses((status = 200, body = Vec<FleetActionDto>), (status = 422, body = Problem)))]
 async fn list_actions(
     State(state): State<AppState>,
@@ -246,6 +248,7 @@ async fn list_actions(
 
 /// One fleet action with every server's state and result.
 #[utoipa::path(get, path = "/api/fleet/actions/{id}", tag = "control",
+    extensions(("x-required-role" = json!("viewer"))),
     params(("id" = String, Path, description = "Action id")),
     responses((status = 200, body = FleetActionDto), (status = 404, body = Problem)))]
 async fn get_action(
@@ -279,6 +282,7 @@ pub struct ServerLabels {
 
 /// Replaces a server's labels, which fleet actions select servers by.
 #[utoipa::path(put, path = "/api/servers/{id}/labels", tag = "servers", request_body = LabelsBody,
+    extensions(("x-required-role" = json!("admin"))),
     params(("id" = String, Path, description = "Server id")),
     responses((status = 200, body = ServerLabels), (status = 404, body = Problem),
               (status = 422, body = Problem)))]
@@ -343,6 +347,7 @@ pub struct ClusterView {
 
 /// The replicas, the agents each holds, and which replica ran the singleton jobs.
 #[utoipa::path(get, path = "/api/cluster", tag = "health",
+    extensions(("x-required-role" = json!("viewer"))),
     responses((status = 200, body = ClusterView)))]
 async fn cluster_view(State(state): State<AppState>) -> Result<ApiJson<ClusterView>, ApiError> {
     let cluster = &state.cluster;

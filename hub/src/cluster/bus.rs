@@ -14,6 +14,8 @@ use crate::store::cluster::Notice;
 
 /// Batches of other replicas' event ids waiting to be read and published here.
 const FEED_QUEUE: usize = 4096;
+/// How long the announcer gathers committed event ids before it notifies.
+const ANNOUNCE_GATHER: Duration = Duration::from_millis(10);
 /// Pause before listening again after the listening connection failed.
 const RELISTEN_AFTER: Duration = Duration::from_secs(1);
 
@@ -166,6 +168,8 @@ async fn announce(cluster: Cluster) {
             () = shutdown.cancelled() => return,
             ids = rx.recv() => match ids { Some(ids) => ids, None => return },
         };
+        // A moment's wait gathers the commits of a busy hub into one notification.
+        tokio::time::sleep(ANNOUNCE_GATHER).await;
         while ids.len() < 100_000 {
             match rx.try_recv() {
                 Ok(more) => ids.extend(more),

@@ -8,6 +8,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use futures::Stream;
 use tokio::sync::broadcast::{self, error::RecvError};
@@ -41,6 +42,12 @@ impl Events {
     }
 
     async fn publish_peer_range(&self, first: i64, last: i64) {
+        // Nobody here streams events: reading them back would only cost the database and this
+        // replica (a stream opened later starts from the database anyway). Other subscribers
+        // (alerts, probes) read the store themselves.
+        if self.0.live_clients.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         let mut after = first - 1;
         while after < last {
             let want = usize::try_from(last - after)
@@ -68,7 +75,24 @@ impl Events {
     }
 }
 
+/// Counts a live stream for as long as it exists.
+struct Client(Events);
+
+impl Client {
+    fn new(events: Events) -> Self {
+        events.0.live_clients.fetch_add(1, Ordering::Relaxed);
+        Self(events)
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.0.0.live_clients.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 struct Live {
+    _client: Client,
     events: Events,
     rx: broadcast::Receiver<Arc<StoredEvent>>,
     filter: EventFilter,
@@ -156,12 +180,14 @@ pub(super) async fn stream(
 ) -> Result<impl Stream<Item = Arc<StoredEvent>> + Send + 'static, EventsError> {
     // Subscribe before reading the database, so nothing committed in between is missed; what
     // arrives twice is dropped by id.
+    let client = Client::new(events.clone());
     let rx = events.subscribe();
     let (last, catch_up) = match last {
         Some(last) => (Some(last), true),
         None => (events.store().last_event_id().await?, false),
     };
     let live = Live {
+        _client: client,
         events,
         rx,
         filter,

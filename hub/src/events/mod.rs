@@ -66,6 +66,8 @@ struct Inner {
     shutdown: CancellationToken,
     /// The other hub replicas, told about every committed event (see `live::attach_cluster`).
     cluster: std::sync::OnceLock<crate::cluster::Cluster>,
+    /// Live streams open on this replica; other replicas' events are only read back for them.
+    live_clients: std::sync::atomic::AtomicUsize,
 }
 
 /// The event service; cheap to clone.
@@ -94,6 +96,7 @@ impl Events {
             prune_interval: Duration::from_secs(config.prune_interval_secs),
             shutdown,
             cluster: std::sync::OnceLock::new(),
+            live_clients: std::sync::atomic::AtomicUsize::new(0),
         }))
     }
 

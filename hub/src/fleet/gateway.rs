@@ -13,7 +13,7 @@ use banhub_proto::v1::{
     Ack, AgentFrame, CommandResult, Drain, EventBatch, Heartbeat, Hello, HubFrame, Welcome,
     agent_frame, hub_frame,
 };
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -122,7 +122,8 @@ impl AgentGateway for Gateway {
             None => 0,
         };
         let registration = fleet.sessions().register(server.id, info);
-        let (out, out_rx) = mpsc::channel(64);
+        // Boxed frames, for the same reason as the command channel (see `Registration`).
+        let (out, out_rx) = mpsc::channel::<Box<HubFrame>>(64);
         let welcome = HubFrame {
             body: Some(hub_frame::Body::Welcome(Welcome {
                 protocol_version: banhub_proto::PROTOCOL_VERSION,
@@ -134,7 +135,7 @@ impl AgentGateway for Gateway {
             })),
         };
         // The channel is empty, so this cannot wait.
-        let _ = out.try_send(Ok(welcome));
+        let _ = out.try_send(Box::new(welcome));
         fleet.metrics().agent_sessions.inc();
         fleet
             .metrics()
@@ -150,7 +151,9 @@ impl AgentGateway for Gateway {
             registration,
         };
         tokio::spawn(task.run().instrument(span));
-        Ok(Response::new(Box::pin(ReceiverStream::new(out_rx))))
+        Ok(Response::new(Box::pin(
+            ReceiverStream::new(out_rx).map(|frame| Ok(*frame)),
+        )))
     }
 }
 
@@ -193,7 +196,7 @@ struct SessionTask {
     agent: AgentId,
     server: Server,
     inbound: Streaming<AgentFrame>,
-    out: mpsc::Sender<Result<HubFrame, Status>>,
+    out: mpsc::Sender<Box<HubFrame>>,
     registration: Registration,
 }
 
@@ -334,7 +337,7 @@ impl SessionTask {
         let limit = Duration::from_millis(u64::from(self.fleet.heartbeat_interval_ms()) * 3);
         let frame = HubFrame { body: Some(body) };
         matches!(
-            tokio::time::timeout(limit, self.out.send(Ok(frame))).await,
+            tokio::time::timeout(limit, self.out.send(Box::new(frame))).await,
             Ok(Ok(()))
         )
     }

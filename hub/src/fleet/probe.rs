@@ -420,8 +420,7 @@ impl Fleet {
             return Err(StepError::Failed(ProbeFailure {
                 code: ProbeFailureCode::AgentError,
                 message: format!(
-                    "fail2ban did not {name} {ip} in the probe jail (it was {}already {})",
-                    "",
+                    "fail2ban did not {name} {ip} in the probe jail: it was already {}",
                     if ban { "banned" } else { "not banned" }
                 ),
             }));
@@ -479,7 +478,7 @@ impl Fleet {
                 &EventFilter {
                     server: Some(id),
                     jail: Some(jail),
-                    ip: Some(ip.clone()),
+                    ip: Some(*ip),
                     kinds: vec![kind],
                     ..EventFilter::default()
                 },

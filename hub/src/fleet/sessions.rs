@@ -43,7 +43,9 @@ pub struct Outgoing {
 #[derive(Debug)]
 pub struct Registration {
     pub session_id: u64,
-    pub commands: mpsc::Receiver<Outgoing>,
+    /// Boxed: a channel allocates its slots in blocks up front, and thousands of sessions each
+    /// holding a block of whole commands would cost more than the sessions themselves.
+    pub commands: mpsc::Receiver<Box<Outgoing>>,
     pub stop: CancellationToken,
     drain: Arc<Mutex<Option<DrainReason>>>,
 }
@@ -62,7 +64,7 @@ impl Registration {
 struct Live {
     session_id: u64,
     info: SessionInfo,
-    commands: mpsc::Sender<Outgoing>,
+    commands: mpsc::Sender<Box<Outgoing>>,
     stop: CancellationToken,
     drain: Arc<Mutex<Option<DrainReason>>>,
     /// The generation of this session's lease in the database (replicas on PostgreSQL), once taken.
@@ -294,7 +296,7 @@ impl Sessions {
         let (reply, answer) = oneshot::channel();
         let work = async {
             sender
-                .send(Outgoing { command, reply })
+                .send(Box::new(Outgoing { command, reply }))
                 .await
                 .map_err(|_| SendError::SessionEnded)?;
             answer.await.map_err(|_| SendError::SessionEnded)
