@@ -16,12 +16,16 @@ struct TestHub {
     client: reqwest::Client,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl TestHub {
     async fn start(database_url: Option<String>) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
+        Self::start_in(tempfile::tempdir().expect("tempdir"), database_url).await
+    }
+
+    /// A hub on `dir` as its data directory (its CA, keys and, on SQLite, its database).
+    async fn start_in(dir: tempfile::TempDir, database_url: Option<String>) -> Self {
         let mut config = Config {
             data_dir: dir.path().join("data"),
             ..Config::default()
@@ -44,7 +48,7 @@ impl TestHub {
             client: banhub_tests::bearer_client(&admin.token).expect("client"),
             stop,
             task,
-            _dir: dir,
+            dir,
         }
     }
 
@@ -84,9 +88,11 @@ impl TestHub {
             .collect()
     }
 
-    async fn shutdown(self) {
+    /// Stops the hub and hands back its data directory, for a restart on the same data.
+    async fn shutdown(self) -> tempfile::TempDir {
         self.stop.cancel();
         self.task.await.expect("joined").expect("clean stop");
+        self.dir
     }
 }
 
@@ -352,10 +358,23 @@ async fn the_api_works_on_postgres_too() {
     assert_eq!(status, StatusCode::CONFLICT);
     let (_, ready) = hub.get("/readyz").await;
     assert_eq!(ready["database"], "postgres");
-    hub.shutdown().await;
+    let dir = hub.shutdown().await;
 
-    // A second hub on the same database sees what the first stored.
-    let hub = TestHub::start(Some(url)).await;
+    // The hub started again on the same database sees what it stored before.
+    let hub = TestHub::start_in(dir, Some(url.clone())).await;
     assert_eq!(hub.server_names().await, vec!["pg-1"]);
     hub.shutdown().await;
+
+    // A hub with a CA of its own is refused on a database whose hubs share another CA: the agents
+    // enrolled there would not trust it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config {
+        data_dir: dir.path().join("data"),
+        ..Config::default()
+    };
+    config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.grpc.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.database.url = url;
+    let refused = App::build(config).await.err().expect("refused");
+    assert!(refused.to_string().contains("CA"), "{refused}");
 }

@@ -122,6 +122,9 @@ fn every_kind_is_a_capability() {
         Kind::LogTail(Default::default()),
         Kind::GetIgnoreList(Default::default()),
         Kind::SetIgnoreList(Default::default()),
+        Kind::WriteDefaults(Default::default()),
+        Kind::GetDeliveryStatus(Default::default()),
+        Kind::ProbeStep(Default::default()),
     ];
     let names: Vec<&str> = kinds
         .into_iter()
