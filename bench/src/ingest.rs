@@ -50,7 +50,7 @@ pub struct IngestArgs {
 /// What the agent sends per batch (`agent::link::delivery::BATCH_EVENTS`; kept in step by hand:
 /// the bench does not link the agent).
 const fn banhub_agent_batch() -> usize {
-    200
+    1000
 }
 
 /// How long the measured run may take before it is called failed.

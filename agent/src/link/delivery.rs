@@ -13,9 +13,15 @@ use tokio::sync::watch;
 
 use crate::spool::{BanEvent, Event, Record, Source, Spool, SpoolError};
 
-/// Events per batch: large enough to amortise the hub's transaction, small enough to keep a frame
-/// well under gRPC's message limit (an event's logs are capped at 16 KiB).
-pub const BATCH_EVENTS: usize = 200;
+/// Most events per batch. A batch carries what the spool holds, up to this: one event when
+/// callbacks trickle in (no waiting to fill a batch), 1000 under a backlog, where the hub's
+/// per-transaction cost and the per-batch ack are spread over more events.
+pub const BATCH_EVENTS: usize = 1000;
+/// Most bytes of log lines (plus [`EVENT_OVERHEAD`] per event) per batch, to stay well under
+/// gRPC's 4 MiB message limit whatever the events hold (an event's logs are capped at 16 KiB).
+pub const BATCH_BYTES: usize = 2 << 20;
+/// Bytes counted per event for its fields other than the log lines (a generous bound).
+const EVENT_OVERHEAD: usize = 512;
 /// Batches sent but not yet acknowledged.
 pub const MAX_IN_FLIGHT: usize = 4;
 
@@ -74,7 +80,17 @@ impl Delivery {
         if self.in_flight.len() >= MAX_IN_FLIGHT || *self.durable.borrow() <= self.sent {
             return Ok(None);
         }
-        let records = self.spool.pending(self.sent, BATCH_EVENTS).await?;
+        let mut records = self.spool.pending(self.sent, BATCH_EVENTS).await?;
+        let mut bytes = 0;
+        let fits = records
+            .iter()
+            .take_while(|r| {
+                bytes += approx_size(&r.event);
+                bytes <= BATCH_BYTES
+            })
+            .count();
+        // The rest is read again for the next batch; at least one event goes, so this ends.
+        records.truncate(fits.max(1));
         let Some(last) = records.last().map(|r| r.seq) else {
             return Ok(None);
         };
@@ -104,6 +120,17 @@ impl Delivery {
         }
         self.spool.ack(epoch, seq).await
     }
+}
+
+/// About what `event` adds to a batch on the wire, for [`BATCH_BYTES`].
+fn approx_size(event: &Event) -> usize {
+    let logs = match event {
+        Event::Ban(ban) | Event::Unban(ban) => {
+            ban.logs.lines().iter().map(|l| l.len() + 4).sum::<usize>() + ban.hostname.len()
+        }
+        Event::Gap(gap) => gap.ranges.len() * 24,
+    };
+    logs + EVENT_OVERHEAD
 }
 
 /// One spool record as the protocol carries it.

@@ -305,7 +305,7 @@ impl Writer {
                     other => {
                         self.append_group(&mut group);
                         if let Request::Close(done) = other {
-                            drop(self.store.take());
+                            self.close_store();
                             let _ = done.send(());
                             return;
                         }
@@ -314,6 +314,18 @@ impl Writer {
                 }
             }
             self.append_group(&mut group);
+        }
+        // Every handle is gone.
+        self.close_store();
+    }
+
+    /// Writes the latest acknowledgement (kept in memory between writes, see `store::ack`) and
+    /// releases the directory.
+    fn close_store(&mut self) {
+        if let Some(mut store) = self.store.take()
+            && let Err(e) = store.write_ack()
+        {
+            tracing::warn!(error = %e, "could not record the latest ack; those events will be sent again");
         }
     }
 

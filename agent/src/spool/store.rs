@@ -32,6 +32,12 @@ const TMP_SUFFIX: &str = ".tmp";
 const FORMAT: u32 = 1;
 /// Room kept free for the gap record written when the bound forces events out.
 const GAP_RESERVE: u64 = 1024;
+/// How stale the persisted ack mark may get. Acks arrive once per delivered batch; writing the
+/// mark (a file write, two syncs and a rename) every time cost the writer thread as much as the
+/// appends it serves. The mark only has to be current before a segment is deleted (done then,
+/// whatever the age): after a crash the events acked since the last mark are delivered again, and
+/// the hub stores each `(agent, epoch, seq)` once, so a stale mark re-sends but never loses.
+const ACK_PERSIST_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// Epochs stay below 2^53 so that they survive JSON readers that use doubles and fit a signed
 /// 64-bit database column; 53 random bits are plenty to tell a spool from its predecessors.
 const EPOCH_LIMIT: u64 = 1 << 53;
@@ -128,7 +134,13 @@ pub(super) struct Store {
     /// The directory gained or lost entries that must be durable before the batch is answered.
     dir_dirty: bool,
     next_seq: u64,
+    /// The highest acknowledged sequence number, in memory.
     acked: u64,
+    /// The acknowledgement in `ack.json`: at most `acked`, and never below the records of a
+    /// deleted segment (see [`ACK_PERSIST_INTERVAL`]).
+    acked_on_disk: u64,
+    /// When `ack.json` was last written.
+    ack_written_at: std::time::Instant,
     /// Bytes in all segments, counting `buf`.
     bytes: u64,
     /// Receive time of the oldest unacknowledged record, by sequence number, so `head` reads it
@@ -201,6 +213,8 @@ impl Store {
             dir_dirty: false,
             next_seq: 1,
             acked,
+            acked_on_disk: acked,
+            ack_written_at: std::time::Instant::now(),
             bytes: 0,
             oldest_cache: None,
         };
@@ -483,6 +497,8 @@ impl Store {
                 self.rotate()?;
                 continue;
             }
+            // The records of the segment about to go must not look lost after a crash.
+            self.write_ack()?;
             let Some(segment) = self.segments.pop_front() else {
                 break;
             };
@@ -635,27 +651,43 @@ impl Store {
         if seq <= self.acked {
             return Ok(());
         }
-        let mark = serde_json::to_vec(&AckMark {
-            epoch: self.epoch,
-            seq,
-        })
-        .map_err(|e| SpoolError::Encode(Arc::new(e)))?;
-        write_atomic(&self.dir.join(ACK_FILE), &mark)?;
         self.acked = seq;
         if self.oldest_cache.is_some_and(|(s, _)| s <= seq) {
             self.oldest_cache = None;
         }
+        let frees_segment =
+            self.segments.len() > 1 && self.segments.front().is_some_and(|s| s.last_seq() <= seq);
+        if frees_segment || self.ack_written_at.elapsed() >= ACK_PERSIST_INTERVAL {
+            self.write_ack()?;
+        }
         self.compact()
     }
 
-    /// Deletes segments whose records are all acknowledged, never the active one. The ack is
-    /// durable before this runs, so a crash in between only leaves files to delete next time.
+    /// Makes the in-memory acknowledgement durable in `ack.json`, if it moved since the last write.
+    pub(super) fn write_ack(&mut self) -> Result<(), SpoolError> {
+        if self.acked_on_disk >= self.acked {
+            return Ok(());
+        }
+        let mark = serde_json::to_vec(&AckMark {
+            epoch: self.epoch,
+            seq: self.acked,
+        })
+        .map_err(|e| SpoolError::Encode(Arc::new(e)))?;
+        write_atomic(&self.dir.join(ACK_FILE), &mark)?;
+        self.acked_on_disk = self.acked;
+        self.ack_written_at = std::time::Instant::now();
+        Ok(())
+    }
+
+    /// Deletes segments whose records are all acknowledged in `ack.json`, never the active one.
+    /// The ack is durable before this runs, so a crash in between only leaves files to delete
+    /// next time.
     fn compact(&mut self) -> Result<(), SpoolError> {
         while self.segments.len() > 1
             && self
                 .segments
                 .front()
-                .is_some_and(|s| s.last_seq() <= self.acked)
+                .is_some_and(|s| s.last_seq() <= self.acked_on_disk)
         {
             if let Some(segment) = self.segments.pop_front() {
                 fs::remove_file(&segment.path)
