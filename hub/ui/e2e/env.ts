@@ -1,4 +1,4 @@
-// What tests/tests/ui.rs tells the browser tests about the environment it started, and small
+// What tests/tests/ui_browser.rs tells the browser tests about the environment it started, and small
 // helpers that look at the real components behind the hub (fail2ban, maildev).
 import { execFileSync } from 'node:child_process';
 import { appendFileSync, mkdirSync } from 'node:fs';
@@ -10,7 +10,7 @@ function need(name: string): string {
   if (!value) {
     throw new Error(
       `${name} is not set: these tests run against a real hub started by the Rust harness; run ` +
-        '`cargo nextest run -p banhub-tests --test ui` (it starts everything and then Playwright)',
+        '`cargo nextest run -p banhub-tests --test ui_browser` (it starts everything and then Playwright)',
     );
   }
   return value;
@@ -24,7 +24,12 @@ export const env = {
   logA: need('BANHUB_LOG_A'),
   f2bConfA: need('BANHUB_F2B_CONF_A'),
   f2bSockA: need('BANHUB_F2B_SOCK_A'),
-  issuer: need('BANHUB_OIDC_ISSUER'),
+  f2bConfB: need('BANHUB_F2B_CONF_B'),
+  f2bSockB: need('BANHUB_F2B_SOCK_B'),
+  /** `oidc`: the hub enforces login and the suite signs in through the provider at `issuer`;
+   * `none`: the API is open on loopback (before operator login is enforced) and nobody signs in. */
+  login: (process.env.BANHUB_UI_LOGIN ?? 'oidc') as 'oidc' | 'none',
+  issuer: process.env.BANHUB_UI_LOGIN === 'none' ? '' : need('BANHUB_OIDC_ISSUER'),
   maildev: need('BANHUB_MAILDEV_URL'),
   smtpPort: need('BANHUB_SMTP_PORT'),
   admin: process.env.BANHUB_ADMIN_LOGIN ?? 'alice',
@@ -32,13 +37,22 @@ export const env = {
   screenshots: process.env.BANHUB_SCREENSHOTS ?? 'screenshots',
 };
 
-/** What fail2ban on server A has banned in a jail right now (`fail2ban-client get <jail> banned`). */
-export function bannedOnA(jail = env.jail): string[] {
-  const out = execFileSync('fail2ban-client', ['-c', env.f2bConfA, '-s', env.f2bSockA, 'get', jail, 'banned'], {
+function bannedIn(conf: string, sock: string, jail: string): string[] {
+  const out = execFileSync('fail2ban-client', ['-c', conf, '-s', sock, 'get', jail, 'banned'], {
     encoding: 'utf8',
   });
   // A Python list repr: ['192.0.2.1', '198.51.100.7']
   return [...out.matchAll(/'([^']+)'/g)].map((m) => m[1]);
+}
+
+/** What fail2ban on server A has banned in a jail right now (`fail2ban-client get <jail> banned`). */
+export function bannedOnA(jail = env.jail): string[] {
+  return bannedIn(env.f2bConfA, env.f2bSockA, jail);
+}
+
+/** The same for server B. */
+export function bannedOnB(jail = env.jail): string[] {
+  return bannedIn(env.f2bConfB, env.f2bSockB, jail);
 }
 
 /** Appends `n` failed-login lines for `ip` to server A's watched log, stamped now (local time). */
