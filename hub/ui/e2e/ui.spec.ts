@@ -81,15 +81,14 @@ test('the server selector switches the jail pages between servers', async () => 
   await admin.goto(`jails/${env.jail}`);
   const heading = admin.getByRole('heading', { level: 1 });
   const row = admin.getByTestId('banned').locator('tr[data-ip="203.0.113.77"]');
-  await expect(heading).toContainText(env.jail);
-  await expect(heading).toContainText(env.serverB);
+  await expect(heading).toHaveText(`${env.jail} on ${env.serverB}`);
   await expect(admin.getByTestId('banned-total')).toHaveText('0 banned');
   await expect(admin.getByText(`Nothing is banned in ${env.jail}.`)).toBeVisible();
   await selectServer(admin, env.serverA);
-  await expect(heading).toContainText(env.serverA);
+  await expect(heading).toHaveText(`${env.jail} on ${env.serverA}`);
   await expect(row).toHaveCount(1);
   await selectServer(admin, env.serverB);
-  await expect(heading).toContainText(env.serverB);
+  await expect(heading).toHaveText(`${env.jail} on ${env.serverB}`);
   await expect(row).toHaveCount(0);
   await expect(admin.getByTestId('banned-total')).toHaveText('0 banned');
   await selectServer(admin, env.serverA);
