@@ -1,0 +1,452 @@
+//! Delivery diagnostics, the end-to-end probe and a fail2ban restart through the whole event
+//! path (fail2ban's action → the agent's relay → spool → session → the hub's store), with real
+//! fail2ban, agent and hub.
+//!
+//! What a fail2ban restart must store, precisely: stopping fail2ban runs no `actionunban` for the
+//! banhub action (its `actionflush` is a no-op) and starting it again re-bans the bans restored from
+//! its database without running banhub's `actionban` (`norestored = 1`); so the action posts
+//! nothing, and reconciliation, which then sees the same bans as before, adds no observed event. The
+//! restart stores no event at all. A ban the action did not report (a jail without banhub) is
+//! stored once, as observed, with fail2ban's ban time and duration.
+
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use banhub_tests::agent::{AgentProcess, run_command};
+use banhub_tests::fail2ban::Fail2banSandbox;
+use banhub_tests::hub::HubProcess;
+use banhub_tests::wait::{wait_for_async, wait_until, wait_until_async};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+struct Host {
+    hub: HubProcess,
+    server_id: String,
+    sandbox: Fail2banSandbox,
+    agent: AgentProcess,
+    state: tempfile::TempDir,
+}
+
+impl Host {
+    fn state_dir(&self) -> PathBuf {
+        self.state.path().join("agent")
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        let response = self
+            .hub
+            .client()
+            .get(self.hub.url(path))
+            .send()
+            .await
+            .expect("request");
+        let status = response.status();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn post(&self, path: &str) -> (StatusCode, Value) {
+        let response = self
+            .hub
+            .client()
+            .post(self.hub.url(path))
+            .send()
+            .await
+            .expect("request");
+        let status = response.status();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn delivery(&self) -> Value {
+        let (status, body) = self
+            .get(&format!("/api/servers/{}/delivery", self.server_id))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    }
+
+    async fn probe(&self) -> Value {
+        let (status, body) = self
+            .post(&format!("/api/servers/{}/probe", self.server_id))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}\n{}", self.agent.logs());
+        body
+    }
+
+    /// Every event of the server matching `query`, newest first.
+    async fn events(&self, query: &str) -> Vec<Value> {
+        let (status, page) = self
+            .get(&format!(
+                "/api/events/bans?serverId={}&limit=1000{query}",
+                self.server_id
+            ))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        page["events"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+/// Hub, a fail2ban sandbox with bans kept in its database, an enrolled agent, and the action
+/// installed with `banhub-agent install-action`.
+async fn start(name: &str) -> Host {
+    let hub = HubProcess::builder()
+        .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
+        .env("BANHUB_PROBE__TIMEOUT_SECS", "10")
+        .start()
+        .expect("hub starts");
+    let sandbox = Fail2banSandbox::builder()
+        .name(name)
+        .persistent_db(true)
+        .start()
+        .expect("fail2ban sandbox");
+    let created: Value = hub
+        .client()
+        .post(hub.url("/api/servers"))
+        .json(&json!({"name": name}))
+        .send()
+        .await
+        .expect("create")
+        .json()
+        .await
+        .expect("json");
+    let server_id = created["server"]["id"].as_str().expect("id").to_owned();
+    let state = tempfile::tempdir().expect("tempdir");
+    let dir = state.path().join("agent");
+    let out = AgentProcess::enroll(
+        created["enrollment"]["token"].as_str().expect("token"),
+        &dir,
+    )
+    .expect("enroll runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let agent = AgentProcess::start(
+        &dir,
+        &sandbox.socket_path(),
+        &sandbox.conf_dir(),
+        &[
+            ("BANHUB_AGENT_LINK__BACKOFF_MAX_MS", "500"),
+            (
+                "BANHUB_AGENT_LOG__FILTER",
+                "info,banhub_agent::reconcile=debug",
+            ),
+        ],
+    )
+    .expect("agent starts");
+    let host = Host {
+        hub,
+        server_id,
+        sandbox,
+        agent,
+        state,
+    };
+    wait_online(&host).await;
+    let relay = host.state_dir().join("relay.json");
+    wait_until(DEADLINE, "the relay to listen", || relay.exists()).expect("relay.json");
+    let conf = host.sandbox.conf_dir();
+    let state_dir = host.state_dir();
+    let socket = host.sandbox.socket_path();
+    let args: Vec<&OsStr> = vec![
+        OsStr::new("install-action"),
+        OsStr::new("--config-dir"),
+        conf.as_os_str(),
+        OsStr::new("--state-dir"),
+        state_dir.as_os_str(),
+        OsStr::new("--fail2ban-socket"),
+        socket.as_os_str(),
+    ];
+    let out = run_command(&args, &[]).expect("install-action runs");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    host
+}
+
+async fn wait_online(host: &Host) {
+    let url = format!("/api/servers/{}", host.server_id);
+    wait_until_async(DEADLINE, "the agent to be online", || async {
+        host.get(&url).await.1["status"] == "online"
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.agent.logs()));
+}
+
+async fn ban_from_log(host: &Host, jail: &str, ip: &str) -> Value {
+    host.sandbox
+        .append_failures(&host.sandbox.log_path(jail), ip, 3)
+        .expect("log lines");
+    wait_for_async(DEADLINE, "the ban event at the hub", || async {
+        host.events(&format!("&ip={ip}&kind=ban"))
+            .await
+            .into_iter()
+            .next()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}\n{}", host.agent.logs(), host.sandbox.logs()))
+}
+
+#[tokio::test]
+async fn delivery_status_shows_attachments_relay_spool_and_last_event() {
+    let host = start("diag").await;
+    ban_from_log(&host, "testauth", "203.0.113.61").await;
+
+    // The hub acknowledges right after it commits; the spool empties a moment later.
+    let report = wait_for_async(DEADLINE, "the spool to be empty", || async {
+        let report = host.delivery().await;
+        (report["spool"]["depth"] == 0).then_some(report)
+    })
+    .await
+    .expect("spool drained");
+    assert_eq!(report["serverId"], host.server_id.as_str());
+    assert_eq!(report["relay"]["enabled"], true, "{report}");
+    assert_eq!(report["relay"]["listening"], true, "{report}");
+    let relay = std::fs::read_to_string(host.state_dir().join("relay.json")).expect("relay.json");
+    let listen = report["relay"]["listen"].as_str().expect("listen");
+    assert!(relay.contains(listen), "{relay} vs {listen}");
+    assert!(report["relay"]["lastCallbackAt"].is_string(), "{report}");
+    assert!(report["relay"]["callbacksAccepted"].as_u64() >= Some(1));
+    assert_eq!(report["spool"]["depth"], 0, "{report}");
+    assert!(report["spool"]["oldestUnackedAt"].is_null(), "{report}");
+    assert_eq!(report["fail2banRunning"], true);
+    assert_eq!(report["actionInstalled"], true);
+    let attached: Vec<(String, bool)> = report["jails"]
+        .as_array()
+        .expect("jails")
+        .iter()
+        .map(|j| {
+            (
+                j["jail"].as_str().expect("jail").to_owned(),
+                j["actionAttached"].as_bool().expect("flag"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        attached,
+        [
+            ("banhub-probe".to_owned(), true),
+            ("dummyjail".to_owned(), true),
+            ("testauth".to_owned(), true)
+        ]
+    );
+    assert_eq!(report["unattachedJails"], json!([]));
+    let last_event = host.events("").await[0]["storedAt"].clone();
+    assert_eq!(report["lastEventReceivedAt"], last_event, "{report}");
+
+    // A jail that loses the action shows, and what it bans is reported anyway: reconciliation
+    // stores it once as observed, with fail2ban's ban time and duration.
+    host.sandbox
+        .client(&["set", "dummyjail", "delaction", "banhub"])
+        .expect("delaction");
+    let report = host.delivery().await;
+    assert_eq!(report["unattachedJails"], json!(["dummyjail"]), "{report}");
+    host.sandbox
+        .client(&["set", "dummyjail", "banip", "198.51.100.62"])
+        .expect("banip");
+    // No callback: reconciliation runs every 60 s and after changes; restart the agent to
+    // reconcile now (a start always reconciles).
+    let mut agent = host.agent;
+    agent.restart().expect("agent restarts");
+    let host = Host { agent, ..host };
+    let observed = wait_for_async(Duration::from_secs(60), "the observed ban", || async {
+        host.events("&ip=198.51.100.62&kind=ban")
+            .await
+            .into_iter()
+            .next()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.agent.logs()));
+    assert_eq!(observed["source"], "observed", "{observed}");
+    assert_eq!(observed["jail"], "dummyjail");
+    assert_eq!(observed["banDuration"], 600, "{observed}");
+    let ban_time = observed["banTime"].as_str().expect("ban time");
+    let ban_time = chrono::DateTime::parse_from_rfc3339(ban_time).expect("rfc3339");
+    let age = chrono::Utc::now().signed_duration_since(ban_time);
+    assert!(
+        age >= chrono::Duration::zero() && age < chrono::Duration::seconds(120),
+        "{observed}"
+    );
+    assert_eq!(host.events("&ip=198.51.100.62").await.len(), 1);
+}
+
+#[tokio::test]
+async fn probe_round_trip_succeeds_and_its_events_stay_out_of_lists() {
+    let host = start("probe").await;
+    let result = host.probe().await;
+    assert_eq!(result["ok"], true, "{result}\n{}", host.agent.logs());
+    assert!(result["failure"].is_null());
+    assert_eq!(result["jail"], "banhub-probe");
+    let ip = result["ip"].as_str().expect("ip").to_owned();
+    assert!(ip.starts_with("192.0.2."), "{ip}");
+    let steps: Vec<&str> = result["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|s| s["step"].as_str().expect("step"))
+        .collect();
+    assert_eq!(steps, ["ban", "banEvent", "unban", "unbanEvent"]);
+    for step in result["steps"].as_array().expect("steps") {
+        assert!(step["ms"].as_f64().is_some_and(|ms| ms >= 0.0), "{step}");
+    }
+    eprintln!("probe steps: {}", result["steps"]);
+
+    // Stored, through the real path, in the probe jail only; hidden unless asked for.
+    let probe_events = host.events("&jail=banhub-probe").await;
+    let kinds: Vec<&str> = probe_events
+        .iter()
+        .map(|e| e["kind"].as_str().expect("kind"))
+        .collect();
+    assert_eq!(kinds, ["unban", "ban"], "{probe_events:?}");
+    assert!(probe_events.iter().all(|e| e["ip"] == ip.as_str()));
+    assert!(probe_events.iter().all(|e| e["source"] == "action"));
+    assert!(host.events("").await.is_empty(), "probe events are hidden");
+    assert!(host.events(&format!("&ip={ip}")).await.is_empty());
+    let (status, stats) = host.get("/api/events/bans/stats").await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
+    assert!(
+        !stats.to_string().contains("banhub-probe"),
+        "stats count no probe: {stats}"
+    );
+
+    // The result is kept and shown with the diagnostics.
+    let report = host.delivery().await;
+    assert_eq!(report["lastProbe"]["ok"], true, "{report}");
+    assert_eq!(report["lastProbe"]["ip"], ip.as_str());
+    assert!(report["lastEventReceivedAt"].is_null(), "{report}");
+}
+
+#[tokio::test]
+async fn probe_failure_names_the_broken_part_and_bad_requests_are_refused() {
+    let mut host = start("probe-fail").await;
+    host.sandbox
+        .client(&["set", "banhub-probe", "delaction", "banhub"])
+        .expect("delaction");
+    let result = host.probe().await;
+    assert_eq!(result["ok"], false, "{result}");
+    assert_eq!(result["failure"]["code"], "action_missing", "{result}");
+    assert!(
+        result["failure"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("install-action")),
+        "{result}"
+    );
+    // Nothing was banned, nothing stored.
+    assert!(host.events("&jail=banhub-probe").await.is_empty());
+    assert_eq!(
+        host.sandbox
+            .client(&["get", "banhub-probe", "banned"])
+            .expect("banned"),
+        "[]"
+    );
+    assert_eq!(host.delivery().await["lastProbe"]["ok"], false);
+
+    // Unknown or malformed server: 404; offline agent: 503.
+    for path in [
+        "/api/servers/0192f3a4-0000-7000-8000-000000000000/delivery",
+        "/api/servers/not-an-id/delivery",
+    ] {
+        let (status, body) = host.get(path).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {body}");
+        assert!(body["code"].is_string(), "{body}");
+    }
+    let (status, _) = host
+        .post("/api/servers/0192f3a4-0000-7000-8000-000000000000/probe")
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    host.agent.stop().expect("agent stops");
+    let url = format!("/api/servers/{}", host.server_id);
+    wait_until_async(DEADLINE, "the agent to be offline", || async {
+        host.get(&url).await.1["status"] == "offline"
+    })
+    .await
+    .expect("offline");
+    for (status, body) in [
+        host.get(&format!("/api/servers/{}/delivery", host.server_id))
+            .await,
+        host.post(&format!("/api/servers/{}/probe", host.server_id))
+            .await,
+    ] {
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(body["code"], "agent_offline", "{body}");
+    }
+}
+
+/// Passes of reconciliation the agent has logged so far.
+fn passes(agent: &AgentProcess) -> usize {
+    agent.logs().matches("reconciliation pass done").count()
+}
+
+#[tokio::test]
+async fn fail2ban_restart_stores_no_spurious_events() {
+    let mut host = start("restart").await;
+    let ips = ["203.0.113.71", "203.0.113.72", "203.0.113.73"];
+    for ip in ips {
+        ban_from_log(&host, "testauth", ip).await;
+    }
+    let before = host.events("").await;
+    assert_eq!(before.len(), 3, "{before:?}");
+    let accepted = host.delivery().await["relay"]["callbacksAccepted"].clone();
+
+    // SIGTERM, then start again on the same database: the bans are restored.
+    host.sandbox.stop().expect("fail2ban stops");
+    let passes_before = passes(&host.agent);
+    let out = std::fs::File::create(host.sandbox.dir().join("server2.out")).expect("out");
+    let child = Command::new("fail2ban-server")
+        .arg("-c")
+        .arg(host.sandbox.conf_dir())
+        .args(["-f", "-x"])
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("clone"))
+        .stderr(out)
+        .spawn()
+        .expect("fail2ban-server starts again (install it with .ci/install-deps)");
+    let _server = KillOnDrop(child);
+    wait_until(DEADLINE, "the bans to be restored", || {
+        host.sandbox
+            .client(&["get", "testauth", "banned"])
+            .is_ok_and(|b| ips.iter().all(|ip| b.contains(ip)))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.sandbox.logs()));
+
+    // Reconciliation notices the restart and compares (settle 5 s + confirm 2 s); then nothing
+    // may have been stored.
+    wait_until(
+        Duration::from_secs(60),
+        "a reconciliation pass after the restart",
+        || passes(&host.agent) > passes_before,
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.agent.logs()));
+    let after = host.events("").await;
+    assert_eq!(
+        after.len(),
+        3,
+        "a restart must store nothing: {after:?}\n{}",
+        host.agent.logs()
+    );
+    assert!(
+        after
+            .iter()
+            .all(|e| e["kind"] == "ban" && e["source"] == "action")
+    );
+    assert_eq!(
+        host.delivery().await["relay"]["callbacksAccepted"],
+        accepted,
+        "the action posted during the restart"
+    );
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
