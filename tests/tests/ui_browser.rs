@@ -167,6 +167,22 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
         .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
         .start()
         .expect("hub starts");
+    // The suite runs without login while the API is open to an anonymous browser on loopback. Once
+    // the hub enforces operator login, it must sign in through the OIDC provider instead
+    // (BANHUB_UI_LOGIN=oidc with BANHUB_OIDC_ISSUER); say so rather than fail somewhere in the browser.
+    let anonymous = hub
+        .anonymous_client()
+        .expect("client")
+        .get(hub.url("/api/servers"))
+        .send()
+        .await
+        .expect("GET /api/servers");
+    assert!(
+        anonymous.status().is_success(),
+        "the hub refuses an anonymous browser ({}): operator login is enforced, so this test must \
+         start the OIDC provider and run the suite with BANHUB_UI_LOGIN=oidc",
+        anonymous.status()
+    );
     let web1 = add_host(&hub, "web-1").await;
     let web2 = add_host(&hub, "web-2").await;
 
