@@ -228,7 +228,23 @@ async fn a_ban_from_log_lines_reaches_the_api_and_the_live_stream() {
     })
     .await
     .expect("unban event");
+    wait_until_async(
+        Duration::from_secs(5),
+        "the unban on the live stream",
+        || async { streamed(&live.lock().await, "203.0.113.50", "unban") },
+    )
+    .await
+    .expect("live unban");
+    assert!(streamed(&live.lock().await, "203.0.113.50", "ban"));
     reader.abort();
+}
+
+/// Whether the SSE text holds an event for `ip` of `kind` (its `data:` lines are event JSON).
+fn streamed(sse: &str, ip: &str, kind: &str) -> bool {
+    sse.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+        .any(|event| event["ip"] == ip && event["kind"] == kind)
 }
 
 /// Posts `count` ban callbacks for distinct addresses to the relay, 32 at a time; returns the
