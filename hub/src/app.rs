@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::alerts::Alerts;
+use crate::auth::{Auth, AuthError, Site};
 use crate::cluster::jobs::{self, run_singleton};
 use crate::cluster::{Cluster, JoinError};
 use crate::config::Config;
@@ -34,6 +35,8 @@ pub struct AppState {
     pub settings: SettingsService,
     /// The alert worker's service: deliveries and digests.
     pub alerts: Alerts,
+    /// Operator authentication (sessions, tokens, logins) and the audit log.
+    pub auth: Auth,
 }
 
 /// Why the hub could not start.
@@ -60,12 +63,8 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error(
-        "http.listen is {0}, which is not a loopback address; banhub does not authenticate operators \
-         yet, so its API only listens on loopback (e.g. 127.0.0.1:8080). Put an authenticating reverse \
-         proxy in front of it to reach it from elsewhere"
-    )]
-    UnauthenticatedRemote(SocketAddr),
+    #[error("auth: {0}")]
+    Auth(#[from] AuthError),
 }
 
 /// A hub with its listeners bound, ready to [`run`](App::run).
@@ -92,9 +91,6 @@ impl App {
     /// Opens the store and the CA and binds both listeners. Nothing is served until [`App::run`].
     pub async fn build(config: Config) -> Result<Self, StartError> {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        if !config.http.listen.ip().is_loopback() {
-            return Err(StartError::UnauthenticatedRemote(config.http.listen));
-        }
         // Read before anything is created, so a wrong path fails fast and changes nothing.
         let http_tls = match config.http.tls.paths() {
             Some((cert, key)) => Some(Arc::new(crate::serve::server_config(cert, key)?)),
@@ -129,6 +125,18 @@ impl App {
             .unwrap_or_else(|| config.data_dir.join("secrets.key"));
         let key = SecretsKey::load_or_create(&key_file).map_err(SettingsError::from)?;
         let settings = SettingsService::load(store.clone(), key).await?;
+        // Every API route needs a session or a token (there is always a way to log in: the OpenID
+        // provider or the local administrator), so any listen address is safe.
+        let auth = Auth::new(
+            &config.auth,
+            &config.data_dir,
+            Site {
+                https: http_tls.is_some(),
+                base_path: config.http.base_path.as_str().to_owned(),
+            },
+            store.clone(),
+        )
+        .await?;
         let alerts = Alerts::new(
             store.clone(),
             settings.clone(),
@@ -165,6 +173,7 @@ impl App {
                 metrics,
                 settings,
                 alerts,
+                auth,
             },
             http,
             grpc,

@@ -11,6 +11,7 @@ use utoipa_axum::routes;
 use super::error::{ApiError, ApiJson, Problem};
 use crate::alerts::model::{Delivery, DeliveryFilter, DeliveryStatus, Digest};
 use crate::app::AppState;
+use crate::auth::{Viewer};
 
 /// Largest page.
 const MAX_LIMIT: u64 = 500;
@@ -63,6 +64,7 @@ pub struct DeliveryPage {
     extensions(("x-required-role" = json!("viewer"))), params(DeliveryParams),
     responses((status = 200, body = DeliveryPage), (status = 422, body = Problem)))]
 async fn deliveries(
+    _caller: Viewer,
     State(state): State<AppState>,
     Query(params): Query<DeliveryParams>,
 ) -> Result<ApiJson<DeliveryPage>, ApiError> {
@@ -109,6 +111,7 @@ pub struct DigestList {
     extensions(("x-required-role" = json!("viewer"))), params(DigestParams),
     responses((status = 200, body = DigestList), (status = 422, body = Problem)))]
 async fn digests(
+    _caller: Viewer,
     State(state): State<AppState>,
     Query(params): Query<DigestParams>,
 ) -> Result<ApiJson<DigestList>, ApiError> {
@@ -122,6 +125,7 @@ async fn digests(
     params(("id" = i64, Path, description = "Digest id")),
     responses((status = 200, body = Digest), (status = 404, body = Problem)))]
 async fn digest(
+    _caller: Viewer,
     State(state): State<AppState>,
     Path(id): Path<i64>,
 ) -> Result<ApiJson<Digest>, ApiError> {

@@ -1,7 +1,4 @@
 //! Login and identity (`/auth/*`: status, user, login, callback, logout) and the credentials admins
-//!
-//! Work in progress: not yet declared in `api/mod.rs` (it needs `AppState::auth` and the policy
-//! layers wired in `api::router`), so it is not compiled.
 //! manage (`/api/tokens`, `/api/sessions`).
 //!
 //! `return_to` is a path on this hub relative to its root (e.g. `/servers`); the redirects write it
@@ -81,6 +78,7 @@ pub struct AuthStatus {
 
 /// Whether the request is authenticated, how this hub logs in, and who.
 #[utoipa::path(get, path = "/auth/status", tag = "auth",
+    extensions(("x-required-role" = json!("public"))),
     responses((status = 200, body = AuthStatus)))]
 async fn status(
     State(state): State<AppState>,
@@ -95,6 +93,7 @@ async fn status(
 
 /// The logged-in user: name, e-mail, roles. 401 without a session or token.
 #[utoipa::path(get, path = "/auth/user", tag = "auth",
+    extensions(("x-required-role" = json!("public"))),
     responses((status = 200, body = UserDto), (status = 401, body = Problem)))]
 async fn user(Extension(authn): Extension<Authn>) -> Result<ApiJson<UserDto>, ApiError> {
     match &authn.principal {
@@ -150,6 +149,7 @@ fn encode(text: &str) -> String {
 /// Starts a login. OIDC: 302 to the provider (authorization code flow with PKCE, state and nonce).
 /// Local: 302 to the UI's login page, which posts the password to `POST /auth/login`.
 #[utoipa::path(get, path = "/auth/login", tag = "auth", params(LoginParams),
+    extensions(("x-required-role" = json!("public"))),
     responses((status = 302, description = "To the provider, or to the UI's login page"),
               (status = 422, description = "return_to is not a path on this hub", body = Problem),
               (status = 502, description = "The provider cannot be reached", body = Problem)))]
@@ -237,6 +237,7 @@ fn session_response(session: NewSession, body: Option<UserDto>) -> Response {
 /// Local mode: logs in the administrator with a password; sets the session cookie. Failed logins
 /// are limited per client address and per user name (429 with `Retry-After`).
 #[utoipa::path(post, path = "/auth/login", tag = "auth", request_body = LocalLogin,
+    extensions(("x-required-role" = json!("public"))),
     responses((status = 200, description = "Logged in; the session cookie is set", body = UserDto),
               (status = 400, description = "This hub logs in through OIDC", body = Problem),
               (status = 401, description = "Wrong user name or password", body = Problem),
@@ -279,6 +280,7 @@ async fn login_local(
 /// the code, verifies the ID token (nonce included), maps the role; sets the session cookie and
 /// sends the browser to where the login started.
 #[utoipa::path(get, path = "/auth/callback", tag = "auth", params(Callback),
+    extensions(("x-required-role" = json!("public"))),
     responses((status = 302, description = "Logged in; to return_to"),
               (status = 400, description = "Unknown, used, expired or foreign state", body = Problem),
               (status = 401, description = "The provider refused, or its answer did not verify", body = Problem),
@@ -360,6 +362,7 @@ async fn logout(state: &AppState, authn: &Authn, headers: &HeaderMap, client: Op
 /// Ends the session here and, for an OIDC session whose provider supports it, at the provider:
 /// 302 to its end-session endpoint (which returns to the hub's root), else to `/`.
 #[utoipa::path(get, path = "/auth/logout", tag = "auth",
+    extensions(("x-required-role" = json!("public"))),
     responses((status = 302, description = "To the provider's end-session endpoint, or to /")))]
 async fn logout_get(
     State(state): State<AppState>,
@@ -372,6 +375,7 @@ async fn logout_get(
 
 /// As `GET /auth/logout` (for forms; same-origin checked like every change made with a cookie).
 #[utoipa::path(post, path = "/auth/logout", tag = "auth",
+    extensions(("x-required-role" = json!("public"))),
     responses((status = 302, description = "To the provider's end-session endpoint, or to /"),
               (status = 403, description = "Posted from another origin", body = Problem)))]
 async fn logout_post(

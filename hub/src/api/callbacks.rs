@@ -49,6 +49,7 @@ pub struct CallbackAccepted {
 /// strings), `banTime`/`time` (Unix seconds), `banDuration`/`bantime` (seconds, -1 permanent),
 /// `banCount`/`bancount`; numbers may be numeric strings. `serverId` is ignored.
 #[utoipa::path(post, path = "/api/ban", tag = "callbacks",
+    extensions(("x-required-role" = json!("public"))),
     params(("X-Callback-Secret" = String, Header, description = "The server's callback secret")),
     request_body(content = Object, content_type = "application/json"),
     responses((status = 200, body = CallbackAccepted),
@@ -66,6 +67,7 @@ async fn ban(
 
 /// fail2ban lifted a ban on a host without an agent. Same body as `/api/ban`.
 #[utoipa::path(post, path = "/api/unban", tag = "callbacks",
+    extensions(("x-required-role" = json!("public"))),
     params(("X-Callback-Secret" = String, Header, description = "The server's callback secret")),
     request_body(content = Object, content_type = "application/json"),
     responses((status = 200, body = CallbackAccepted),

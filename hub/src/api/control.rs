@@ -7,10 +7,10 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::REQUESTED_BY;
 use super::error::{ApiError, ApiJson, Problem};
 use super::target::Target;
 use crate::app::AppState;
+use crate::auth::{Admin, Operator};
 use crate::fleet::{RestartKind, RestartResult, ServerActionResult};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -28,9 +28,11 @@ pub struct RestartBody {
 
 /// Reloads fail2ban's configuration or restarts its jails; reports the jails that failed to start.
 #[utoipa::path(post, path = "/api/bandaemon/restart", tag = "control", request_body = RestartBody,
+    extensions(("x-required-role" = json!("admin"))),
     params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = RestartResult), (status = 503, body = Problem)))]
 async fn restart(
+    caller: Admin,
     State(state): State<AppState>,
     Target(server): Target,
     body: axum::body::Bytes,
@@ -46,7 +48,7 @@ async fn restart(
     };
     let mode = body.mode.unwrap_or(RestartKind::Reload);
     Ok(ApiJson(
-        state.fleet.restart(server, mode, REQUESTED_BY).await?,
+        state.fleet.restart(server, mode, &caller.requested_by()).await?,
     ))
 }
 
@@ -65,13 +67,15 @@ pub struct UnbanEverywhereResult {
 
 /// Lifts the ban of one address in every jail of every server; one result per server.
 #[utoipa::path(post, path = "/api/bans/unban-everywhere", tag = "control", request_body = UnbanEverywhereBody,
+    extensions(("x-required-role" = json!("operator"))),
     responses((status = 200, body = UnbanEverywhereResult), (status = 422, body = Problem)))]
 async fn unban_everywhere(
+    caller: Operator,
     State(state): State<AppState>,
     ApiJson(body): ApiJson<UnbanEverywhereBody>,
 ) -> Result<ApiJson<UnbanEverywhereResult>, ApiError> {
     let ip = IpOrCidr::parse(&body.ip).map_err(|e| ApiError::invalid("ip", e))?;
-    let servers = state.fleet.unban_everywhere(ip, REQUESTED_BY).await?;
+    let servers = state.fleet.unban_everywhere(ip, &caller.requested_by()).await?;
     Ok(ApiJson(UnbanEverywhereResult {
         ip: ip.to_string(),
         servers,

@@ -5,9 +5,9 @@ use axum::extract::{Path, State};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::REQUESTED_BY;
 use super::error::{ApiError, ApiJson, Problem};
 use crate::app::AppState;
+use crate::auth::{Operator, Viewer};
 use crate::domain::ServerId;
 use crate::fleet::{DeliveryReport, FleetError, ProbeResult};
 
@@ -25,18 +25,20 @@ fn server_id(raw: &str) -> Result<ServerId, ApiError> {
 /// unacknowledged event), whether each running jail runs the banhub action, when the hub last
 /// stored an event of this server, and the last end-to-end probe.
 #[utoipa::path(get, path = "/api/servers/{id}/delivery", tag = "servers",
+    extensions(("x-required-role" = json!("viewer"))),
     params(("id" = String, Path, description = "Server id")),
     responses((status = 200, body = DeliveryReport),
               (status = 404, description = "No such server", body = Problem),
               (status = 503, description = "Agent offline or not enrolled", body = Problem),
               (status = 504, description = "Agent did not answer in time", body = Problem)))]
 async fn delivery_status(
+    caller: Viewer,
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<ApiJson<DeliveryReport>, ApiError> {
     let report = state
         .fleet
-        .delivery_status(server_id(&id)?, REQUESTED_BY)
+        .delivery_status(server_id(&id)?, &caller.requested_by())
         .await?;
     Ok(ApiJson(report))
 }
@@ -48,18 +50,20 @@ async fn delivery_status(
 /// `action_missing`, `relay_down`, `ban_timeout`, ...). Probe events stay out of event lists,
 /// stats and insights unless `jail=banhub-probe` is asked for.
 #[utoipa::path(post, path = "/api/servers/{id}/probe", tag = "servers",
+    extensions(("x-required-role" = json!("operator"))),
     params(("id" = String, Path, description = "Server id")),
     responses((status = 200, body = ProbeResult),
               (status = 404, description = "No such server", body = Problem),
               (status = 409, description = "A probe of this server is already running", body = Problem),
               (status = 503, description = "Agent offline or not enrolled", body = Problem)))]
 async fn run_probe(
+    caller: Operator,
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<ApiJson<ProbeResult>, ApiError> {
     let result = state
         .fleet
-        .probe(server_id(&id)?, false, REQUESTED_BY)
+        .probe(server_id(&id)?, false, &caller.requested_by())
         .await?;
     Ok(ApiJson(result))
 }

@@ -19,6 +19,7 @@ use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem};
 use crate::app::AppState;
+use crate::auth::{Viewer};
 use crate::domain::ServerId;
 use crate::domain::events::{
     Counts, Cursor, EventBody, EventFilter, EventId, EventKind, EventPage, EventSource, Insights,
@@ -571,10 +572,12 @@ fn jail_counts(rows: Vec<(String, Counts)>) -> Vec<JailCountsDto> {
 /// Ban events, newest first, filtered, in pages that stay fast deep into history. With
 /// `format=csv`, a CSV export instead (as `/api/events/bans.csv`).
 #[utoipa::path(get, path = "/api/events/bans", tag = "events", params(ListParams),
+    extensions(("x-required-role" = json!("viewer"))),
     responses((status = 200, content((EventPageDto = "application/json"), (String = "text/csv"))),
               (status = 400, description = "Unknown parameter", body = Problem),
               (status = 422, description = "A parameter breaks its rule; `field` names it", body = Problem)))]
 async fn list_bans(
+    _caller: Viewer,
     State(state): State<AppState>,
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -594,9 +597,11 @@ async fn list_bans(
 
 /// Ban events as CSV, newest first: the filters of `/api/events/bans`, up to `limit` rows.
 #[utoipa::path(get, path = "/api/events/bans.csv", tag = "events", params(ListParams),
+    extensions(("x-required-role" = json!("viewer"))),
     responses((status = 200, content_type = "text/csv", body = String),
               (status = 422, description = "A parameter breaks its rule", body = Problem)))]
 async fn export_bans(
+    _caller: Viewer,
     State(state): State<AppState>,
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -697,10 +702,12 @@ fn csv_row(out: &mut String, e: &StoredEvent) {
 
 /// Bans and unbans over time (buckets chosen for the range), per server, per jail, and totals.
 #[utoipa::path(get, path = "/api/events/bans/stats", tag = "events", params(StatsParams),
+    extensions(("x-required-role" = json!("viewer"))),
     responses((status = 200, body = StatsDto),
               (status = 400, description = "Unknown parameter", body = Problem),
               (status = 422, description = "A parameter breaks its rule", body = Problem)))]
 async fn ban_stats(
+    _caller: Viewer,
     State(state): State<AppState>,
     params: Result<Query<StatsParams>, QueryRejection>,
 ) -> Result<ApiJson<StatsDto>, ApiError> {
@@ -737,10 +744,12 @@ fn stats_dto(s: Stats, names: &HashMap<ServerId, String>) -> StatsDto {
 /// Top addresses, jails and servers, repeat offenders (banned on several servers), and first and
 /// last sightings per address.
 #[utoipa::path(get, path = "/api/events/bans/insights", tag = "events", params(InsightsParams),
+    extensions(("x-required-role" = json!("viewer"))),
     responses((status = 200, body = InsightsDto),
               (status = 400, description = "Unknown parameter", body = Problem),
               (status = 422, description = "A parameter breaks its rule", body = Problem)))]
 async fn ban_insights(
+    _caller: Viewer,
     State(state): State<AppState>,
     params: Result<Query<InsightsParams>, QueryRejection>,
 ) -> Result<ApiJson<InsightsDto>, ApiError> {
@@ -794,9 +803,11 @@ fn insights_dto(i: Insights, names: &HashMap<ServerId, String>) -> InsightsDto {
 /// `/api/events/bans`, its `id` the event id. A client that reconnects with `Last-Event-ID` (or
 /// `lastEventId`) first gets what it missed.
 #[utoipa::path(get, path = "/api/events/stream", tag = "events", params(StreamParams),
+    extensions(("x-required-role" = json!("viewer"))),
     responses((status = 200, content_type = "text/event-stream", body = EventDto),
               (status = 422, description = "A parameter breaks its rule", body = Problem)))]
 async fn event_stream(
+    _caller: Viewer,
     State(state): State<AppState>,
     headers: HeaderMap,
     params: Result<Query<StreamParams>, QueryRejection>,

@@ -8,11 +8,11 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::REQUESTED_BY;
 use super::error::{ApiError, ApiJson, Problem};
 use super::jails::MAX_CONFIG_BYTES;
 use super::target::Target;
 use crate::app::AppState;
+use crate::auth::{Operator, Viewer};
 use crate::fleet::{FilterSource, FilterTestResult};
 
 const MAX_LINES: usize = 10_000;
@@ -32,13 +32,15 @@ pub struct FilterListDto {
 
 /// The filters of the server's configuration (`filter.d`).
 #[utoipa::path(get, path = "/api/filters", tag = "filters",
+    extensions(("x-required-role" = json!("viewer"))),
     params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = FilterListDto), (status = 503, body = Problem)))]
 async fn list_filters(
+    caller: Viewer,
     State(state): State<AppState>,
     Target(server): Target,
 ) -> Result<ApiJson<FilterListDto>, ApiError> {
-    let filters = state.fleet.filters(server, REQUESTED_BY).await?;
+    let filters = state.fleet.filters(server, &caller.requested_by()).await?;
     Ok(ApiJson(FilterListDto { filters }))
 }
 
@@ -56,9 +58,11 @@ pub struct TestFilterBody {
 
 /// Runs `fail2ban-regex` on the host: which lines match, the addresses found, hits per regex.
 #[utoipa::path(post, path = "/api/filters/test", tag = "filters", request_body = TestFilterBody,
+    extensions(("x-required-role" = json!("operator"))),
     params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = FilterTestResult), (status = 422, body = Problem)))]
 async fn test_filter(
+    caller: Operator,
     State(state): State<AppState>,
     Target(server): Target,
     ApiJson(body): ApiJson<TestFilterBody>,
@@ -102,7 +106,7 @@ async fn test_filter(
     Ok(ApiJson(
         state
             .fleet
-            .test_filter(server, source, body.lines, REQUESTED_BY)
+            .test_filter(server, source, body.lines, &caller.requested_by())
             .await?,
     ))
 }

@@ -16,9 +16,9 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::REQUESTED_BY;
 use super::error::{ApiError, ApiJson, Problem};
 use crate::app::AppState;
+use crate::auth::{Admin, Operator, Viewer};
 use crate::domain::{Labels, ServerId};
 use crate::fleet::{ActionError, FleetBan, FleetError, Selector};
 use crate::store::cluster::{FleetActionRecord, TargetRecord, TargetState};
@@ -198,13 +198,14 @@ fn fleet_ban_request(body: FleetBanBody) -> Result<FleetBan, ApiError> {
     responses((status = 201, body = FleetActionDto),
               (status = 422, description = "A field breaks its rule, or no server matches", body = Problem)))]
 async fn fleet_ban(
+    caller: Operator,
     State(state): State<AppState>,
     ApiJson(body): ApiJson<FleetBanBody>,
 ) -> Result<(StatusCode, ApiJson<FleetActionDto>), ApiError> {
     let request = fleet_ban_request(body)?;
     let action = state
         .fleet
-        .fleet_ban(request, REQUESTED_BY)
+        .fleet_ban(request, &caller.requested_by())
         .await
         .map_err(|e| match e {
             ActionError::NoServer => ApiError::invalid("labels", "no server matches the selector"),
@@ -228,6 +229,7 @@ pub struct ListParams {
     extensions(("x-required-role" = json!("viewer"))),
     responses((status = 200, body = Vec<FleetActionDto>), (status = 422, body = Problem)))]
 async fn list_actions(
+    _caller: Viewer,
     State(state): State<AppState>,
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<ApiJson<Vec<FleetActionDto>>, ApiError> {
@@ -252,6 +254,7 @@ async fn list_actions(
     params(("id" = String, Path, description = "Action id")),
     responses((status = 200, body = FleetActionDto), (status = 404, body = Problem)))]
 async fn get_action(
+    _caller: Viewer,
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<ApiJson<FleetActionDto>, ApiError> {
@@ -287,6 +290,7 @@ pub struct ServerLabels {
     responses((status = 200, body = ServerLabels), (status = 404, body = Problem),
               (status = 422, body = Problem)))]
 async fn set_labels(
+    _caller: Admin,
     State(state): State<AppState>,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<LabelsBody>,
@@ -349,7 +353,8 @@ pub struct ClusterView {
 #[utoipa::path(get, path = "/api/cluster", tag = "health",
     extensions(("x-required-role" = json!("viewer"))),
     responses((status = 200, body = ClusterView)))]
-async fn cluster_view(State(state): State<AppState>) -> Result<ApiJson<ClusterView>, ApiError> {
+async fn cluster_view(
+    _caller: Viewer,State(state): State<AppState>) -> Result<ApiJson<ClusterView>, ApiError> {
     let cluster = &state.cluster;
     let replicas = cluster.replicas().await?;
     let jobs = cluster.job_runs().await?;

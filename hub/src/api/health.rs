@@ -10,6 +10,7 @@ use utoipa_axum::routes;
 
 use super::error::{ApiJson, Problem, problem};
 use crate::app::AppState;
+use crate::auth::{Viewer};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -34,7 +35,9 @@ pub struct Readiness {
 }
 
 /// The process is up.
-#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, body = Health)))]
+#[utoipa::path(get, path = "/healthz", tag = "health",
+    extensions(("x-required-role" = json!("public"))),
+    responses((status = 200, body = Health)))]
 async fn healthz() -> ApiJson<Health> {
     ApiJson(Health {
         status: "ok",
@@ -44,6 +47,7 @@ async fn healthz() -> ApiJson<Health> {
 
 /// The hub can serve: its database answers.
 #[utoipa::path(get, path = "/readyz", tag = "health",
+    extensions(("x-required-role" = json!("public"))),
     responses((status = 200, body = Readiness), (status = 503, body = Problem)))]
 async fn readyz(State(state): State<AppState>) -> Response {
     match state.store.ping().await {
@@ -68,8 +72,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
 
 /// Metrics in the Prometheus/OpenMetrics text format.
 #[utoipa::path(get, path = "/metrics", tag = "health",
+    extensions(("x-required-role" = json!("viewer"))),
     responses((status = 200, content_type = "application/openmetrics-text", body = String)))]
-async fn metrics(State(state): State<AppState>) -> Response {
+async fn metrics(
+    _caller: Viewer,State(state): State<AppState>) -> Response {
     let mut response = state.metrics.render().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

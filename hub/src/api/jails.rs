@@ -10,8 +10,9 @@ use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem};
 use super::target::Target;
-use super::{REQUESTED_BY, servers::ServerDto};
+use super::servers::ServerDto;
 use crate::app::AppState;
+use crate::auth::{Admin, Operator, Viewer};
 use crate::fleet::{
     BanOutcome, BannedPage, ConfigChange, Edit, IgnoreListView, JailConfig, JailList,
     LogTailResult, StatusReport,
@@ -66,28 +67,32 @@ pub struct Summary {
 
 /// Every running jail with its counters (currently/total failed and banned) and file list.
 #[utoipa::path(get, path = "/api/summary", tag = "jails",
+    extensions(("x-required-role" = json!("viewer"))),
     params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name; the default server when absent")),
     responses((status = 200, body = Summary), (status = 404, body = Problem),
               (status = 503, description = "Agent offline", body = Problem),
               (status = 504, description = "Agent did not answer in time", body = Problem)))]
 async fn summary(
+    caller: Viewer,
     State(state): State<AppState>,
     Target(server): Target,
 ) -> Result<ApiJson<Summary>, ApiError> {
-    let status = state.fleet.status(server, REQUESTED_BY).await?;
+    let status = state.fleet.status(server, &caller.requested_by()).await?;
     let server = state.fleet.get(server).await?.into();
     Ok(ApiJson(Summary { server, status }))
 }
 
 /// Every jail fail2ban knows from its effective configuration, enabled or not.
 #[utoipa::path(get, path = "/api/jails/manage", tag = "jails",
+    extensions(("x-required-role" = json!("viewer"))),
     params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = JailList), (status = 503, body = Problem)))]
 async fn list_jails(
+    caller: Viewer,
     State(state): State<AppState>,
     Target(server): Target,
 ) -> Result<ApiJson<JailList>, ApiError> {
-    Ok(ApiJson(state.fleet.jails(server, REQUESTED_BY).await?))
+    Ok(ApiJson(state.fleet.jails(server, &caller.requested_by()).await?))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -106,10 +111,12 @@ pub struct ManageJails {
 
 /// Enables or disables one or several jails; fail2ban validates the result before it becomes live.
 #[utoipa::path(post, path = "/api/jails/manage", tag = "jails", request_body = ManageJails,
+    extensions(("x-required-role" = json!("admin"))),
     params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = ConfigChange),
               (status = 422, description = "Invalid name, or fail2ban refused the result (nothing changed)", body = Problem)))]
 async fn manage_jails(
+    caller: Admin,
     State(state): State<AppState>,
     Target(server): Target,
     ApiJson(body): ApiJson<ManageJails>,
@@ -133,23 +140,25 @@ async fn manage_jails(
     Ok(ApiJson(
         state
             .fleet
-            .set_jails_enabled(server, &changes, REQUESTED_BY)
+            .set_jails_enabled(server, &changes, &caller.requested_by())
             .await?,
     ))
 }
 
 /// A jail's override file, its filter's files and its effective settings.
 #[utoipa::path(get, path = "/api/jails/{jail}/config", tag = "jails",
+    extensions(("x-required-role" = json!("viewer"))),
     params(("jail" = String, Path), ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = JailConfig), (status = 404, body = Problem)))]
 async fn get_config(
+    caller: Viewer,
     State(state): State<AppState>,
     Target(server): Target,
     Path(jail): Path<String>,
 ) -> Result<ApiJson<JailConfig>, ApiError> {
     let jail = jail_name(&jail)?;
     Ok(ApiJson(
-        state.fleet.jail_config(server, &jail, REQUESTED_BY).await?,
+        state.fleet.jail_config(server, &jail, &caller.requested_by()).await?,
     ))
 }
 
@@ -230,11 +239,13 @@ fn checked_edit(
 /// Writes a jail's override and/or its filter's local file: validated by fail2ban before it becomes
 /// live, reloaded, health-checked, rolled back on any failure. A stale version is refused (409).
 #[utoipa::path(post, path = "/api/jails/{jail}/config", tag = "jails", request_body = WriteConfig,
+    extensions(("x-required-role" = json!("admin"))),
     params(("jail" = String, Path), ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = ConfigChange),
               (status = 409, description = "The file changed since it was read", body = Problem),
               (status = 422, description = "Invalid input, or fail2ban refused the configuration (nothing changed)", body = Problem)))]
 async fn write_config(
+    caller: Admin,
     State(state): State<AppState>,
     Target(server): Target,
     Path(jail): Path<String>,
@@ -258,17 +269,19 @@ async fn write_config(
     Ok(ApiJson(
         state
             .fleet
-            .write_jail_config(server, &jail, jail_override, filter_local, REQUESTED_BY)
+            .write_jail_config(server, &jail, jail_override, filter_local, &caller.requested_by())
             .await?,
     ))
 }
 
 /// Bans an address or network in a jail.
 #[utoipa::path(post, path = "/api/jails/{jail}/ban/{ip}", tag = "jails",
+    extensions(("x-required-role" = json!("operator"))),
     params(("jail" = String, Path), ("ip" = String, Path, description = "IPv4, IPv6 or CIDR (`/` encoded as %2F)"),
            ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = BanOutcome), (status = 422, body = Problem)))]
 async fn ban(
+    caller: Operator,
     State(state): State<AppState>,
     Target(server): Target,
     Path((jail, ip)): Path<(String, String)>,
@@ -278,17 +291,19 @@ async fn ban(
     Ok(ApiJson(
         state
             .fleet
-            .set_ban(server, Some(&jail), ip, true, REQUESTED_BY)
+            .set_ban(server, Some(&jail), ip, true, &caller.requested_by())
             .await?,
     ))
 }
 
 /// Lifts the ban of an address or network in a jail.
 #[utoipa::path(post, path = "/api/jails/{jail}/unban/{ip}", tag = "jails",
+    extensions(("x-required-role" = json!("operator"))),
     params(("jail" = String, Path), ("ip" = String, Path, description = "IPv4, IPv6 or CIDR (`/` encoded as %2F)"),
            ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = BanOutcome), (status = 422, body = Problem)))]
 async fn unban(
+    caller: Operator,
     State(state): State<AppState>,
     Target(server): Target,
     Path((jail, ip)): Path<(String, String)>,
@@ -298,7 +313,7 @@ async fn unban(
     Ok(ApiJson(
         state
             .fleet
-            .set_ban(server, Some(&jail), ip, false, REQUESTED_BY)
+            .set_ban(server, Some(&jail), ip, false, &caller.requested_by())
             .await?,
     ))
 }
@@ -317,9 +332,11 @@ pub struct BannedQuery {
 
 /// A page of a jail's banned addresses with ban and expiry times.
 #[utoipa::path(get, path = "/api/jails/{jail}/banned", tag = "jails",
+    extensions(("x-required-role" = json!("viewer"))),
     params(("jail" = String, Path), BannedQuery, ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = BannedPage), (status = 422, body = Problem)))]
 async fn banned(
+    caller: Viewer,
     State(state): State<AppState>,
     Target(server): Target,
     Path(jail): Path<String>,
@@ -353,7 +370,7 @@ async fn banned(
                 &query.search,
                 query.offset,
                 limit,
-                REQUESTED_BY,
+                &caller.requested_by(),
             )
             .await?,
     ))
@@ -368,9 +385,11 @@ pub struct LogQuery {
 
 /// The end of fail2ban's own log, only the lines about this jail.
 #[utoipa::path(get, path = "/api/jails/{jail}/logs", tag = "jails",
+    extensions(("x-required-role" = json!("viewer"))),
     params(("jail" = String, Path), LogQuery, ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = LogTailResult), (status = 422, body = Problem)))]
 async fn logs(
+    caller: Viewer,
     State(state): State<AppState>,
     Target(server): Target,
     Path(jail): Path<String>,
@@ -387,7 +406,7 @@ async fn logs(
     Ok(ApiJson(
         state
             .fleet
-            .log_tail(server, Some(&jail), lines, REQUESTED_BY)
+            .log_tail(server, Some(&jail), lines, &caller.requested_by())
             .await?,
     ))
 }
@@ -457,9 +476,11 @@ fn ignore_entries(body: &IgnoreListBody) -> Result<Vec<String>, ApiError> {
 
 /// A jail's allowlist (`ignoreip`).
 #[utoipa::path(get, path = "/api/jails/{jail}/ignoreip", tag = "jails",
+    extensions(("x-required-role" = json!("viewer"))),
     params(("jail" = String, Path), ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = IgnoreListView)))]
 async fn get_jail_ignore(
+    caller: Viewer,
     State(state): State<AppState>,
     Target(server): Target,
     Path(jail): Path<String>,
@@ -468,16 +489,18 @@ async fn get_jail_ignore(
     Ok(ApiJson(
         state
             .fleet
-            .ignore_list(server, Some(&jail), REQUESTED_BY)
+            .ignore_list(server, Some(&jail), &caller.requested_by())
             .await?,
     ))
 }
 
 /// Replaces a jail's allowlist, through the same validated write as any configuration change.
 #[utoipa::path(post, path = "/api/jails/{jail}/ignoreip", tag = "jails", request_body = IgnoreListBody,
+    extensions(("x-required-role" = json!("admin"))),
     params(("jail" = String, Path), ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = ConfigChange), (status = 409, body = Problem), (status = 422, body = Problem)))]
 async fn set_jail_ignore(
+    caller: Admin,
     State(state): State<AppState>,
     Target(server): Target,
     Path(jail): Path<String>,
@@ -488,29 +511,33 @@ async fn set_jail_ignore(
     Ok(ApiJson(
         state
             .fleet
-            .set_ignore_list(server, Some(&jail), entries, body.version, REQUESTED_BY)
+            .set_ignore_list(server, Some(&jail), entries, body.version, &caller.requested_by())
             .await?,
     ))
 }
 
 /// The allowlist every jail of the server shares (`ignoreip` in `[DEFAULT]`).
 #[utoipa::path(get, path = "/api/ignoreip", tag = "jails",
+    extensions(("x-required-role" = json!("viewer"))),
     params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = IgnoreListView)))]
 async fn get_global_ignore(
+    caller: Viewer,
     State(state): State<AppState>,
     Target(server): Target,
 ) -> Result<ApiJson<IgnoreListView>, ApiError> {
     Ok(ApiJson(
-        state.fleet.ignore_list(server, None, REQUESTED_BY).await?,
+        state.fleet.ignore_list(server, None, &caller.requested_by()).await?,
     ))
 }
 
 /// Replaces the allowlist every jail of the server shares.
 #[utoipa::path(post, path = "/api/ignoreip", tag = "jails", request_body = IgnoreListBody,
+    extensions(("x-required-role" = json!("admin"))),
     params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = ConfigChange), (status = 409, body = Problem), (status = 422, body = Problem)))]
 async fn set_global_ignore(
+    caller: Admin,
     State(state): State<AppState>,
     Target(server): Target,
     ApiJson(body): ApiJson<IgnoreListBody>,
@@ -519,7 +546,7 @@ async fn set_global_ignore(
     Ok(ApiJson(
         state
             .fleet
-            .set_ignore_list(server, None, entries, body.version, REQUESTED_BY)
+            .set_ignore_list(server, None, entries, body.version, &caller.requested_by())
             .await?,
     ))
 }

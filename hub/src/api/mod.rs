@@ -2,6 +2,8 @@
 //! OpenAPI document generated from the handlers (`/api/openapi.json`, browsable at `/api/docs`).
 
 mod alerts;
+mod audit;
+mod auth;
 mod callbacks;
 mod control;
 mod delivery;
@@ -15,8 +17,7 @@ mod servers;
 mod settings;
 mod target;
 
-/// Who asks, until operator authentication exists.
-pub(crate) const REQUESTED_BY: &str = "api";
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -30,6 +31,7 @@ use utoipa_swagger_ui::SwaggerUi;
 pub use error::{ApiError, ApiJson, Problem, problem};
 
 use crate::app::AppState;
+use crate::auth::policy::{self, Authorizer, Policy};
 use crate::metrics::HttpLabels;
 
 #[derive(OpenApi)]
@@ -47,13 +49,18 @@ use crate::metrics::HttpLabels;
          (name = "callbacks", description = "fail2ban's action reporting to the hub directly (hosts without an agent)"),
          (name = "settings", description = "Settings (SMTP, alerts, webhooks, retention, GeoIP, fail2ban defaults), the test e-mail and the defaults push"),
          (name = "alerts", description = "Alert digests and the status of their e-mail and webhook deliveries"),
+         (name = "auth", description = "Login (OpenID Connect or the local administrator), the session's user, API tokens and sessions"),
+         (name = "audit", description = "The audit log of every state-changing request"),
          (name = "health", description = "Liveness, readiness and metrics"))
 )]
 struct ApiDoc;
 
-/// The OpenAPI document of every route.
+/// The OpenAPI document of every route, with each operation's security requirement (from its
+/// `x-required-role`).
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    api_routes().split_for_parts().1
+    let mut doc = api_routes().split_for_parts().1;
+    policy::document(&mut doc);
+    doc
 }
 
 fn api_routes() -> OpenApiRouter<AppState> {
@@ -68,6 +75,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(callbacks::router())
         .merge(settings::router())
         .merge(alerts::router())
+        .merge(auth::router())
+        .merge(audit::router())
         .merge(health::router())
 }
 
@@ -75,6 +84,17 @@ fn api_routes() -> OpenApiRouter<AppState> {
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.http.body_limit_bytes;
     let (routes, mut doc) = api_routes().split_for_parts();
+    // The roles are read from the generated document before it is decorated; a route with an
+    // unknown role value is a bug that must stop the hub rather than open the route.
+    let policy = match Policy::from_openapi(&doc) {
+        Ok(policy) => Arc::new(policy),
+        Err(e) => panic!("the API's x-required-role declarations are invalid: {e}"),
+    };
+    policy::document(&mut doc);
+    let authorizer = Authorizer {
+        auth: state.auth.clone(),
+        policy,
+    };
     // Under `http.base_path` the paths in the document are relative to that prefix, and Swagger UI in
     // the browser must fetch the document from under it too.
     let base = &state.config.http.base_path;
@@ -86,7 +106,16 @@ pub fn router(state: AppState) -> Router {
         ]));
     routes
         .merge(swagger)
+        // A route layer sees the matched route, whose role the policy knows.
+        .route_layer(middleware::from_fn_with_state(
+            authorizer,
+            policy::authorize,
+        ))
         .fallback(crate::ui::fallback(&state.config.http.base_path.home()))
+        .layer(middleware::from_fn_with_state(
+            state.auth.clone(),
+            policy::authenticate,
+        ))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(
             state.clone(),

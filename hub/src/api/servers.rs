@@ -10,9 +10,9 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::REQUESTED_BY;
 use super::error::{ApiError, ApiJson, Problem};
 use crate::app::AppState;
+use crate::auth::{Admin, Operator, Viewer};
 use crate::domain::{Labels, NewServer, ServerId, ServerName, ServerStatus};
 use crate::fleet::{FleetError, IssuedToken, PingReport, ServerView};
 
@@ -195,18 +195,22 @@ fn new_server(body: CreateServer) -> Result<NewServer, ApiError> {
 
 /// Every registered server with its live status.
 #[utoipa::path(get, path = "/api/servers", tag = "servers",
+    extensions(("x-required-role" = json!("viewer"))),
     responses((status = 200, body = Vec<ServerDto>)))]
-async fn list_servers(State(state): State<AppState>) -> Result<ApiJson<Vec<ServerDto>>, ApiError> {
+async fn list_servers(
+    _caller: Viewer,State(state): State<AppState>) -> Result<ApiJson<Vec<ServerDto>>, ApiError> {
     let servers = state.fleet.list().await?;
     Ok(ApiJson(servers.into_iter().map(ServerDto::from).collect()))
 }
 
 /// Registers a server and returns its one-time enrollment token.
 #[utoipa::path(post, path = "/api/servers", tag = "servers", request_body = CreateServer,
+    extensions(("x-required-role" = json!("admin"))),
     responses((status = 201, body = CreatedServer),
               (status = 409, description = "Name already in use", body = Problem),
               (status = 422, description = "A field breaks its rule", body = Problem)))]
 async fn create_server(
+    _caller: Admin,
     State(state): State<AppState>,
     ApiJson(body): ApiJson<CreateServer>,
 ) -> Result<(StatusCode, ApiJson<CreatedServer>), ApiError> {
@@ -222,9 +226,11 @@ async fn create_server(
 
 /// One server.
 #[utoipa::path(get, path = "/api/servers/{id}", tag = "servers",
+    extensions(("x-required-role" = json!("viewer"))),
     params(("id" = String, Path, description = "Server id")),
     responses((status = 200, body = ServerDto), (status = 404, body = Problem)))]
 async fn get_server(
+    _caller: Viewer,
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<ApiJson<ServerDto>, ApiError> {
@@ -233,9 +239,11 @@ async fn get_server(
 
 /// Deletes a server: its agent's certificate is revoked and its live session cut.
 #[utoipa::path(delete, path = "/api/servers/{id}", tag = "servers",
+    extensions(("x-required-role" = json!("admin"))),
     params(("id" = String, Path, description = "Server id")),
     responses((status = 204), (status = 404, body = Problem)))]
 async fn delete_server(
+    _caller: Admin,
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
@@ -245,6 +253,7 @@ async fn delete_server(
 
 /// Round trip through the server's agent to fail2ban's `ping`.
 #[utoipa::path(post, path = "/api/servers/{id}/test", tag = "servers",
+    extensions(("x-required-role" = json!("operator"))),
     params(("id" = String, Path, description = "Server id")),
     responses((status = 200, body = TestResult),
               (status = 404, body = Problem),
@@ -252,19 +261,22 @@ async fn delete_server(
               (status = 503, description = "Agent offline or not enrolled", body = Problem),
               (status = 504, description = "Agent did not answer in time", body = Problem)))]
 async fn test_server(
+    caller: Operator,
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<ApiJson<TestResult>, ApiError> {
-    let report = state.fleet.ping(server_id(&id)?, REQUESTED_BY).await?;
+    let report = state.fleet.ping(server_id(&id)?, &caller.requested_by()).await?;
     Ok(ApiJson(report.into()))
 }
 
 /// Issues a new one-time enrollment token for an existing server, e.g. after its host was rebuilt.
 /// Enrolling with it replaces (and revokes) the server's current agent.
 #[utoipa::path(post, path = "/api/servers/{id}/enrollment-token", tag = "servers",
+    extensions(("x-required-role" = json!("admin"))),
     params(("id" = String, Path, description = "Server id")),
     responses((status = 201, body = EnrollmentDto), (status = 404, body = Problem)))]
 async fn new_enrollment_token(
+    _caller: Admin,
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, ApiJson<EnrollmentDto>), ApiError> {

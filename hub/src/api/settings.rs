@@ -13,10 +13,10 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::REQUESTED_BY;
 use super::error::{ApiError, ApiJson, Problem, problem};
 use crate::alerts::mail::{self, Mail};
 use crate::app::AppState;
+use crate::auth::{Admin};
 use crate::domain::{Server, ServerId, ServerName};
 use crate::fleet::DefaultsPushResult;
 use crate::settings::model::{DefaultsDocument, parse_address};
@@ -123,7 +123,8 @@ fn parse_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T
 #[utoipa::path(get, path = "/api/settings", tag = "settings",
     extensions(("x-required-role" = json!("admin"))),
     responses((status = 200, body = SettingsDocument, headers(("ETag" = String, description = "The version, quoted")))))]
-async fn get_settings(State(state): State<AppState>) -> Response {
+async fn get_settings(
+    _caller: Admin,State(state): State<AppState>) -> Response {
     with_etag(state.settings.view())
 }
 
@@ -137,6 +138,7 @@ async fn get_settings(State(state): State<AppState>) -> Response {
               (status = 400, body = Problem), (status = 409, description = "Edited from an older version", body = Problem),
               (status = 422, description = "A value breaks its rule; `field` names it", body = Problem)))]
 async fn save_settings(
+    _caller: Admin,
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Bytes,
@@ -199,6 +201,7 @@ pub struct TestEmailResult {
               (status = 422, description = "No SMTP server or recipient, or a bad value", body = Problem),
               (status = 502, description = "The mail server could not be reached or refused", body = Problem)))]
 async fn test_email(
+    _caller: Admin,
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<ApiJson<TestEmailResult>, Failure> {
@@ -291,6 +294,7 @@ pub struct PushDefaultsResult {
     responses((status = 200, body = PushDefaultsResult),
               (status = 422, description = "Nothing to push, or no such server", body = Problem)))]
 async fn push_defaults(
+    caller: Admin,
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<ApiJson<PushDefaultsResult>, Failure> {
@@ -340,7 +344,7 @@ async fn push_defaults(
     }
     let results = state
         .fleet
-        .push_defaults(chosen, &defaults, REQUESTED_BY)
+        .push_defaults(chosen, &defaults, &caller.requested_by())
         .await;
     Ok(ApiJson(PushDefaultsResult {
         defaults: snapshot.document.fail2ban.defaults.clone(),

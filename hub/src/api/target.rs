@@ -6,6 +6,7 @@ use axum::http::request::Parts;
 
 use super::error::ApiError;
 use crate::app::AppState;
+use crate::auth::AuditHandle;
 use crate::domain::{ServerId, ServerName};
 use crate::fleet::FleetError;
 
@@ -16,14 +17,12 @@ pub const SERVER_HEADER: &str = "x-bandaemon-server";
 #[derive(Debug, Clone, Copy)]
 pub struct Target(pub ServerId);
 
-impl FromRequestParts<AppState> for Target {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+async fn resolve(parts: &Parts, state: &AppState) -> Result<Target, ApiError> {
+    {
         let store = &state.store;
         let Some(value) = parts.headers.get(SERVER_HEADER) else {
             return match store.default_server().await? {
-                Some(server) => Ok(Self(server.id)),
+                Some(server) => Ok(Target(server.id)),
                 None => Err(ApiError::NotFound(
                     "no server is registered yet; add one with POST /api/servers".to_owned(),
                 )),
@@ -40,7 +39,20 @@ impl FromRequestParts<AppState> for Target {
             None
         };
         server
-            .map(|s| Self(s.id))
+            .map(|s| Target(s.id))
             .ok_or(ApiError::Fleet(FleetError::UnknownServer))
+    }
+}
+
+impl FromRequestParts<AppState> for Target {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let target = resolve(parts, state).await?;
+        // The audit entry of a change names the server it was about.
+        if let Some(audit) = parts.extensions.get::<AuditHandle>() {
+            audit.server(target.0);
+        }
+        Ok(target)
     }
 }
