@@ -236,6 +236,30 @@ impl HubProcess {
         &self.admin.token
     }
 
+    /// A new API token with `role` (`viewer`, `operator`, `admin`), created by the bootstrap admin
+    /// through `POST /api/tokens`.
+    pub async fn token(&self, role: &str) -> anyhow::Result<String> {
+        let response = self
+            .client
+            .post(self.url("/api/tokens"))
+            .json(&serde_json::json!({ "name": format!("test-{role}"), "role": role }))
+            .send()
+            .await
+            .context("POST /api/tokens")?;
+        let status = response.status();
+        let body: serde_json::Value = response.json().await.context("token answer")?;
+        anyhow::ensure!(status.is_success(), "POST /api/tokens: {status} {body}");
+        body["token"]
+            .as_str()
+            .map(str::to_owned)
+            .context("the answer has no token")
+    }
+
+    /// An HTTP client sending a new API token with `role`.
+    pub async fn client_as(&self, role: &str) -> anyhow::Result<reqwest::Client> {
+        bearer_client(&self.token(role).await?)
+    }
+
     /// An HTTP client without credentials (30 s request timeout).
     pub fn anonymous_client(&self) -> anyhow::Result<reqwest::Client> {
         reqwest::Client::builder()

@@ -1,7 +1,4 @@
 //! `GET /api/audit`: the audit log, newest first, in pages (admins only).
-//!
-//! Work in progress: not yet declared in `api/mod.rs` (it needs `AppState::auth` and the policy
-//! layers wired in `api::router`), so it is not compiled.
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
