@@ -26,8 +26,12 @@ fn find<'a>(entries: &'a [Value], action: &str) -> Vec<&'a Value> {
 #[tokio::test]
 async fn changes_are_recorded_with_who_what_and_where() {
     let hub = HubProcess::start().expect("hub");
-    let (status, server) =
-        call(hub.client().post(hub.url("/api/servers")).json(&json!({ "name": "web-1" }))).await;
+    let (status, server) = call(
+        hub.client()
+            .post(hub.url("/api/servers"))
+            .json(&json!({ "name": "web-1" })),
+    )
+    .await;
     assert!(status.is_success(), "{status} {server}");
     let id = server["id"].as_str().expect("id").to_owned();
 
@@ -39,8 +43,12 @@ async fn changes_are_recorded_with_who_what_and_where() {
         "/api/jails/sshd/ban/192.0.2.7",
         "/api/jails/sshd/unban/192.0.2.7",
     ] {
-        let (status, body) =
-            call(hub.client().post(hub.url(path)).header("X-BanDaemon-Server", &id)).await;
+        let (status, body) = call(
+            hub.client()
+                .post(hub.url(path))
+                .header("X-BanDaemon-Server", &id),
+        )
+        .await;
         assert!(!status.is_success(), "agent offline: {status} {body}");
     }
     let (status, body) = call(
@@ -83,7 +91,10 @@ async fn changes_are_recorded_with_who_what_and_where() {
     let deletes = find(&entries, "DELETE /api/servers/{id}");
     assert_eq!(deletes.len(), 2, "{entries:#?}");
     assert!(deletes.iter().all(|e| e["serverId"] == id.as_str()));
-    let denied: Vec<_> = deletes.iter().filter(|e| e["outcome"] == "denied").collect();
+    let denied: Vec<_> = deletes
+        .iter()
+        .filter(|e| e["outcome"] == "denied")
+        .collect();
     assert_eq!(denied.len(), 1, "the viewer's attempt: {deletes:#?}");
     assert_eq!(denied[0]["actorKind"], "token");
     assert_eq!(denied[0]["status"], 403);

@@ -22,7 +22,11 @@ fn initial_password(hub: &HubProcess) -> String {
 }
 
 /// Posts the local login; returns the status, the body and the session cookie (`name=value`).
-async fn login(hub: &HubProcess, user: &str, password: &str) -> (StatusCode, Value, Option<String>) {
+async fn login(
+    hub: &HubProcess,
+    user: &str,
+    password: &str,
+) -> (StatusCode, Value, Option<String>) {
     let response = hub
         .anonymous_client()
         .expect("client")
@@ -56,11 +60,19 @@ async fn the_api_needs_a_login_but_health_does_not() {
     let (status, body) = status_of(anonymous.get(hub.url("/api/servers"))).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
     assert_eq!(body["code"], "unauthenticated");
-    let (status, body) =
-        status_of(anonymous.post(hub.url("/api/servers")).json(&json!({ "name": "web-1" }))).await;
+    let (status, body) = status_of(
+        anonymous
+            .post(hub.url("/api/servers"))
+            .json(&json!({ "name": "web-1" })),
+    )
+    .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
     let (_, servers) = status_of(hub.client().get(hub.url("/api/servers"))).await;
-    assert_eq!(servers.as_array().map(Vec::len), Some(0), "nothing was added: {servers}");
+    assert_eq!(
+        servers.as_array().map(Vec::len),
+        Some(0),
+        "nothing was added: {servers}"
+    );
     for open in ["/healthz", "/readyz", "/auth/status"] {
         let (status, body) = status_of(anonymous.get(hub.url(open))).await;
         assert_eq!(status, StatusCode::OK, "{open}: {body}");
@@ -83,7 +95,10 @@ async fn the_api_needs_a_login_but_health_does_not() {
         doc["paths"]["/api/jails/{jail}/ban/{ip}"]["post"]["x-required-role"],
         "operator"
     );
-    assert_eq!(doc["paths"]["/api/servers"]["get"]["x-required-role"], "viewer");
+    assert_eq!(
+        doc["paths"]["/api/servers"]["get"]["x-required-role"],
+        "viewer"
+    );
 }
 
 #[tokio::test]
@@ -91,9 +106,16 @@ async fn local_admin_logs_in_with_the_generated_password() {
     let hub = HubProcess::start().expect("hub");
     let path = hub.data_dir().join("initial-admin-password");
     let mode = std::os::unix::fs::PermissionsExt::mode(
-        &std::fs::metadata(&path).expect("password file").permissions(),
+        &std::fs::metadata(&path)
+            .expect("password file")
+            .permissions(),
     );
-    assert_eq!(mode & 0o077, 0, "only its owner may read {}", path.display());
+    assert_eq!(
+        mode & 0o077,
+        0,
+        "only its owner may read {}",
+        path.display()
+    );
     let (status, user, cookie) = login(&hub, "admin", &initial_password(&hub)).await;
     assert_eq!(status, StatusCode::OK, "{user}");
     assert_eq!(user["role"], "admin");
@@ -163,7 +185,11 @@ async fn wrong_passwords_are_refused_then_rate_limited() {
     let hub = HubProcess::start().expect("hub");
     for attempt in 0..5 {
         let (status, body, cookie) = login(&hub, "admin", "wrong password").await;
-        assert_eq!(status, StatusCode::UNAUTHORIZED, "attempt {attempt}: {body}");
+        assert_eq!(
+            status,
+            StatusCode::UNAUTHORIZED,
+            "attempt {attempt}: {body}"
+        );
         assert!(cookie.is_none());
     }
     let (status, body, cookie) = login(&hub, "admin", "wrong password").await;
@@ -215,13 +241,21 @@ async fn each_role_gets_its_calls_and_no_others() {
     }
     // Server add: admin only.
     for client in [&viewer, &operator] {
-        let (status, body) =
-            status_of(client.post(hub.url("/api/servers")).json(&json!({ "name": "nope" }))).await;
+        let (status, body) = status_of(
+            client
+                .post(hub.url("/api/servers"))
+                .json(&json!({ "name": "nope" })),
+        )
+        .await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
         assert_eq!(body["code"], "forbidden");
     }
-    let (status, server) =
-        status_of(admin.post(hub.url("/api/servers")).json(&json!({ "name": "web-1" }))).await;
+    let (status, server) = status_of(
+        admin
+            .post(hub.url("/api/servers"))
+            .json(&json!({ "name": "web-1" })),
+    )
+    .await;
     assert!(status.is_success(), "{status} {server}");
     let id = server["id"].as_str().expect("id").to_owned();
     // Ban: operator and admin pass the role check (the agent is offline: 503), the viewer does not.
@@ -274,7 +308,8 @@ async fn revoked_tokens_stop_working() {
         "the secret is never shown again"
     );
     let id = listed[0]["id"].as_str().expect("id");
-    let (status, body) = status_of(hub.client().delete(hub.url(&format!("/api/tokens/{id}")))).await;
+    let (status, body) =
+        status_of(hub.client().delete(hub.url(&format!("/api/tokens/{id}")))).await;
     assert!(status.is_success(), "{status} {body}");
     let (status, _) = status_of(client.get(hub.url("/api/servers"))).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);

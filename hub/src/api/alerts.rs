@@ -11,7 +11,7 @@ use utoipa_axum::routes;
 use super::error::{ApiError, ApiJson, Problem};
 use crate::alerts::model::{Delivery, DeliveryFilter, DeliveryStatus, Digest};
 use crate::app::AppState;
-use crate::auth::{Viewer};
+use crate::auth::Viewer;
 
 /// Largest page.
 const MAX_LIMIT: u64 = 500;

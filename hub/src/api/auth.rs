@@ -163,7 +163,10 @@ async fn login_start(
         AuthMode::Local => Ok(found(&format!("/login?return_to={}", encode(&target)))),
         AuthMode::Oidc => {
             let external = state.auth.external(&headers).ok_or_else(|| {
-                ApiError::invalid("Host", "the request names no usable host; set auth.public_url")
+                ApiError::invalid(
+                    "Host",
+                    "the request names no usable host; set auth.public_url",
+                )
             })?;
             let (url, cookie) = state.auth.begin_oidc(&external, &target).await?;
             let mut response = found(url.as_str());
@@ -333,14 +336,23 @@ async fn callback(
     response
 }
 
-async fn logout(state: &AppState, authn: &Authn, headers: &HeaderMap, client: Option<IpAddr>) -> Result<Response, ApiError> {
+async fn logout(
+    state: &AppState,
+    authn: &Authn,
+    headers: &HeaderMap,
+    client: Option<IpAddr>,
+) -> Result<Response, ApiError> {
     let auth = &state.auth;
     let external = auth.external(headers);
-    let provider = auth.logout(authn.principal.as_ref(), external.as_ref()).await?;
-    if let Some(principal @ Principal {
-        credential: Credential::Session(_),
-        ..
-    }) = authn.principal.as_ref()
+    let provider = auth
+        .logout(authn.principal.as_ref(), external.as_ref())
+        .await?;
+    if let Some(
+        principal @ Principal {
+            credential: Credential::Session(_),
+            ..
+        },
+    ) = authn.principal.as_ref()
     {
         auth.record(login_entry(
             (&principal.subject, &principal.name, "session"),

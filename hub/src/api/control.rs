@@ -48,7 +48,10 @@ async fn restart(
     };
     let mode = body.mode.unwrap_or(RestartKind::Reload);
     Ok(ApiJson(
-        state.fleet.restart(server, mode, &caller.requested_by()).await?,
+        state
+            .fleet
+            .restart(server, mode, &caller.requested_by())
+            .await?,
     ))
 }
 
@@ -75,7 +78,10 @@ async fn unban_everywhere(
     ApiJson(body): ApiJson<UnbanEverywhereBody>,
 ) -> Result<ApiJson<UnbanEverywhereResult>, ApiError> {
     let ip = IpOrCidr::parse(&body.ip).map_err(|e| ApiError::invalid("ip", e))?;
-    let servers = state.fleet.unban_everywhere(ip, &caller.requested_by()).await?;
+    let servers = state
+        .fleet
+        .unban_everywhere(ip, &caller.requested_by())
+        .await?;
     Ok(ApiJson(UnbanEverywhereResult {
         ip: ip.to_string(),
         servers,

@@ -19,7 +19,7 @@ use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem};
 use crate::app::AppState;
-use crate::auth::{Viewer};
+use crate::auth::Viewer;
 use crate::domain::ServerId;
 use crate::domain::events::{
     Counts, Cursor, EventBody, EventFilter, EventId, EventKind, EventPage, EventSource, Insights,

@@ -354,7 +354,9 @@ pub struct ClusterView {
     extensions(("x-required-role" = json!("viewer"))),
     responses((status = 200, body = ClusterView)))]
 async fn cluster_view(
-    _caller: Viewer,State(state): State<AppState>) -> Result<ApiJson<ClusterView>, ApiError> {
+    _caller: Viewer,
+    State(state): State<AppState>,
+) -> Result<ApiJson<ClusterView>, ApiError> {
     let cluster = &state.cluster;
     let replicas = cluster.replicas().await?;
     let jobs = cluster.job_runs().await?;

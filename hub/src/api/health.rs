@@ -10,7 +10,7 @@ use utoipa_axum::routes;
 
 use super::error::{ApiJson, Problem, problem};
 use crate::app::AppState;
-use crate::auth::{Viewer};
+use crate::auth::Viewer;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -74,8 +74,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
 #[utoipa::path(get, path = "/metrics", tag = "health",
     extensions(("x-required-role" = json!("viewer"))),
     responses((status = 200, content_type = "application/openmetrics-text", body = String)))]
-async fn metrics(
-    _caller: Viewer,State(state): State<AppState>) -> Response {
+async fn metrics(_caller: Viewer, State(state): State<AppState>) -> Response {
     let mut response = state.metrics.render().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

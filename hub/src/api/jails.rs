@@ -9,8 +9,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem};
-use super::target::Target;
 use super::servers::ServerDto;
+use super::target::Target;
 use crate::app::AppState;
 use crate::auth::{Admin, Operator, Viewer};
 use crate::fleet::{
@@ -92,7 +92,9 @@ async fn list_jails(
     State(state): State<AppState>,
     Target(server): Target,
 ) -> Result<ApiJson<JailList>, ApiError> {
-    Ok(ApiJson(state.fleet.jails(server, &caller.requested_by()).await?))
+    Ok(ApiJson(
+        state.fleet.jails(server, &caller.requested_by()).await?,
+    ))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -158,7 +160,10 @@ async fn get_config(
 ) -> Result<ApiJson<JailConfig>, ApiError> {
     let jail = jail_name(&jail)?;
     Ok(ApiJson(
-        state.fleet.jail_config(server, &jail, &caller.requested_by()).await?,
+        state
+            .fleet
+            .jail_config(server, &jail, &caller.requested_by())
+            .await?,
     ))
 }
 
@@ -269,7 +274,13 @@ async fn write_config(
     Ok(ApiJson(
         state
             .fleet
-            .write_jail_config(server, &jail, jail_override, filter_local, &caller.requested_by())
+            .write_jail_config(
+                server,
+                &jail,
+                jail_override,
+                filter_local,
+                &caller.requested_by(),
+            )
             .await?,
     ))
 }
@@ -511,7 +522,13 @@ async fn set_jail_ignore(
     Ok(ApiJson(
         state
             .fleet
-            .set_ignore_list(server, Some(&jail), entries, body.version, &caller.requested_by())
+            .set_ignore_list(
+                server,
+                Some(&jail),
+                entries,
+                body.version,
+                &caller.requested_by(),
+            )
             .await?,
     ))
 }
@@ -527,7 +544,10 @@ async fn get_global_ignore(
     Target(server): Target,
 ) -> Result<ApiJson<IgnoreListView>, ApiError> {
     Ok(ApiJson(
-        state.fleet.ignore_list(server, None, &caller.requested_by()).await?,
+        state
+            .fleet
+            .ignore_list(server, None, &caller.requested_by())
+            .await?,
     ))
 }
 

@@ -198,7 +198,9 @@ fn new_server(body: CreateServer) -> Result<NewServer, ApiError> {
     extensions(("x-required-role" = json!("viewer"))),
     responses((status = 200, body = Vec<ServerDto>)))]
 async fn list_servers(
-    _caller: Viewer,State(state): State<AppState>) -> Result<ApiJson<Vec<ServerDto>>, ApiError> {
+    _caller: Viewer,
+    State(state): State<AppState>,
+) -> Result<ApiJson<Vec<ServerDto>>, ApiError> {
     let servers = state.fleet.list().await?;
     Ok(ApiJson(servers.into_iter().map(ServerDto::from).collect()))
 }
@@ -265,7 +267,10 @@ async fn test_server(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<ApiJson<TestResult>, ApiError> {
-    let report = state.fleet.ping(server_id(&id)?, &caller.requested_by()).await?;
+    let report = state
+        .fleet
+        .ping(server_id(&id)?, &caller.requested_by())
+        .await?;
     Ok(ApiJson(report.into()))
 }
 

@@ -16,7 +16,7 @@ use utoipa_axum::routes;
 use super::error::{ApiError, ApiJson, Problem, problem};
 use crate::alerts::mail::{self, Mail};
 use crate::app::AppState;
-use crate::auth::{Admin};
+use crate::auth::Admin;
 use crate::domain::{Server, ServerId, ServerName};
 use crate::fleet::DefaultsPushResult;
 use crate::settings::model::{DefaultsDocument, parse_address};
@@ -123,8 +123,7 @@ fn parse_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T
 #[utoipa::path(get, path = "/api/settings", tag = "settings",
     extensions(("x-required-role" = json!("admin"))),
     responses((status = 200, body = SettingsDocument, headers(("ETag" = String, description = "The version, quoted")))))]
-async fn get_settings(
-    _caller: Admin,State(state): State<AppState>) -> Response {
+async fn get_settings(_caller: Admin, State(state): State<AppState>) -> Response {
     with_etag(state.settings.view())
 }
 
