@@ -33,7 +33,7 @@ async fn changes_are_recorded_with_who_what_and_where() {
     )
     .await;
     assert!(status.is_success(), "{status} {server}");
-    let id = server["id"].as_str().expect("id").to_owned();
+    let id = server["server"]["id"].as_str().expect("id").to_owned();
 
     let (_, settings) = call(hub.client().get(hub.url("/api/settings"))).await;
     let (status, body) = call(hub.client().post(hub.url("/api/settings")).json(&settings)).await;

@@ -257,7 +257,7 @@ async fn each_role_gets_its_calls_and_no_others() {
     )
     .await;
     assert!(status.is_success(), "{status} {server}");
-    let id = server["id"].as_str().expect("id").to_owned();
+    let id = server["server"]["id"].as_str().expect("id").to_owned();
     // Ban: operator and admin pass the role check (the agent is offline: 503), the viewer does not.
     let (status, body) = status_of(
         viewer
