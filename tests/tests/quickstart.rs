@@ -31,7 +31,9 @@ struct Quickstart {
 }
 
 impl Quickstart {
-    fn start(data: &Path, logs_dir: &Path, run: u32) -> Self {
+    /// `grpc`: the address agents dial. Both runs use the same one, as a user's default does: the
+    /// enrolled agent keeps the hub address from its token.
+    fn start(data: &Path, logs_dir: &Path, run: u32, grpc: &str) -> Self {
         let script = workspace_root().join("deploy/quickstart");
         let logs = LogFiles::new(logs_dir, &format!("quickstart-{run}"));
         let mut command = Command::new("bash");
@@ -39,7 +41,7 @@ impl Quickstart {
             .arg(&script)
             .env("BANHUB_QUICKSTART_DIR", data)
             .env("BANHUB_QUICKSTART_HTTP", "127.0.0.1:0")
-            .env("BANHUB_QUICKSTART_GRPC", "127.0.0.1:0")
+            .env("BANHUB_QUICKSTART_GRPC", grpc)
             .env("BANHUB_QUICKSTART_RELAY", "127.0.0.1:0")
             // The binaries the suite was built with, instead of a `cargo build` inside a test.
             .env("BANHUB_QUICKSTART_BIN", target_dir().join("debug"))
@@ -268,8 +270,13 @@ async fn get_json(client: &reqwest::Client, url: &str) -> Option<Value> {
 
 /// The sandbox server's id once the API shows it online.
 async fn wait_sandbox_online(client: &reqwest::Client, url: &str, run: &Quickstart) -> String {
+    let last = std::sync::Mutex::new(String::new());
     wait_for_async(READY, "the sandbox server online in the API", || async {
-        let servers = get_json(client, &format!("{url}/api/servers")).await?;
+        let response = client.get(format!("{url}/api/servers")).send().await.ok()?;
+        let status = response.status();
+        let body = response.text().await.ok()?;
+        *last.lock().expect("lock") = format!("{status} {body}");
+        let servers: Value = serde_json::from_str(&body).ok()?;
         let list = servers
             .as_array()
             .cloned()
@@ -279,7 +286,13 @@ async fn wait_sandbox_online(client: &reqwest::Client, url: &str, run: &Quicksta
             .and_then(|s| s["id"].as_str().map(str::to_owned))
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", run.output()))
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}; the last answer of GET /api/servers: {}\n{}",
+            last.lock().expect("lock"),
+            run.output()
+        )
+    })
 }
 
 #[tokio::test]
@@ -288,7 +301,13 @@ async fn quickstart_fills_the_hub_with_real_bans_and_stops_everything_it_started
     let data = dir.path().join("data");
 
     // First run: everything from nothing.
-    let mut run = Quickstart::start(&data, dir.path(), 1);
+    // A port free now, for both runs (the HTTP and relay ports may change between runs; the agents'
+    // hub address may not).
+    let grpc = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .to_string();
+    let mut run = Quickstart::start(&data, dir.path(), 1, &grpc);
     let (url, user, password) = run.banner();
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
     let password_file = data.join("hub/initial-admin-password");
@@ -344,7 +363,7 @@ async fn quickstart_fills_the_hub_with_real_bans_and_stops_everything_it_started
     stop_and_check(run, &data, "INT", true);
 
     // Second run on the same data: the same server, the same login, and SIGTERM stops it.
-    let mut again = Quickstart::start(&data, dir.path(), 2);
+    let mut again = Quickstart::start(&data, dir.path(), 2, &grpc);
     let (url, user, second_password) = again.banner();
     assert_eq!(second_password, password, "the login stays the same");
     let client = log_in(&url, &user, &second_password).await;
