@@ -163,13 +163,14 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
     let playwright = require_browser_tooling(&ui);
 
     let smtp = SmtpServer::start().expect("maildev");
+    let admin_password = format!("ui-browser-admin-{}", std::process::id());
     let hub = HubProcess::builder()
         .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
+        .env("BANHUB_AUTH__LOCAL__PASSWORD", admin_password.as_str())
         .start()
         .expect("hub starts");
-    // The suite runs without login while the API is open to an anonymous browser on loopback. Once
-    // the hub enforces operator login, it must sign in through the OIDC provider instead
-    // (BANHUB_UI_LOGIN=oidc with BANHUB_OIDC_ISSUER); say so rather than fail somewhere in the browser.
+    // Operator login is enforced: an anonymous browser gets nothing from the API, so the suite
+    // signs in (as the local administrator, whose password the hub was given above).
     let anonymous = hub
         .anonymous_client()
         .expect("client")
@@ -177,12 +178,7 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
         .send()
         .await
         .expect("GET /api/servers");
-    assert!(
-        anonymous.status().is_success(),
-        "the hub refuses an anonymous browser ({}): operator login is enforced, so this test must \
-         start the OIDC provider and run the suite with BANHUB_UI_LOGIN=oidc",
-        anonymous.status()
-    );
+    assert_eq!(anonymous.status(), reqwest::StatusCode::UNAUTHORIZED);
     let web1 = add_host(&hub, "web-1").await;
     let web2 = add_host(&hub, "web-2").await;
 
@@ -205,9 +201,10 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
         .env("BANHUB_F2B_SOCK_B", web2.sandbox.socket_path())
         .env("BANHUB_MAILDEV_URL", smtp.web_url())
         .env("BANHUB_SMTP_PORT", smtp.smtp_port().to_string())
-        // Until the hub enforces operator login, the API is open on loopback and the suite runs
-        // without logging in; `oidc` (with BANHUB_OIDC_ISSUER) turns the login scenarios on.
-        .env("BANHUB_UI_LOGIN", "none")
+        // The local administrator; `oidc` (with BANHUB_OIDC_ISSUER) signs in through the provider.
+        .env("BANHUB_UI_LOGIN", "local")
+        .env("BANHUB_ADMIN_LOGIN", "admin")
+        .env("BANHUB_ADMIN_PASSWORD", admin_password.as_str())
         .env("BANHUB_UI_ARTIFACTS", &artifacts)
         .env("BANHUB_SCREENSHOTS", &screenshots)
         .output()

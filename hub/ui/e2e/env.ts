@@ -26,10 +26,11 @@ export const env = {
   f2bSockA: need('BANHUB_F2B_SOCK_A'),
   f2bConfB: need('BANHUB_F2B_CONF_B'),
   f2bSockB: need('BANHUB_F2B_SOCK_B'),
-  /** `oidc`: the hub enforces login and the suite signs in through the provider at `issuer`;
-   * `none`: the API is open on loopback (before operator login is enforced) and nobody signs in. */
-  login: (process.env.BANHUB_UI_LOGIN ?? 'oidc') as 'oidc' | 'none',
-  issuer: process.env.BANHUB_UI_LOGIN === 'none' ? '' : need('BANHUB_OIDC_ISSUER'),
+  /** `oidc`: the suite signs in through the provider at `issuer`; `local`: the hub runs in local
+   * mode and the suite signs in as its administrator with `adminPassword`. */
+  login: (process.env.BANHUB_UI_LOGIN ?? 'oidc') as 'oidc' | 'local',
+  issuer: process.env.BANHUB_UI_LOGIN === 'local' ? '' : need('BANHUB_OIDC_ISSUER'),
+  adminPassword: process.env.BANHUB_UI_LOGIN === 'local' ? need('BANHUB_ADMIN_PASSWORD') : '',
   maildev: need('BANHUB_MAILDEV_URL'),
   smtpPort: need('BANHUB_SMTP_PORT'),
   admin: process.env.BANHUB_ADMIN_LOGIN ?? 'alice',
@@ -74,6 +75,16 @@ export async function mails(): Promise<Mail[]> {
   const response = await fetch(`${env.maildev.replace(/\/$/, '')}/api/email`);
   if (!response.ok) throw new Error(`maildev answered ${response.status}`);
   return (await response.json()) as Mail[];
+}
+
+/** Logs in with the local administrator's form on the hub's login page. */
+export async function localLogin(page: Page, login: string, password: string): Promise<void> {
+  await page.goto('./');
+  await page.waitForURL(/\/login\?return_to=/);
+  await page.locator('input[name=username]').fill(login);
+  await page.locator('input[name=password]').fill(password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.waitForURL((url) => url.href.startsWith(env.hub) && !url.pathname.endsWith('/login'));
 }
 
 /** Logs in through the OIDC provider's development login and consent pages. */

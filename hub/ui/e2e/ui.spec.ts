@@ -1,9 +1,9 @@
 // The operator UI in Chromium against a real hub, two real agents beside real fail2ban servers, the
 // real OIDC provider and a real SMTP server (all started by tests/tests/ui_browser.rs). With
-// BANHUB_UI_LOGIN=none (before the hub enforces operator login) the login, viewer and logout
-// scenarios are skipped and the rest runs against the open API.
+// BANHUB_UI_LOGIN=local the suite signs in as the hub's local administrator instead of through the
+// OIDC provider, and the viewer scenario (which needs the provider's users) is skipped.
 import { expect, test, type Browser, type Page } from '@playwright/test';
-import { bannedOnA, bannedOnB, env, failLogins, mails, oidcLogin, shoot } from './env';
+import { bannedOnA, bannedOnB, env, failLogins, localLogin, mails, oidcLogin, shoot } from './env';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -39,14 +39,17 @@ test.beforeAll(async ({ browser }) => {
   admin = await newPage(browser);
 });
 
-const withLogin = env.login === 'oidc';
-const noLogin = 'the hub does not enforce operator login yet (BANHUB_UI_LOGIN=none)';
+const withOidc = env.login === 'oidc';
+const noOidc = 'the suite signs in as the local administrator (BANHUB_UI_LOGIN=local): no OIDC users';
 
-test('an admin logs in through the OIDC provider', async () => {
-  test.skip(!withLogin, noLogin);
-  await oidcLogin(admin, env.admin);
+test('an admin logs in', async () => {
+  if (withOidc) {
+    await oidcLogin(admin, env.admin);
+  } else {
+    await localLogin(admin, env.admin, env.adminPassword);
+  }
   await expect(admin.getByRole('heading', { name: 'Dashboard', level: 1 })).toBeVisible();
-  await expect(admin.getByText('Alice Admin')).toBeVisible();
+  if (withOidc) await expect(admin.getByText('Alice Admin')).toBeVisible();
   await expect(admin.locator('header .badge', { hasText: 'admin' })).toBeVisible();
   await expect(admin.getByTestId('fleet-health')).toContainText('2');
 });
@@ -266,7 +269,7 @@ test('the theme switch and the keyboard', async () => {
 });
 
 test('a viewer sees no admin or operator controls', async ({ browser }) => {
-  test.skip(!withLogin, noLogin);
+  test.skip(!withOidc, noOidc);
   const viewer = await newPage(browser);
   await viewer.goto('login');
   await expect(viewer.getByRole('link', { name: 'Sign in' })).toBeVisible();
@@ -308,7 +311,6 @@ test('a viewer sees no admin or operator controls', async ({ browser }) => {
 });
 
 test('the audit log shows what the admin did, and logging out ends the session', async () => {
-  test.skip(!withLogin, noLogin);
   await admin.goto('audit');
   await expect(admin.getByTestId('audit')).toContainText(/ban/i);
   await admin.getByRole('button', { name: 'Log out' }).click();
