@@ -242,8 +242,18 @@ async fn start_under_sub_path() -> SubPathHub {
 #[tokio::test]
 async fn under_a_base_path_everything_is_served_below_it_and_nothing_at_the_root() {
     let h = start_under_sub_path().await;
+    // The admin's token (the API docs are under /api, so they need a login too), without following
+    // redirects.
+    let mut auth = reqwest::header::HeaderMap::new();
+    auth.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {}", h.hub.admin_token())
+            .parse()
+            .expect("header"),
+    );
     let no_redirects = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
+        .default_headers(auth)
         .timeout(DEADLINE)
         .build()
         .expect("client");
