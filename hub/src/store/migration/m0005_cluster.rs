@@ -5,7 +5,6 @@
 //! (one hub) the replica tables stay empty, the fleet-action tables are used the same way.
 
 use sea_orm_migration::prelude::*;
-use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
 #[derive(DeriveMigrationName)]
 pub struct M0005Cluster;
@@ -107,31 +106,13 @@ const DOWN: &[&str] = &[
     "DROP TABLE hub_replicas",
 ];
 
-fn for_backend(sql: &str, backend: DbBackend) -> String {
-    let bytes = match backend {
-        DbBackend::Postgres => "BYTEA",
-        _ => "BLOB",
-    };
-    sql.replace("{bytes}", bytes)
-}
-
 #[async_trait::async_trait]
 impl MigrationTrait for M0005Cluster {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let db = manager.get_connection();
-        let backend = manager.get_database_backend();
-        for sql in UP {
-            db.execute_unprepared(&for_backend(sql, backend)).await?;
-        }
-        Ok(())
+        super::execute_all(manager, UP).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let db = manager.get_connection();
-        let backend = manager.get_database_backend();
-        for sql in DOWN {
-            db.execute_unprepared(&for_backend(sql, backend)).await?;
-        }
-        Ok(())
+        super::execute_all(manager, DOWN).await
     }
 }
