@@ -8,6 +8,7 @@ pub mod agent;
 pub mod balancer;
 pub mod fail2ban;
 pub mod hub;
+pub mod mmdb;
 pub mod postgres;
 pub mod process;
 pub mod smtp;
