@@ -391,7 +391,13 @@ async fn start_relay(
     )
     .and_then(|()| std::fs::rename(&tmp, &marker))
     .with_context(|| format!("cannot write {}", marker.display()))?;
-    let relay = relay::Relay::new(spool, secret).with_belief(belief);
+    let jails = relay::JailCatalog::from_socket(
+        settings.fail2ban.socket.clone(),
+        settings.fail2ban_timeout(),
+    );
+    let relay = relay::Relay::new(spool, secret)
+        .with_belief(belief)
+        .with_jails(jails);
     let handle = link::commands::RelayHandle {
         listen: bound,
         stats: relay.stats(),

@@ -38,6 +38,7 @@ const END_COMMAND: &[u8] = b"<F2B_END_COMMAND>";
 pub struct SandboxBuilder {
     name: String,
     extra_jails: usize,
+    named_jails: Vec<String>,
     persistent_db: bool,
     backend: String,
 }
@@ -55,6 +56,15 @@ impl SandboxBuilder {
     /// gets only `fs.inotify.max_user_instances` (128 by default) across all servers.
     pub fn extra_jails(mut self, n: usize) -> Self {
         self.extra_jails = n;
+        self
+    }
+
+    /// Adds extra jails (like [`Self::extra_jails`]) with these names, after the numbered ones, for
+    /// tests whose callbacks name jails such as `sshd`: the agent refuses callbacks for jails its
+    /// fail2ban does not run.
+    pub fn named_jails(mut self, names: &[&str]) -> Self {
+        self.named_jails
+            .extend(names.iter().map(|name| (*name).to_owned()));
         self
     }
 
@@ -95,6 +105,7 @@ impl SandboxBuilder {
         }
         let mut jails = vec!["testauth".to_owned(), "dummyjail".to_owned()];
         jails.extend((1..=self.extra_jails).map(|i| format!("extra{i:02}")));
+        jails.extend(self.named_jails.iter().cloned());
         let mut sandbox = Fail2banSandbox {
             dir,
             child: None,
@@ -129,6 +140,7 @@ impl Fail2banSandbox {
         SandboxBuilder {
             name: "sandbox".to_owned(),
             extra_jails: 0,
+            named_jails: Vec::new(),
             persistent_db: false,
             backend: "auto".to_owned(),
         }

@@ -39,7 +39,13 @@ impl Host {
             builder = builder.database_url(url);
         }
         let hub = builder.start().expect("hub starts");
-        let sandbox = Fail2banSandbox::start("web-1").expect("fail2ban sandbox");
+        // The callbacks below name `sshd` and `nginx-http-auth`; the agent refuses jails its
+        // fail2ban does not run.
+        let sandbox = Fail2banSandbox::builder()
+            .name("web-1")
+            .named_jails(&["sshd", "nginx-http-auth"])
+            .start()
+            .expect("fail2ban sandbox");
         let (status, created) = post(&hub, "/api/servers", json!({"name": "web-1"})).await;
         assert_eq!(status, StatusCode::CREATED, "{created}");
         let server_id = created["server"]["id"].as_str().expect("id").to_owned();

@@ -6,7 +6,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use banhub_agent::relay::{LoopbackAddr, Relay, RelayError, RelaySecret, SECRET_FILE};
+use banhub_agent::relay::{
+    JailCatalog, LoopbackAddr, Relay, RelayError, RelaySecret, SECRET_FILE,
+};
 use banhub_agent::spool::{BanDuration, BanEvent, Event, Record, Source, Spool, SpoolConfig};
 use banhub_tests::process::workspace_root;
 use banhub_tests::{Fail2banSandbox, wait_for_async};
@@ -23,6 +25,8 @@ struct Setup {
     spool: Spool,
     shutdown: CancellationToken,
     relay: JoinHandle<Result<(), RelayError>>,
+    /// The relay URL the action calls.
+    url: String,
     dir: TempDir,
 }
 
@@ -58,15 +62,21 @@ async fn setup(name: &str, relay_url: Option<&str>) -> Setup {
         str::to_owned,
     );
     let shutdown = CancellationToken::new();
-    let relay = tokio::spawn(Relay::new(spool.clone(), secret).serve(listener, shutdown.clone()));
-
     let sandbox = blocking(|| Fail2banSandbox::start(name)).expect("sandbox");
+    // As the agent runs it: callbacks for jails this fail2ban does not run are refused.
+    let jails = JailCatalog::from_socket(sandbox.socket_path(), Duration::from_secs(5));
+    let relay = tokio::spawn(
+        Relay::new(spool.clone(), secret)
+            .with_jails(jails)
+            .serve(listener, shutdown.clone()),
+    );
     install_action(&sandbox, &url, &secret_path);
     Setup {
         sandbox,
         spool,
         shutdown,
         relay,
+        url,
         dir,
     }
 }
@@ -290,4 +300,43 @@ fn hostname() -> String {
         .expect("hostname")
         .trim()
         .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callback_for_a_jail_fail2ban_does_not_run_is_refused_and_not_stored() {
+    let setup = setup("relay-jail", None).await;
+    let url = setup.url.clone();
+    let secret = fs::read_to_string(setup.dir.path().join(SECRET_FILE)).expect("secret");
+    let client = reqwest::Client::new();
+    let post = |jail: &'static str| {
+        let (client, url, secret) = (client.clone(), url.clone(), secret.trim().to_owned());
+        async move {
+            let response = client
+                .post(format!("{url}/api/ban"))
+                .header("X-Callback-Secret", secret)
+                .json(&serde_json::json!({"ip": "198.51.100.9", "jail": jail, "failures": 1}))
+                .send()
+                .await
+                .expect("relay answers");
+            let status = response.status();
+            let body: serde_json::Value = response.json().await.expect("json body");
+            (status, body)
+        }
+    };
+
+    let (status, body) = post("sshd-typo").await;
+    assert_eq!(status, reqwest::StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["code"], "unknown-jail");
+    assert_eq!(body["field"], "jail");
+    assert!(
+        setup.spool.pending(0, 10).await.expect("pending").is_empty(),
+        "a refused callback left something in the spool"
+    );
+
+    // `dummyjail` runs in the sandbox without the banhub action: a callback naming it is real.
+    let (status, body) = post("dummyjail").await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+    let records = setup.records(1).await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(ban_of(&records[0]).1.jail.as_str(), "dummyjail");
 }

@@ -12,9 +12,11 @@
 //! | 413    | `body-too-large`        | body over [`MAX_BODY_BYTES`]                                 |
 //! | 400    | `invalid-json`          | body is not a JSON object                                    |
 //! | 400    | `invalid-field`         | a field fails its rule; the member `field` names it          |
+//! | 422    | `unknown-jail`          | fail2ban runs no jail of that name (see [`jails`]); `field` is `jail` |
 //! | 503    | `spool-unavailable`     | the event could not be made durable; nothing was stored      |
 //! | 404/405| `not-found`/`method-not-allowed` | any other path or method                            |
 
+pub mod jails;
 pub mod payload;
 mod problem;
 pub mod secret;
@@ -34,6 +36,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::spool::{BanEvent, Event, Position, Source, Spool, SpoolError};
+pub use jails::{JailCatalog, Verdict};
 pub use payload::{Callback, PayloadError};
 use problem::Problem;
 pub use secret::{RelaySecret, SECRET_FILE, SecretError};
@@ -145,6 +148,8 @@ pub struct Relay {
     stats: Arc<RelayStats>,
     /// Told about every stored event, for reconciliation.
     belief: Option<crate::reconcile::Belief>,
+    /// fail2ban's jails; without it any well-formed jail name is accepted.
+    jails: Option<JailCatalog>,
 }
 
 impl Relay {
@@ -161,7 +166,14 @@ impl Relay {
             hostname: crate::spool::clean_hostname(&hostname).into(),
             stats: Arc::default(),
             belief: None,
+            jails: None,
         }
+    }
+
+    /// Refuses callbacks naming a jail that `jails` says fail2ban does not run.
+    pub fn with_jails(mut self, jails: JailCatalog) -> Self {
+        self.jails = Some(jails);
+        self
     }
 
     /// Records every stored event in `belief` too, so that reconciliation knows what the action
@@ -216,6 +228,11 @@ impl Relay {
                 }
             })?;
         let callback = payload::parse(&body).map_err(Problem::from)?;
+        if let Some(jails) = &self.jails
+            && jails.check(callback.jail.as_str()).await == Verdict::Unknown
+        {
+            return Err(Problem::unknown_jail(callback.jail.as_str()));
+        }
         let event = self.event(kind, callback);
         let recorded = self.belief.as_ref().map(|belief| (belief, event.clone()));
         let position = self.spool.append(event).await.map_err(|e| {

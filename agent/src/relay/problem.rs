@@ -54,6 +54,17 @@ impl Problem {
         Self::new(StatusCode::BAD_REQUEST, "invalid-json", detail)
     }
 
+    pub fn unknown_jail(jail: &str) -> Self {
+        Self {
+            field: Some("jail"),
+            ..Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unknown-jail",
+                format!("fail2ban on this host runs no jail named {jail:?}; nothing was stored"),
+            )
+        }
+    }
+
     pub fn spool_unavailable() -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
