@@ -20,7 +20,7 @@ pub mod webhook;
 mod matcher;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -52,7 +52,7 @@ struct Inner {
     http: reqwest::Client,
     /// Wakes the sender when deliveries were created.
     deliveries_due: Notify,
-    geoip: Mutex<Option<Arc<geoip::GeoIp>>>,
+    geoip: geoip::GeoIpCache,
     shutdown: CancellationToken,
 }
 
@@ -79,7 +79,7 @@ impl Alerts {
             events,
             http: webhook::client(),
             deliveries_due: Notify::new(),
-            geoip: Mutex::new(None),
+            geoip: geoip::GeoIpCache::default(),
             shutdown,
         }))
     }
@@ -191,26 +191,17 @@ impl Alerts {
         }
     }
 
-    /// The GeoIP database of `path`, opened once per path.
+    /// The GeoIP database of `path`, opened once per path (and again when the file changes).
     fn geoip(&self, path: Option<&std::path::Path>) -> Option<Arc<geoip::GeoIp>> {
-        let path = path?;
-        let mut slot = self.0.geoip.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(open) = slot.as_ref()
-            && open.path() == path
-        {
-            return Some(open.clone());
-        }
-        match geoip::GeoIp::open(path) {
-            Ok(db) => {
-                let db = Arc::new(db);
-                *slot = Some(db.clone());
-                Some(db)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "alerts: rules by country cannot match");
-                None
-            }
-        }
+        self.0.geoip.get(path)
+    }
+
+    /// The country (ISO 3166 code) of `ip` by the GeoIP database of the settings; `None` when no
+    /// database is set or it does not know the address.
+    pub fn country(&self, ip: std::net::IpAddr) -> Option<String> {
+        let snapshot = self.0.settings.current();
+        self.geoip(snapshot.settings.geoip_path.as_deref())?
+            .country_of(ip)
     }
 
     /// Closes the digests whose window passed and plans their deliveries.

@@ -479,6 +479,23 @@ pub struct IpDto {
     last_seen: DateTime<Utc>,
     last_jail: Option<String>,
     last_server_id: Option<String>,
+    /// ISO 3166 code of its country, by the GeoIP database of the settings (`geoip.databasePath`);
+    /// absent when none is set or it does not know the address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    country: Option<String>,
+}
+
+impl IpDto {
+    /// Fills in `country` from the settings' GeoIP database.
+    fn locate(&mut self, alerts: &crate::alerts::Alerts) {
+        let addr = self.ip.parse::<std::net::IpAddr>().ok().or_else(|| {
+            self.ip
+                .parse::<ipnet::IpNet>()
+                .ok()
+                .map(|net| net.network())
+        });
+        self.country = addr.and_then(|a| alerts.country(a));
+    }
 }
 
 impl From<IpSummary> for IpDto {
@@ -491,6 +508,7 @@ impl From<IpSummary> for IpDto {
             last_seen: s.last_seen,
             last_jail: s.last_jail,
             last_server_id: s.last_server.map(|s| s.to_string()),
+            country: None,
         }
     }
 }
@@ -768,10 +786,16 @@ async fn ban_insights(
         ip: ip(p.ip.as_deref())?,
     };
     let insights = state.events.insights(&insights_query, Utc::now()).await?;
-    Ok(ApiJson(insights_dto(
-        insights,
-        &server_names(&state).await?,
-    )))
+    let mut dto = insights_dto(insights, &server_names(&state).await?);
+    for ip in dto
+        .top_ips
+        .iter_mut()
+        .chain(dto.repeat_offenders.iter_mut())
+        .chain(dto.ip.iter_mut().map(|detail| &mut detail.summary))
+    {
+        ip.locate(&state.alerts);
+    }
+    Ok(ApiJson(dto))
 }
 
 fn insights_dto(i: Insights, names: &HashMap<ServerId, String>) -> InsightsDto {

@@ -499,11 +499,20 @@ pub fn validate(
             if !path.is_absolute() || raw.chars().any(char::is_control) {
                 return refuse("geoip.databasePath", "must be an absolute path");
             }
-            if check_files && !path.is_file() {
-                return refuse(
-                    "geoip.databasePath",
-                    format!("{raw} is not a readable file on the hub"),
-                );
+            if check_files {
+                if !path.is_file() {
+                    return refuse(
+                        "geoip.databasePath",
+                        format!("{raw} is not a readable file on the hub"),
+                    );
+                }
+                // Read it now, so a wrong file is refused here rather than found out when a
+                // rule by country silently never matches.
+                crate::alerts::geoip::GeoIp::open(&path)
+                    .map_err(|reason| FieldError {
+                        field: "geoip.databasePath".to_owned(),
+                        reason,
+                    })?;
             }
             Some(path)
         }
