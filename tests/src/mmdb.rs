@@ -107,7 +107,10 @@ pub fn country_db(networks: &[CountryNetwork]) -> anyhow::Result<Vec<u8>> {
                 )]),
             ),
             ("ip_version".into(), Value::U16(6)),
-            ("languages".into(), Value::Array(vec![Value::Str("en".into())])),
+            (
+                "languages".into(),
+                Value::Array(vec![Value::Str("en".into())]),
+            ),
             ("node_count".into(), Value::U32(node_count)),
             ("record_size".into(), Value::U16(32)),
         ]),
@@ -312,7 +315,9 @@ mod tests {
         assert_eq!(country(&reader, "192.0.3.1"), None);
         assert_eq!(country(&reader, "2001:db9::1"), None);
         // The English name is there too.
-        let found = reader.lookup("198.51.100.7".parse().expect("ip")).expect("lookup");
+        let found = reader
+            .lookup("198.51.100.7".parse().expect("ip"))
+            .expect("lookup");
         let record: maxminddb::geoip2::Country<'_> =
             found.decode().expect("decode").expect("a record");
         assert_eq!(record.country.names.english, Some("United States"));

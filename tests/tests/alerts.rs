@@ -523,3 +523,209 @@ async fn a_hub_restart_neither_loses_nor_repeats_alerts() {
     assert_eq!(ids.len(), before, "an event was alerted on twice");
     assert_eq!(ids.len(), 35, "{ids:?}");
 }
+
+/// The events of the digests of `rule`, summed, and their by-address counts.
+async fn rule_matches(
+    hub: &HubProcess,
+    rule: &str,
+) -> (u64, std::collections::BTreeMap<String, u64>) {
+    let mut total = 0;
+    let mut by_ip = std::collections::BTreeMap::new();
+    for d in digests(hub).await.iter().filter(|d| d["ruleId"] == rule) {
+        total += d["events"].as_u64().unwrap_or(0);
+        if let Some(ips) = d["summary"]["byIp"].as_object() {
+            for (ip, n) in ips {
+                *by_ip.entry(ip.clone()).or_insert(0) += n.as_u64().unwrap_or(0);
+            }
+        }
+    }
+    (total, by_ip)
+}
+
+/// The country insights show for each address (`None`: no country field).
+async fn insight_countries(hub: &HubProcess) -> std::collections::BTreeMap<String, Option<String>> {
+    let (status, insights) = get(hub, "/api/events/bans/insights?limit=100").await;
+    assert_eq!(status, StatusCode::OK, "{insights}");
+    insights["topIps"]
+        .as_array()
+        .expect("topIps")
+        .iter()
+        .map(|ip| {
+            (
+                ip["ip"].as_str().expect("ip").to_owned(),
+                ip["country"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_by_country_use_the_geoip_database_and_follow_its_changes() {
+    use banhub_tests::mmdb::{CountryNetwork, documentation_countries, write_country_db};
+
+    let receiver = WebhookReceiver::start().await.expect("receiver");
+    let host = Host::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // A path that is not there, and a file that is not a MaxMind database: refused, naming the
+    // field, and nothing changes.
+    let (_, before) = get(&host.hub, "/api/settings").await;
+    let missing = dir.path().join("missing.mmdb");
+    let garbage = dir.path().join("garbage.mmdb");
+    std::fs::write(&garbage, b"this is not a MaxMind database").expect("write");
+    for path in [&missing, &garbage] {
+        let (status, problem) = post(
+            &host.hub,
+            "/api/settings",
+            json!({"version": before["version"],
+                   "geoip": {"databasePath": path.to_str().expect("utf-8")}}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+        assert_eq!(problem["field"], "geoip.databasePath", "{problem}");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains(path.to_str().expect("utf-8"))),
+            "{problem}"
+        );
+    }
+    let (_, after) = get(&host.hub, "/api/settings").await;
+    assert_eq!(after, before, "a refused edit changed the settings");
+
+    // 192.0.2.0/24 is in Germany, 198.51.100.0/24 in the United States, 2001:db8::/32 in France.
+    let first = dir.path().join("countries.mmdb");
+    write_country_db(&first, &documentation_countries()).expect("database");
+    let saved = save(
+        &host.hub,
+        json!({"geoip": {"databasePath": first.to_str().expect("utf-8")},
+        "alerts": {"digestWindowSecs": 1,
+          "webhooks": [{"name": "hook", "format": "json", "url": receiver.url("/geo")}],
+          "rules": [
+             {"name": "germany", "countries": ["de"], "email": false, "webhooks": ["hook"]},
+             {"name": "everything", "email": false, "webhooks": ["hook"]}
+          ]}}),
+    )
+    .await;
+    assert_eq!(
+        saved["alerts"]["rules"][0]["countries"],
+        json!(["de"]),
+        "{saved}"
+    );
+    let germany = rule_id(&saved, "germany");
+    let everything = rule_id(&saved, "everything");
+
+    host.ban(
+        "sshd",
+        &[
+            "192.0.2.10".to_owned(),
+            "198.51.100.10".to_owned(),
+            "2001:db8::10".to_owned(),
+            "203.0.113.10".to_owned(),
+        ],
+    )
+    .await;
+    // Once the rule for everything has all four, the country rule has seen them too.
+    wait_for_async(DEADLINE, "the four bans matched", || async {
+        (rule_matches(&host.hub, &everything).await.0 == 4).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    let (total, by_ip) = rule_matches(&host.hub, &germany).await;
+    assert_eq!(total, 1, "{by_ip:?}");
+    assert_eq!(by_ip.keys().collect::<Vec<_>>(), ["192.0.2.10"]);
+    let all = digests(&host.hub).await;
+    let german = all
+        .iter()
+        .find(|d| d["ruleId"] == germany.as_str())
+        .expect("the digest of the country rule");
+    assert_eq!(german["summary"]["byCountry"], json!({"DE": 1}), "{german}");
+    // The webhook of the country rule carried that one ban, with its country.
+    let posted = wait_for_async(DEADLINE, "the country rule's webhook", || async {
+        receiver
+            .received()
+            .into_iter()
+            .filter(|r| r.status == 200)
+            .filter_map(|r| r.json().ok())
+            .find(|body| body["rule"]["name"] == "germany")
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    assert_eq!(posted["events"], 1, "{posted}");
+    assert_eq!(posted["byCountry"], json!({"DE": 1}), "{posted}");
+    assert_eq!(posted["samples"][0]["ip"], "192.0.2.10", "{posted}");
+
+    // Insights show each address's country; an address in no network has none.
+    let countries = insight_countries(&host.hub).await;
+    let expect =
+        |pairs: &[(&str, Option<&str>)]| -> std::collections::BTreeMap<String, Option<String>> {
+            pairs
+                .iter()
+                .map(|(ip, c)| ((*ip).to_owned(), c.map(str::to_owned)))
+                .collect()
+        };
+    assert_eq!(
+        countries,
+        expect(&[
+            ("192.0.2.10", Some("DE")),
+            ("198.51.100.10", Some("US")),
+            ("2001:db8::10", Some("FR")),
+            ("203.0.113.10", None),
+        ])
+    );
+
+    // A new path: the hub reads the new database (here the two IPv4 networks swapped).
+    let second = dir.path().join("swapped.mmdb");
+    let swapped = vec![
+        CountryNetwork::new("192.0.2.0/24", "US", "United States"),
+        CountryNetwork::new("198.51.100.0/24", "DE", "Germany"),
+    ];
+    write_country_db(&second, &swapped).expect("database");
+    save(
+        &host.hub,
+        json!({"geoip": {"databasePath": second.to_str().expect("utf-8")},
+               "alerts": saved["alerts"].clone()}),
+    )
+    .await;
+    assert_eq!(
+        insight_countries(&host.hub).await,
+        expect(&[
+            ("192.0.2.10", Some("US")),
+            ("198.51.100.10", Some("DE")),
+            ("2001:db8::10", None),
+            ("203.0.113.10", None),
+        ])
+    );
+    host.ban(
+        "sshd",
+        &["198.51.100.20".to_owned(), "192.0.2.20".to_owned()],
+    )
+    .await;
+    wait_for_async(DEADLINE, "the next two bans matched", || async {
+        (rule_matches(&host.hub, &everything).await.0 == 6).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    let (total, by_ip) = rule_matches(&host.hub, &germany).await;
+    assert_eq!(total, 2, "{by_ip:?}");
+    assert_eq!(
+        by_ip.keys().collect::<Vec<_>>(),
+        ["192.0.2.10", "198.51.100.20"]
+    );
+
+    // The file replaced under the same path (as geoipupdate does: write, then rename over it):
+    // read again without a settings change.
+    let fresh = dir.path().join("fresh.mmdb.tmp");
+    write_country_db(&fresh, &documentation_countries()).expect("database");
+    std::fs::rename(&fresh, &second).expect("rename over");
+    wait_for_async(DEADLINE, "insights from the replaced file", || async {
+        let countries = insight_countries(&host.hub).await;
+        (countries.get("2001:db8::10") == Some(&Some("FR".to_owned()))).then_some(countries)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    assert_eq!(
+        insight_countries(&host.hub).await["192.0.2.10"].as_deref(),
+        Some("DE")
+    );
+}
