@@ -25,8 +25,11 @@ use crate::domain::events::{
 };
 use crate::domain::{AgentId, Server, ServerId};
 
-/// Rows per multi-row statement: well under SQLite's 32,766 and PostgreSQL's 65,535 parameters.
-const INSERT_CHUNK: usize = 1000;
+/// Rows per multi-row statement. A batch is cut greedily into statements of these sizes, so each
+/// table is written by at most five distinct statement texts, which the driver prepares once per
+/// connection and reuses (a statement per batch length would be prepared anew almost every batch).
+/// 256 rows of the widest table (19 values) stay well under SQLite's 32,766 parameters.
+const CHUNK_SIZES: [usize; 5] = [256, 64, 16, 4, 1];
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 24 * HOUR_MS;
 /// SQLite page cache of a connection that writes events, in KiB. The default (2 MiB) is far smaller
@@ -138,6 +141,20 @@ impl Sql {
     }
 }
 
+/// `items` cut into consecutive slices of the [`CHUNK_SIZES`], largest first.
+fn fixed_chunks<T>(items: &[T]) -> impl Iterator<Item = &[T]> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        let size = CHUNK_SIZES
+            .iter()
+            .copied()
+            .find(|size| *size <= rest.len())?;
+        let (chunk, tail) = rest.split_at(size);
+        rest = tail;
+        Some(chunk)
+    })
+}
+
 fn to_i64(n: u64, what: &str) -> Result<i64, StoreError> {
     i64::try_from(n)
         .map_err(|_| StoreError::Corrupt(format!("{what} {n} does not fit the database")))
@@ -205,6 +222,9 @@ fn event_values(
 const INSERT_EVENTS: &str = "INSERT INTO events (server_id, agent_id, epoch, seq, kind, source, ip, \
     ip_key, jail, hostname, failures, logs, ban_time, ban_duration, ban_count, lost, detail, \
     occurred_at, stored_at) VALUES ";
+const INSERT_EVENTS_WITH_ID: &str = "INSERT INTO events (id, server_id, agent_id, epoch, seq, kind, \
+    source, ip, ip_key, jail, hostname, failures, logs, ban_time, ban_duration, ban_count, lost, \
+    detail, occurred_at, stored_at) VALUES ";
 
 fn to_event(row: event::Model) -> Result<StoredEvent, StoreError> {
     let corrupt = |what: &str| StoreError::Corrupt(format!("event {}: {what}", row.id));
@@ -360,16 +380,25 @@ impl Rollups {
         rollups
     }
 
+    /// Adds the batch to the rollup tables. Only one row per statement chunk comes back (the
+    /// count of known addresses): a returned row costs a hand-off between SQLite's worker thread
+    /// and the async side, and rows per address were most of a batch's round trips before. The
+    /// rows every batch touches (the fleet-wide counts of the current hour and day, the distinct
+    /// address total) are written last, so on PostgreSQL concurrent batches hold their locks only
+    /// from there to the commit.
     async fn apply(self, txn: &DatabaseTransaction) -> Result<(), StoreError> {
         let backend = txn.get_database_backend();
+        let new_ips = self.apply_addresses(txn).await?;
         for grain in [Grain::Hour, Grain::Day] {
             let rows: Vec<_> = self.counts.iter().filter(|(k, _)| k.0 == grain).collect();
-            for chunk in rows.chunks(INSERT_CHUNK) {
-                let table = grain.table();
-                let mut sql = Sql::new(
-                    backend,
-                    &format!("INSERT INTO {table} (server_id, jail, bucket, kind, count) VALUES "),
-                );
+            let table = grain.table();
+            let head = format!("INSERT INTO {table} (server_id, jail, bucket, kind, count) VALUES ");
+            let tail = format!(
+                " ON CONFLICT (server_id, jail, bucket, kind) \
+                 DO UPDATE SET count = {table}.count + excluded.count"
+            );
+            for chunk in fixed_chunks(&rows) {
+                let mut sql = Sql::new(backend, &head);
                 for (i, ((_, server, jail, bucket, kind), count)) in chunk.iter().enumerate() {
                     if i > 0 {
                         sql.push(", ");
@@ -382,22 +411,31 @@ impl Rollups {
                         (**count).into(),
                     ]);
                 }
-                sql.push(&format!(
-                    " ON CONFLICT (server_id, jail, bucket, kind) \
-                     DO UPDATE SET count = {table}.count + excluded.count"
-                ));
+                sql.push(&tail);
                 txn.execute_raw(sql.build()).await?;
             }
         }
-        if self.ip_servers.is_empty() {
-            return Ok(());
+        if new_ips > 0 {
+            add_total(txn, DISTINCT_IPS, new_ips).await?;
         }
+        Ok(())
+    }
 
-        // Per address and server; a returned count equal to the batch's means the row is new, so
-        // the address was banned on one more server.
-        let pairs: Vec<_> = self.ip_servers.iter().collect();
+    /// Adds the batch's bans to `ip_servers` and `ip_stats`; returns how many addresses were new.
+    async fn apply_addresses(&self, txn: &DatabaseTransaction) -> Result<i64, StoreError> {
+        if self.ip_servers.is_empty() {
+            return Ok(0);
+        }
+        let backend = txn.get_database_backend();
+        // SQLite has one writer at a time, so what this transaction reads is what it updates:
+        // the new addresses and servers are counted in the database and nothing is read back per
+        // row. PostgreSQL's concurrent writers need what each upsert returns (see below).
+        let serial = backend == DbBackend::Sqlite;
         let mut new_pairs: HashMap<&str, i64> = HashMap::new();
-        for chunk in pairs.chunks(INSERT_CHUNK) {
+
+        // Per address and server. Written before `ip_stats`, whose server count is read from it.
+        let pairs: Vec<_> = self.ip_servers.iter().collect();
+        for chunk in fixed_chunks(&pairs) {
             let mut sql = Sql::new(
                 backend,
                 "INSERT INTO ip_servers (ip, server_id, bans, first_seen, last_seen) VALUES ",
@@ -420,9 +458,17 @@ impl Rollups {
                  first_seen = CASE WHEN excluded.first_seen < ip_servers.first_seen \
                      THEN excluded.first_seen ELSE ip_servers.first_seen END, \
                  last_seen = CASE WHEN excluded.last_seen > ip_servers.last_seen \
-                     THEN excluded.last_seen ELSE ip_servers.last_seen END \
-                 RETURNING ip, server_id, bans",
+                     THEN excluded.last_seen ELSE ip_servers.last_seen END",
             );
+            if serial {
+                txn.execute_raw(sql.build()).await?;
+                continue;
+            }
+            // A returned count equal to the batch's means the row is new, so the address was
+            // banned on one more server. The returned row is the one after any concurrent
+            // transaction that held it committed, which a count read in this statement's
+            // snapshot would not see.
+            sql.push(" RETURNING ip, server_id, bans");
             for row in txn.query_all_raw(sql.build()).await? {
                 let ip: String = get(&row, 0)?;
                 let server: String = get(&row, 1)?;
@@ -435,28 +481,47 @@ impl Rollups {
             }
         }
 
-        // Per address: the batch's bans over every server, the server of the latest ban, and the
-        // number of servers this address is new on.
+        // Per address: the batch's bans over every server, the server of the latest ban, and on
+        // how many servers the batch banned it.
         let mut per_ip: BTreeMap<&str, (IpAgg, &str, i64)> = BTreeMap::new();
         for ((ip, server), agg) in &self.ip_servers {
             match per_ip.get_mut(ip.as_str()) {
                 None => {
-                    per_ip.insert(ip, (agg.clone(), server, 0));
+                    per_ip.insert(ip, (agg.clone(), server, 1));
                 }
                 Some(entry) => {
                     if agg.last >= entry.0.last {
                         entry.1 = server;
                     }
                     entry.0.add(agg);
+                    entry.2 += 1;
                 }
             }
         }
-        for (ip, entry) in per_ip.iter_mut() {
-            entry.2 = new_pairs.get(ip).copied().unwrap_or(0);
+        if !serial {
+            // On PostgreSQL `servers` is the number of servers new for the address.
+            for (ip, entry) in per_ip.iter_mut() {
+                entry.2 = new_pairs.get(ip).copied().unwrap_or(0);
+            }
         }
         let rows: Vec<_> = per_ip.into_iter().collect();
         let mut new_ips = 0i64;
-        for chunk in rows.chunks(INSERT_CHUNK) {
+        for chunk in fixed_chunks(&rows) {
+            if serial {
+                // Addresses not in `ip_stats` yet are new distinct addresses: one count per chunk.
+                let mut sql = Sql::new(backend, "SELECT COUNT(*) FROM ip_stats WHERE ip IN ");
+                sql.tuple(chunk.iter().map(|(ip, _)| (*ip).to_owned().into()));
+                let known: i64 = match txn.query_one_raw(sql.build()).await? {
+                    Some(row) => get(&row, 0)?,
+                    None => 0,
+                };
+                new_ips += i64::try_from(chunk.len()).unwrap_or(i64::MAX) - known;
+            }
+
+            // A new address is on the servers this batch banned it on. SQLite: a known one on as
+            // many servers as `ip_servers` (already updated above) has rows for it; `ip_servers`
+            // rows only go together with their `ip_stats` row (retention), so the two agree.
+            // PostgreSQL: on as many more as it is new on.
             let mut sql = Sql::new(
                 backend,
                 "INSERT INTO ip_stats (ip, bans, servers, first_seen, last_seen, last_jail, \
@@ -476,20 +541,31 @@ impl Rollups {
                     (*server).to_owned().into(),
                 ]);
             }
-            sql.push(
+            sql.push(if serial {
                 " ON CONFLICT (ip) DO UPDATE SET \
                  bans = ip_stats.bans + excluded.bans, \
-                 servers = ip_stats.servers + excluded.servers, \
-                 first_seen = CASE WHEN excluded.first_seen < ip_stats.first_seen \
+                 servers = (SELECT COUNT(*) FROM ip_servers WHERE ip_servers.ip = excluded.ip), "
+            } else {
+                " ON CONFLICT (ip) DO UPDATE SET \
+                 bans = ip_stats.bans + excluded.bans, \
+                 servers = ip_stats.servers + excluded.servers, "
+            });
+            sql.push(
+                "first_seen = CASE WHEN excluded.first_seen < ip_stats.first_seen \
                      THEN excluded.first_seen ELSE ip_stats.first_seen END, \
                  last_jail = CASE WHEN excluded.last_seen >= ip_stats.last_seen \
                      THEN excluded.last_jail ELSE ip_stats.last_jail END, \
                  last_server_id = CASE WHEN excluded.last_seen >= ip_stats.last_seen \
                      THEN excluded.last_server_id ELSE ip_stats.last_server_id END, \
                  last_seen = CASE WHEN excluded.last_seen > ip_stats.last_seen \
-                     THEN excluded.last_seen ELSE ip_stats.last_seen END \
-                 RETURNING ip, bans",
+                     THEN excluded.last_seen ELSE ip_stats.last_seen END",
             );
+            if serial {
+                txn.execute_raw(sql.build()).await?;
+                continue;
+            }
+            // A returned total equal to the batch's means the address is new (see above).
+            sql.push(" RETURNING ip, bans");
             let batch: HashMap<&str, i64> = chunk.iter().map(|(ip, e)| (*ip, e.0.bans)).collect();
             for row in txn.query_all_raw(sql.build()).await? {
                 let ip: String = get(&row, 0)?;
@@ -499,10 +575,7 @@ impl Rollups {
                 }
             }
         }
-        if new_ips > 0 {
-            add_total(txn, DISTINCT_IPS, new_ips).await?;
-        }
-        Ok(())
+        Ok(new_ips)
     }
 }
 
@@ -631,12 +704,16 @@ impl Store {
         events: Vec<(u64, NewEvent)>,
     ) -> Result<IngestOutcome, StoreError> {
         let epoch_db = to_i64(epoch, "epoch")?;
-        let Some(max_seq) = events.iter().map(|(seq, _)| *seq).max() else {
+        let (Some(min_seq), Some(max_seq)) = (
+            events.iter().map(|(seq, _)| *seq).min(),
+            events.iter().map(|(seq, _)| *seq).max(),
+        ) else {
             return Ok(IngestOutcome {
                 committed_seq: self.committed_seq(agent, epoch).await?,
                 stored: Vec::new(),
             });
         };
+        let min_seq_db = to_i64(min_seq, "sequence number")?;
         let max_seq_db = to_i64(max_seq, "sequence number")?;
         // A sequence number twice in one batch is stored once: the first wins.
         let mut slots: HashMap<u64, NewEvent> = HashMap::with_capacity(events.len());
@@ -652,32 +729,51 @@ impl Store {
         let stored_at = now_ms();
 
         let txn = self.begin_writer().await?;
-        // The first statement writes, so SQLite takes its write lock at once (waiting out its busy
-        // timeout) rather than failing a read transaction that later wants to write.
-        let mut inserted: Vec<(i64, u64)> = Vec::with_capacity(order.len());
-        for chunk in order.chunks(INSERT_CHUNK) {
-            let mut sql = Sql::new(self.backend(), INSERT_EVENTS);
-            for (i, seq) in chunk.iter().enumerate() {
-                let Some(event) = slots.get(seq) else {
-                    continue;
-                };
-                if i > 0 {
-                    sql.push(", ");
-                }
-                sql.tuple(event_values(
-                    &server_text,
-                    Some(&agent_text),
-                    Some((epoch_db, to_i64(*seq, "sequence number")?)),
-                    event,
-                    stored_at,
-                )?);
-            }
-            sql.push(" ON CONFLICT (agent_id, epoch, seq) DO NOTHING RETURNING id, seq");
-            for row in txn.query_all_raw(sql.build()).await? {
-                inserted.push((get(&row, 0)?, to_u64(get(&row, 1)?)));
-            }
-        }
-        inserted.sort_unstable();
+        // The cursor first: the first statement writes, so SQLite takes its write lock at once
+        // (waiting out its busy timeout) rather than failing a read transaction that later wants
+        // to write, and on PostgreSQL the cursor's row lock orders two transactions of one agent.
+        let mut sql = Sql::new(
+            self.backend(),
+            "INSERT INTO agent_cursors (agent_id, epoch, last_seq, updated_at) VALUES ",
+        );
+        sql.tuple([
+            agent_text.clone().into(),
+            epoch_db.into(),
+            max_seq_db.into(),
+            stored_at.into(),
+        ])
+        .push(
+            " ON CONFLICT (agent_id, epoch) DO UPDATE SET \
+             last_seq = CASE WHEN excluded.last_seq > agent_cursors.last_seq \
+                 THEN excluded.last_seq ELSE agent_cursors.last_seq END, \
+             updated_at = excluded.updated_at \
+             RETURNING last_seq",
+        );
+        let committed: i64 = match txn.query_one_raw(sql.build()).await? {
+            Some(row) => get(&row, 0)?,
+            None => max_seq_db,
+        };
+
+        let inserted = if self.backend() == DbBackend::Sqlite {
+            self.insert_batch_sqlite(
+                &txn,
+                &slots,
+                &order,
+                (&server_text, &agent_text, epoch_db),
+                (min_seq_db, max_seq_db),
+                stored_at,
+            )
+            .await?
+        } else {
+            self.insert_batch_returning(
+                &txn,
+                &slots,
+                &order,
+                (&server_text, &agent_text, epoch_db),
+                stored_at,
+            )
+            .await?
+        };
         let mut stored = Vec::with_capacity(inserted.len());
         for (id, seq) in inserted {
             let event = slots.remove(&seq).ok_or_else(|| {
@@ -695,33 +791,121 @@ impl Store {
             });
         }
         Rollups::of(&stored).apply(&txn).await?;
-
-        let mut sql = Sql::new(
-            self.backend(),
-            "INSERT INTO agent_cursors (agent_id, epoch, last_seq, updated_at) VALUES ",
-        );
-        sql.tuple([
-            agent_text.into(),
-            epoch_db.into(),
-            max_seq_db.into(),
-            stored_at.into(),
-        ])
-        .push(
-            " ON CONFLICT (agent_id, epoch) DO UPDATE SET \
-             last_seq = CASE WHEN excluded.last_seq > agent_cursors.last_seq \
-                 THEN excluded.last_seq ELSE agent_cursors.last_seq END, \
-             updated_at = excluded.updated_at \
-             RETURNING last_seq",
-        );
-        let committed: i64 = match txn.query_one_raw(sql.build()).await? {
-            Some(row) => get(&row, 0)?,
-            None => max_seq_db,
-        };
         txn.commit().await?;
         Ok(IngestOutcome {
             committed_seq: to_u64(committed),
             stored,
         })
+    }
+
+    /// SQLite: inserts the batch's events that are not stored yet and returns their `(id, seq)`
+    /// in id order, without reading a row back per event. The transaction holds SQLite's write
+    /// lock, so nobody else inserts meanwhile: the stored sequence numbers of the batch's range
+    /// are read once, and the new events get explicit ids following the table's highest id ever
+    /// (AUTOINCREMENT's counter, so ids are still never reused). Should the check ever miss one,
+    /// the unique index on `(agent_id, epoch, seq)` fails the transaction instead of storing it
+    /// twice.
+    async fn insert_batch_sqlite(
+        &self,
+        txn: &DatabaseTransaction,
+        slots: &HashMap<u64, NewEvent>,
+        order: &[u64],
+        (server, agent, epoch): (&str, &str, i64),
+        (min_seq, max_seq): (i64, i64),
+        stored_at: i64,
+    ) -> Result<Vec<(i64, u64)>, StoreError> {
+        let mut sql = Sql::new(self.backend(), "SELECT seq FROM events WHERE agent_id = ");
+        sql.bind(agent.to_owned())
+            .push(" AND epoch = ")
+            .bind(epoch)
+            .push(" AND seq BETWEEN ")
+            .bind(min_seq)
+            .push(" AND ")
+            .bind(max_seq);
+        let mut existing = std::collections::HashSet::new();
+        for row in txn.query_all_raw(sql.build()).await? {
+            existing.insert(to_u64(get(&row, 0)?));
+        }
+        let new: Vec<u64> = order
+            .iter()
+            .copied()
+            .filter(|seq| !existing.contains(seq))
+            .collect();
+        if new.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = Sql::new(
+            self.backend(),
+            "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), \
+             COALESCE((SELECT MAX(id) FROM events), 0))",
+        );
+        let base: i64 = match txn.query_one_raw(sql.build()).await? {
+            Some(row) => get(&row, 0)?,
+            None => 0,
+        };
+        let mut inserted = Vec::with_capacity(new.len());
+        let mut id = base;
+        for chunk in fixed_chunks(&new) {
+            let mut sql = Sql::new(self.backend(), INSERT_EVENTS_WITH_ID);
+            for (i, seq) in chunk.iter().enumerate() {
+                let event = slots.get(seq).ok_or_else(|| {
+                    StoreError::Corrupt(format!("sequence number {seq} is not in the batch"))
+                })?;
+                if i > 0 {
+                    sql.push(", ");
+                }
+                id += 1;
+                let values = event_values(
+                    server,
+                    Some(agent),
+                    Some((epoch, to_i64(*seq, "sequence number")?)),
+                    event,
+                    stored_at,
+                )?;
+                sql.tuple(std::iter::once(Value::from(id)).chain(values));
+                inserted.push((id, *seq));
+            }
+            txn.execute_raw(sql.build()).await?;
+        }
+        Ok(inserted)
+    }
+
+    /// PostgreSQL: inserts the batch, skipping events already stored, and returns the `(id, seq)`
+    /// of those inserted in id order. Two replicas may race on one agent's batch (a lease moving),
+    /// so the insert itself decides what is new.
+    async fn insert_batch_returning(
+        &self,
+        txn: &DatabaseTransaction,
+        slots: &HashMap<u64, NewEvent>,
+        order: &[u64],
+        (server, agent, epoch): (&str, &str, i64),
+        stored_at: i64,
+    ) -> Result<Vec<(i64, u64)>, StoreError> {
+        let mut inserted: Vec<(i64, u64)> = Vec::with_capacity(order.len());
+        for chunk in fixed_chunks(order) {
+            let mut sql = Sql::new(self.backend(), INSERT_EVENTS);
+            for (i, seq) in chunk.iter().enumerate() {
+                let event = slots.get(seq).ok_or_else(|| {
+                    StoreError::Corrupt(format!("sequence number {seq} is not in the batch"))
+                })?;
+                if i > 0 {
+                    sql.push(", ");
+                }
+                sql.tuple(event_values(
+                    server,
+                    Some(agent),
+                    Some((epoch, to_i64(*seq, "sequence number")?)),
+                    event,
+                    stored_at,
+                )?);
+            }
+            sql.push(" ON CONFLICT (agent_id, epoch, seq) DO NOTHING RETURNING id, seq");
+            for row in txn.query_all_raw(sql.build()).await? {
+                inserted.push((get(&row, 0)?, to_u64(get(&row, 1)?)));
+            }
+        }
+        inserted.sort_unstable();
+        Ok(inserted)
     }
 
     /// Stores one event that a host without an agent sent to the hub, with its rollups.
