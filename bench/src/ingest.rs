@@ -45,6 +45,9 @@ pub struct IngestArgs {
     /// Build of banhub and banhub-agent to drive: `release` (for figures) or `debug`.
     #[arg(long, default_value = "release")]
     pub profile: String,
+    /// Only the database-only limits (no hub, no agent): for comparing store changes quickly.
+    #[arg(long)]
+    pub ceiling_only: bool,
 }
 
 /// What the agent sends per batch (`agent::link::delivery::BATCH_EVENTS`; kept in step by hand:
@@ -72,7 +75,9 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
         let databases = Databases::start(backend)?;
         println!("\n--- {} ---", backend.name());
         ceiling(&databases, &args).await?;
-        full_path(&databases, &args, &hub_bin, &agent_bin).await?;
+        if !args.ceiling_only {
+            full_path(&databases, &args, &hub_bin, &agent_bin).await?;
+        }
     }
     Ok(())
 }
