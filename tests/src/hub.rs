@@ -105,6 +105,16 @@ impl HubBuilder {
         self
     }
 
+    /// Logs operators in through `provider` (`auth.mode = "oidc"`, its client, and the role map
+    /// of [`OidcProvider::hub_env`](crate::oidc::OidcProvider::hub_env)). The bootstrap admin token
+    /// still works, so [`HubProcess::client`] stays an admin.
+    pub fn oidc(mut self, provider: &crate::oidc::OidcProvider) -> Self {
+        for (key, value) in provider.hub_env() {
+            self = self.env(key, value);
+        }
+        self
+    }
+
     /// Appends an argument after the harness's own `serve …` arguments.
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.args.push(arg.into());
