@@ -247,7 +247,9 @@ fn attribute(tag: &str, name: &str) -> Option<String> {
 /// The first `<form>` of a page of the provider (its pages are simple, generated HTML).
 fn first_form(html: &str) -> Option<Form> {
     let start = html.find("<form")?;
-    let end = html[start..].find("</form>").map_or(html.len(), |e| start + e);
+    let end = html[start..]
+        .find("</form>")
+        .map_or(html.len(), |e| start + e);
     let form = &html[start..end];
     let action = attribute(&form[..form.find('>')?], "action")?;
     let mut hidden = Vec::new();
@@ -460,7 +462,12 @@ impl Browser {
         let mut fields = form.hidden.clone();
         fields.push(("logout".to_owned(), "yes".to_owned()));
         let action = end_session.join(&form.action)?;
-        let mut response = self.client.post(action.clone()).form(&fields).send().await?;
+        let mut response = self
+            .client
+            .post(action.clone())
+            .form(&fields)
+            .send()
+            .await?;
         let mut current = action;
         for _ in 0..MAX_REDIRECTS {
             let status = response.status();

@@ -95,7 +95,11 @@ fn with_query(url: &Url, key: &str, value: &str) -> Url {
     let pairs: Vec<(String, String)> = url
         .query_pairs()
         .map(|(k, v)| {
-            let v = if k == key { value.to_owned() } else { v.into_owned() };
+            let v = if k == key {
+                value.to_owned()
+            } else {
+                v.into_owned()
+            };
             (k.into_owned(), v)
         })
         .collect();
@@ -135,8 +139,18 @@ async fn viewer_operator_and_admin_log_in_and_get_their_roles() {
 
     let cases = [
         ("victor", "Victor Viewer", "viewer", vec!["viewer"]),
-        ("olga", "Olga Operator", "operator", vec!["viewer", "operator"]),
-        ("alice", "Alice Admin", "admin", vec!["viewer", "operator", "admin"]),
+        (
+            "olga",
+            "Olga Operator",
+            "operator",
+            vec!["viewer", "operator"],
+        ),
+        (
+            "alice",
+            "Alice Admin",
+            "admin",
+            vec!["viewer", "operator", "admin"],
+        ),
     ];
     for (user, name, role, roles) in &cases {
         let browser = login(&hub, &provider, user).await;
@@ -170,7 +184,11 @@ async fn viewer_operator_and_admin_log_in_and_get_their_roles() {
             assert_eq!(status, StatusCode::FORBIDDEN, "{user} ban: {body}");
             assert_eq!(body["code"], "forbidden");
         } else {
-            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{user} ban: {body}");
+            assert_eq!(
+                status,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{user} ban: {body}"
+            );
             assert_eq!(body["code"], "agent_offline");
         }
         // Jail management, settings and adding servers: admin only.
@@ -183,7 +201,11 @@ async fn viewer_operator_and_admin_log_in_and_get_their_roles() {
         )
         .await;
         if *role == "admin" {
-            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{user} manage: {body}");
+            assert_eq!(
+                status,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{user} manage: {body}"
+            );
             assert_eq!(body["code"], "agent_offline");
         } else {
             assert_eq!(status, StatusCode::FORBIDDEN, "{user} manage: {body}");
@@ -249,9 +271,7 @@ async fn viewer_operator_and_admin_log_in_and_get_their_roles() {
     assert!(
         entries.iter().any(|e| e["actor"] == "victor"
             && e["outcome"] == "denied"
-            && e["action"]
-                .as_str()
-                .is_some_and(|a| a.contains("/ban/"))),
+            && e["action"].as_str().is_some_and(|a| a.contains("/ban/"))),
         "no refused ban of victor in {audit}"
     );
 }
@@ -320,7 +340,10 @@ async fn a_tampered_or_foreign_state_is_refused() {
         .sign_in_at_provider(authorize, "alice")
         .await
         .expect("at the provider");
-    let response = victim.finish_login(callback.clone()).await.expect("callback");
+    let response = victim
+        .finish_login(callback.clone())
+        .await
+        .expect("callback");
     let status = response.status();
     let body: Value = response.json().await.expect("problem");
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
@@ -411,7 +434,11 @@ async fn a_cross_origin_post_with_a_valid_cookie_is_refused_and_changes_nothing(
     let (provider, hub) = start();
     let browser = login(&hub, &provider, "alice").await;
     let client = browser.client();
-    for origin in [Some("https://evil.example"), Some("http://127.0.0.1:1"), None] {
+    for origin in [
+        Some("https://evil.example"),
+        Some("http://127.0.0.1:1"),
+        None,
+    ] {
         let mut request = client
             .post(hub.url("/api/servers"))
             .json(&json!({ "name": "cross-origin" }));
@@ -476,7 +503,11 @@ async fn logout_ends_the_session_here_and_at_the_provider() {
         .to_owned();
     let end_session = Url::parse(&location).expect("absolute URL");
     assert_eq!(
-        format!("{}{}", end_session.origin().ascii_serialization(), end_session.path()),
+        format!(
+            "{}{}",
+            end_session.origin().ascii_serialization(),
+            end_session.path()
+        ),
         format!("{}/session/end", provider.issuer()),
         "to the provider's end_session_endpoint"
     );
@@ -508,7 +539,10 @@ async fn logout_ends_the_session_here_and_at_the_provider() {
     .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert!(
-        sessions(&hub).await.iter().all(|s| s["id"] != session_id.as_str()),
+        sessions(&hub)
+            .await
+            .iter()
+            .all(|s| s["id"] != session_id.as_str()),
         "the session is gone from the live sessions"
     );
 
@@ -523,9 +557,17 @@ async fn logout_ends_the_session_here_and_at_the_provider() {
     let authorize = browser.start_login(&hub_url, None).await.expect("start");
     let mut url = authorize;
     let page = loop {
-        let response = browser.client().get(url.clone()).send().await.expect("provider");
+        let response = browser
+            .client()
+            .get(url.clone())
+            .send()
+            .await
+            .expect("provider");
         if response.status().is_redirection() {
-            let location = response.headers()[LOCATION].to_str().expect("ascii").to_owned();
+            let location = response.headers()[LOCATION]
+                .to_str()
+                .expect("ascii")
+                .to_owned();
             url = url.join(&location).expect("URL");
             assert!(
                 url.as_str().starts_with(provider.issuer()),
@@ -591,9 +633,11 @@ async fn an_unused_session_ends_after_the_idle_timeout() {
     let browser = login(&hub, &provider, "victor").await;
     assert_eq!(sessions(&hub).await.len(), 1);
     // Watched through the admin's list (which does not touch it), not by using it.
-    wait_until_async(DEADLINE, "the idle session to leave the live sessions", || async {
-        sessions(&hub).await.is_empty()
-    })
+    wait_until_async(
+        DEADLINE,
+        "the idle session to leave the live sessions",
+        || async { sessions(&hub).await.is_empty() },
+    )
     .await
     .expect("idle session ended");
     let (status, body) = json_of(browser.client().get(hub.url("/auth/user"))).await;
@@ -636,7 +680,11 @@ async fn the_return_path_stays_on_the_hub() {
         );
         let status = response.status();
         let body: Value = response.json().await.expect("problem");
-        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{foreign}: {body}");
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{foreign}: {body}"
+        );
         assert_eq!(body["code"], "invalid_field", "{foreign}: {body}");
     }
 }
