@@ -392,7 +392,8 @@ impl Rollups {
         for grain in [Grain::Hour, Grain::Day] {
             let rows: Vec<_> = self.counts.iter().filter(|(k, _)| k.0 == grain).collect();
             let table = grain.table();
-            let head = format!("INSERT INTO {table} (server_id, jail, bucket, kind, count) VALUES ");
+            let head =
+                format!("INSERT INTO {table} (server_id, jail, bucket, kind, count) VALUES ");
             let tail = format!(
                 " ON CONFLICT (server_id, jail, bucket, kind) \
                  DO UPDATE SET count = {table}.count + excluded.count"
