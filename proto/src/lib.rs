@@ -9,6 +9,7 @@ pub mod v1 {
 }
 
 pub mod event;
+pub mod jails;
 pub mod rules;
 pub mod token;
 

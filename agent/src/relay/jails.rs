@@ -1,52 +1,29 @@
-//! Which jails fail2ban runs, so that the relay refuses a callback naming a jail that does not exist
-//! (a mistyped manual `curl`, a copied action file on the wrong host) instead of storing it forever.
-//!
-//! The list is cached and refreshed from fail2ban's `status` only when a callback names a jail the
-//! cache does not know, so the common case costs one hash lookup. Two rules keep real events from
-//! being refused:
-//! - A jail stays known for [`REMEMBER`] after fail2ban last listed it: when a reload removes a jail,
-//!   fail2ban flushes its bans and the unban callbacks arrive after the jail left `status`.
-//! - When fail2ban cannot be asked (stopped, restarting, socket gone), the callback is accepted: a
-//!   stopping fail2ban is exactly when its flush callbacks arrive, and losing them would be worse
-//!   than storing a misnamed jail. Attempts are then spaced by [`RETRY_UNREACHABLE`] so a burst does
-//!   not hammer a dead socket.
+//! Which jails the local fail2ban runs, so that the relay refuses a callback naming a jail that
+//! does not exist (a mistyped manual `curl`, an action file copied to the wrong host) instead of
+//! storing it forever. The list is asked from fail2ban's `status` only when a callback names a jail
+//! the cache does not know, so the common case costs one lookup; the rules that keep real events
+//! from being refused are in [`banhub_proto::jails`].
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use banhub_proto::jails::{JailNames, REMEMBER, RETRY_UNREACHABLE, Verdict};
 use futures::future::BoxFuture;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::fail2ban::{Fail2banError, Fail2banSocket};
 
-/// How long a jail fail2ban no longer lists is still accepted.
-pub const REMEMBER: Duration = Duration::from_secs(600);
-/// How long after a failed attempt to reach fail2ban the next one is made.
-pub const RETRY_UNREACHABLE: Duration = Duration::from_secs(1);
-
 /// Asks fail2ban for the names of its running jails.
 pub type ListJails =
     Arc<dyn Fn() -> BoxFuture<'static, Result<Vec<String>, Fail2banError>> + Send + Sync>;
-
-/// What the catalog says about a jail named in a callback.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// fail2ban runs it, or did within [`REMEMBER`].
-    Known,
-    /// fail2ban answered and does not run it.
-    Unknown,
-    /// fail2ban could not be asked; the callback is let through.
-    Unverified,
-}
 
 /// The cached jail list of the local fail2ban.
 #[derive(Clone)]
 pub struct JailCatalog {
     list: ListJails,
-    state: Arc<Mutex<State>>,
+    names: Arc<Mutex<JailNames>>,
 }
 
 impl std::fmt::Debug for JailCatalog {
@@ -55,22 +32,12 @@ impl std::fmt::Debug for JailCatalog {
     }
 }
 
-#[derive(Debug, Default)]
-struct State {
-    /// Jail name → when fail2ban last listed it.
-    seen: HashMap<String, Instant>,
-    /// When fail2ban last answered `status`.
-    refreshed_at: Option<Instant>,
-    /// When the last attempt to reach fail2ban failed.
-    unreachable_at: Option<Instant>,
-}
-
 impl JailCatalog {
     /// A catalog that asks `list` whenever a callback names a jail it does not know.
     pub fn new(list: ListJails) -> Self {
         Self {
             list,
-            state: Arc::default(),
+            names: Arc::default(),
         }
     }
 
@@ -89,54 +56,21 @@ impl JailCatalog {
 
     /// Whether a callback for `jail` may be stored.
     pub async fn check(&self, jail: &str) -> Verdict {
-        let asked_at = Instant::now();
-        // One refresh at a time: callbacks that miss together share it. The lock is held across
+        let asked_at = Instant::now().into_std();
+        // One listing at a time: callbacks that miss together share it. The lock is held across
         // the call to fail2ban on purpose, so that a burst makes one call, not one each.
-        let mut state = self.state.lock().await;
-        if state.knows(jail, asked_at) {
-            return Verdict::Known;
+        let mut names = self.names.lock().await;
+        if let Some(verdict) = names.cached(jail, asked_at) {
+            return verdict;
         }
-        // A refresh that started after this callback arrived already reflects fail2ban's jails.
-        if state.refreshed_at.is_some_and(|at| at > asked_at) {
-            return Verdict::Unknown;
-        }
-        if state
-            .unreachable_at
-            .is_some_and(|at| asked_at.duration_since(at) < RETRY_UNREACHABLE)
-        {
-            return Verdict::Unverified;
-        }
-        let started = Instant::now();
+        let started = Instant::now().into_std();
         match (self.list)().await {
-            Ok(names) => {
-                state.refreshed_at = Some(started);
-                state.unreachable_at = None;
-                for name in names {
-                    state.seen.insert(name, started);
-                }
-                state
-                    .seen
-                    .retain(|_, at| started.duration_since(*at) < REMEMBER);
-                if state.knows(jail, started) {
-                    Verdict::Known
-                } else {
-                    Verdict::Unknown
-                }
-            }
+            Ok(listed) => names.listed(listed, started, jail),
             Err(e) => {
                 tracing::warn!(error = %e, jail, "cannot ask fail2ban for its jails; accepting the callback unverified");
-                state.unreachable_at = Some(Instant::now());
-                Verdict::Unverified
+                names.unreachable(Instant::now().into_std())
             }
         }
-    }
-}
-
-impl State {
-    fn knows(&self, jail: &str, now: Instant) -> bool {
-        self.seen
-            .get(jail)
-            .is_some_and(|at| now.saturating_duration_since(*at) < REMEMBER)
     }
 }
 

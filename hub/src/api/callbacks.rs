@@ -16,8 +16,10 @@ use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem, problem};
 use crate::app::AppState;
+use banhub_proto::jails::Verdict;
+
 use crate::domain::Server;
-use crate::domain::events::EventKind;
+use crate::domain::events::{EventBody, EventKind};
 use crate::events::callback::{self, CallbackError};
 
 /// The header that carries the server's callback secret.
@@ -112,6 +114,21 @@ async fn accept(
             },
             CallbackError::Field { field, reason } => ApiError::invalid(field, reason),
         })?;
+        if let EventBody::Ban(facts) | EventBody::Unban(facts) = &event.body
+            && state
+                .fleet
+                .callback_jail(server.id, facts.jail.as_str())
+                .await
+                == Verdict::Unknown
+        {
+            return Err(ApiError::invalid(
+                "jail",
+                format!(
+                    "the server's fail2ban runs no jail named {:?}; nothing was stored",
+                    facts.jail.as_str()
+                ),
+            ));
+        }
         let stored = state.events.ingest_direct(server.id, event).await?;
         Ok::<_, ApiError>(ApiJson(CallbackAccepted {
             id: stored.id.0,

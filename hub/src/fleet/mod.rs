@@ -3,6 +3,7 @@
 //! enrollment token, revoke on delete). This is the only module that names protocol types.
 
 mod actions;
+mod callback_jails;
 mod control;
 mod defaults;
 mod enrollment;
@@ -139,6 +140,8 @@ struct Inner {
     cluster: Cluster,
     /// The delivery probe's settings and last results.
     probe: probe::ProbeState,
+    /// The jails direct callbacks are checked against, per server.
+    callback_jails: callback_jails::CallbackJails,
 }
 
 /// The fleet; cheap to clone.
@@ -186,6 +189,7 @@ impl Fleet {
             events: parts.events,
             cluster: parts.cluster,
             probe: probe::ProbeState::new(parts.probe),
+            callback_jails: callback_jails::CallbackJails::default(),
         }))
     }
 
