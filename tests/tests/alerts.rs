@@ -729,3 +729,100 @@ async fn rules_by_country_use_the_geoip_database_and_follow_its_changes() {
         Some("DE")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_in_the_middle_of_a_spike_alerts_once_and_not_twice() {
+    let receiver = WebhookReceiver::start().await.expect("receiver");
+    let mut host = Host::start().await;
+    // A spike is five bans within ten minutes (long enough that the test's pace never matters);
+    // the rule for everything shows how far the worker has matched.
+    let saved = save(
+        &host.hub,
+        json!({"alerts": {"digestWindowSecs": 1,
+            "webhooks": [{"name": "hook", "format": "json", "url": receiver.url("/spike")}],
+            "rules": [
+                {"name": "spike", "spike": {"bans": 5, "windowSecs": 600}, "email": false, "webhooks": ["hook"]},
+                {"name": "everything", "email": false, "webhooks": ["hook"]}
+            ]}}),
+    )
+    .await;
+    let spike = rule_id(&saved, "spike");
+    let everything = rule_id(&saved, "everything");
+
+    // Three bans: under the rate, so no spike yet; all matched by the worker before the stop.
+    let before = addresses("10.91", 3);
+    host.ban("sshd", &before).await;
+    wait_for_async(DEADLINE, "the first three bans matched", || async {
+        (rule_matches(&host.hub, &everything).await.0 == 3).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    assert_eq!(rule_matches(&host.hub, &spike).await.0, 0);
+
+    host.hub.restart().expect("hub restarts");
+
+    // Three more: the fifth and sixth ban within the window are the spike, counted with the
+    // three from before the restart.
+    let after = addresses("10.92", 3);
+    host.ban("sshd", &after).await;
+    wait_for_async(DEADLINE, "all six bans matched", || async {
+        (rule_matches(&host.hub, &everything).await.0 == 6).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    let spike_digests = wait_for_async(DEADLINE, "the spike digest delivered", || async {
+        let mine: Vec<Value> = digests(&host.hub)
+            .await
+            .into_iter()
+            .filter(|d| d["ruleId"] == spike.as_str())
+            .collect();
+        let delivered = deliveries(&host.hub, &format!("&ruleId={spike}&status=delivered")).await;
+        (!mine.is_empty() && delivered.len() == mine.len()).then_some(mine)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    let (total, by_ip) = rule_matches(&host.hub, &spike).await;
+    assert_eq!(
+        total, 2,
+        "the fifth and sixth ban: {by_ip:?} {spike_digests:?}"
+    );
+    let matched: Vec<&String> = by_ip.keys().collect();
+    assert!(
+        matched.iter().all(|ip| after.contains(ip)),
+        "only bans after the restart can be the fifth or sixth: {matched:?}"
+    );
+    // Once: one spike alert went out, not one per process.
+    let posts: Vec<Value> = receiver
+        .received()
+        .into_iter()
+        .filter(|r| r.status == 200)
+        .filter_map(|r| r.json().ok())
+        .filter(|body| body["rule"]["name"] == "spike")
+        .collect();
+    assert_eq!(posts.len(), spike_digests.len(), "{posts:?}");
+    let posted: u64 = posts.iter().filter_map(|p| p["events"].as_u64()).sum();
+    assert_eq!(posted, 2);
+
+    // Another restart with the spike still in its window: the next ban is the seventh in ten
+    // minutes and matches once; nothing alerted before is alerted again.
+    host.hub.restart().expect("hub restarts again");
+    host.ban("sshd", &addresses("10.93", 1)).await;
+    wait_for_async(DEADLINE, "the seventh ban matched", || async {
+        (rule_matches(&host.hub, &spike).await.0 == 3).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    let mut ids: Vec<i64> = Vec::new();
+    for d in digests(&host.hub)
+        .await
+        .iter()
+        .filter(|d| d["ruleId"] == spike.as_str())
+    {
+        let samples = d["summary"]["samples"].as_array().expect("samples");
+        ids.extend(samples.iter().filter_map(|s| s["eventId"].as_i64()));
+    }
+    let count = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!((count, ids.len()), (3, 3), "an event was alerted on twice");
+}

@@ -15,6 +15,64 @@ pub struct State {
     spikes: HashMap<uuid::Uuid, VecDeque<i64>>,
 }
 
+impl State {
+    /// The windows of the spike rules as they were after the event `cursor`, rebuilt from stored
+    /// `events` (any order; those after `cursor` are ignored): what a restarted worker, or one that
+    /// follows a cursor another hub moved, would otherwise have lost. Only the last `bans`
+    /// in-scope times of each rule matter; older ones drop out at the next match anyway.
+    pub fn seed(
+        alerts: &Alerts,
+        events: &[StoredEvent],
+        cursor: i64,
+        geoip: Option<&GeoIp>,
+    ) -> Self {
+        let mut state = Self::default();
+        let rules: Vec<&AlertRule> = alerts
+            .rules
+            .iter()
+            .filter(|r| r.enabled && r.spike.is_some())
+            .collect();
+        if rules.is_empty() {
+            return state;
+        }
+        let mut ordered: Vec<&StoredEvent> = events.iter().filter(|e| e.id.0 <= cursor).collect();
+        ordered.sort_by_key(|e| e.id.0);
+        let needs_country = rules.iter().any(|r| !r.countries.is_empty());
+        for event in ordered {
+            let EventBody::Ban(facts) = &event.body else {
+                continue;
+            };
+            let country = if needs_country {
+                geoip.and_then(|g| g.country(&facts.ip))
+            } else {
+                None
+            };
+            for rule in &rules {
+                let Some(spike) = rule.spike else { continue };
+                if !in_scope(rule, event, facts.jail.as_str(), country.as_deref()) {
+                    continue;
+                }
+                let window = state.spikes.entry(rule.id).or_default();
+                window.push_back(event.occurred_at.timestamp_millis());
+                while window.len() > spike.bans as usize {
+                    window.pop_front();
+                }
+            }
+        }
+        state
+    }
+
+    /// The longest window of the enabled spike rules, if any.
+    pub fn longest_window(alerts: &Alerts) -> Option<std::time::Duration> {
+        alerts
+            .rules
+            .iter()
+            .filter(|r| r.enabled)
+            .filter_map(|r| r.spike.map(|s| s.window))
+            .max()
+    }
+}
+
 /// How many of `events` (ids after `cursor`, in order) can be matched now: all of them, unless a
 /// hole in the ids may still fill (a transaction that took a smaller id and has not committed). A
 /// hole is waited for until the event after it is `grace_ms` old.
@@ -276,6 +334,42 @@ mod tests {
         let found = evaluate(&settings, &fast, &mut state, None, &HashMap::new());
         let ids: Vec<i64> = found[0].matches.iter().map(|m| m.event_id).collect();
         assert_eq!(ids, [4, 5]);
+    }
+
+    #[test]
+    fn a_seeded_state_carries_a_spike_across_a_restart() {
+        let s = ServerId::new();
+        let mut spike = rule("spike");
+        spike.spike = Some(Spike {
+            bans: 3,
+            window: Duration::from_secs(10),
+        });
+        let settings = alerts(vec![spike]);
+        // Two bans were matched before the restart (cursor 2); event 3 is not yet.
+        let stored = vec![
+            ban(2, s, "j", "192.0.2.2", 1_000),
+            ban(1, s, "j", "192.0.2.1", 0),
+            ban(3, s, "j", "192.0.2.3", 2_000),
+        ];
+        let mut seeded = State::seed(&settings, &stored, 2, None);
+        let next = vec![ban(3, s, "j", "192.0.2.3", 2_000)];
+        let found = evaluate(&settings, &next, &mut seeded, None, &HashMap::new());
+        assert_eq!(found[0].matches.len(), 1, "the third ban in 10 s matches");
+        // Without the seed the restart would have lost the first two.
+        assert!(
+            evaluate(
+                &settings,
+                &next,
+                &mut State::default(),
+                None,
+                &HashMap::new()
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            State::longest_window(&settings),
+            Some(Duration::from_secs(10))
+        );
     }
 
     #[test]

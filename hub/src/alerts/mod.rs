@@ -27,7 +27,7 @@ use chrono::Utc;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::events::EventId;
+use crate::domain::events::{EventFilter, EventId, EventKind};
 use crate::events::Events;
 use crate::settings::SettingsService;
 use crate::store::{Store, StoreError};
@@ -40,6 +40,8 @@ const TICK: Duration = Duration::from_millis(500);
 /// A hole in the event ids younger than this may be a transaction still committing (PostgreSQL
 /// hands out ids before commit); the worker waits for it rather than skip it.
 const GAP_GRACE_MS: i64 = 5_000;
+/// Most stored bans read to rebuild the spike windows at start (newest first).
+const SEED_MAX_EVENTS: usize = 50_000;
 /// Deliveries attempted at once.
 const PARALLEL_SENDS: usize = 4;
 /// Longest wait between two attempts.
@@ -113,7 +115,7 @@ impl Alerts {
                 }
             }
         };
-        let mut state = matcher::State::default();
+        let mut state = self.seeded_state(cursor).await;
         loop {
             match self.match_step(cursor, &mut state).await {
                 Ok(next) => cursor = next,
@@ -139,6 +141,61 @@ impl Alerts {
         }
         let newest = self.0.store.last_event_id().await?.map_or(0, |id| id.0);
         self.0.store.init_alert_cursor(newest).await
+    }
+
+    /// The spike windows as they stood after event `cursor`, rebuilt from the stored bans (the
+    /// windows live in memory; a restart or another hub's matching must not lose a spike that
+    /// was under way). A failure is logged and starts from empty windows, as before.
+    async fn seeded_state(&self, cursor: i64) -> matcher::State {
+        match self.seed_state(cursor).await {
+            Ok(state) => state,
+            Err(e) => {
+                tracing::warn!(error = %e, "alerts: cannot rebuild the spike windows; they start empty");
+                matcher::State::default()
+            }
+        }
+    }
+
+    async fn seed_state(&self, cursor: i64) -> Result<matcher::State, StoreError> {
+        let snapshot = self.0.settings.current();
+        let alerts = &snapshot.settings.alerts;
+        let Some(span) = matcher::State::longest_window(alerts).filter(|_| alerts.enabled) else {
+            return Ok(matcher::State::default());
+        };
+        // The window reaches back from the next event to match, which is no later than now and
+        // (for a backlog an agent sends after an outage) may be as old as the last one matched.
+        let now = Utc::now();
+        let last_at = self
+            .0
+            .store
+            .events_after(EventId(cursor.saturating_sub(1)), 1)
+            .await?
+            .first()
+            .map_or(now, |e| e.occurred_at.min(now));
+        let span = chrono::Duration::from_std(span).unwrap_or(chrono::Duration::days(1));
+        let filter = EventFilter {
+            kinds: vec![EventKind::Ban],
+            from: Some(last_at - span),
+            ..EventFilter::default()
+        };
+        let mut events = Vec::new();
+        let mut after = None;
+        while events.len() < SEED_MAX_EVENTS {
+            let page = self.0.store.list_events(&filter, after, BATCH).await?;
+            events.extend(page.events.into_iter().filter(|e| e.id.0 <= cursor));
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        let geoip = self.geoip(snapshot.settings.geoip_path.as_deref());
+        let state = matcher::State::seed(alerts, &events, cursor, geoip.as_deref());
+        tracing::debug!(
+            events = events.len(),
+            cursor,
+            "alerts: spike windows rebuilt from the stored bans"
+        );
+        Ok(state)
     }
 
     /// Matches every event after `cursor` that can be matched now; returns the new cursor.
@@ -182,8 +239,10 @@ impl Alerts {
                 }
                 cursor = upto;
             } else {
-                // Another hub moved the cursor: follow it.
+                // Another hub moved the cursor: follow it, with the spike windows as that hub
+                // left them (it matched events this one never saw).
                 cursor = self.0.store.alert_cursor().await?.unwrap_or(upto);
+                *state = self.seeded_state(cursor).await;
             }
             if ready < events.len() || events.len() < BATCH {
                 return Ok(cursor);
