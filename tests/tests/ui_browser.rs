@@ -1,9 +1,12 @@
 //! The operator web UI in a real browser: Playwright (`hub/ui/e2e/ui.spec.ts`) drives Debian's
-//! Chromium through the UI served by a real hub, with two real agents beside fail2ban sandboxes and a
-//! real SMTP server (maildev). This file starts everything, runs the suite with the addresses in
-//! `BANHUB_*` variables (see `hub/ui/e2e/env.ts`), fails with Playwright's output when it fails, and
-//! checks the real state behind what the browser saw (fail2ban's bans, maildev's inbox) and the
-//! screenshots it must leave under `target/ui-e2e/`.
+//! Chromium through the UI served by a real hub, with two real agents beside fail2ban sandboxes, a
+//! real OpenID provider (oidc-provider: the admin and the viewer sign in on its pages) and a real SMTP
+//! server (maildev). This file starts everything, runs the suite with the addresses in `BANHUB_*`
+//! variables (see `hub/ui/e2e/env.ts`), fails with Playwright's output when it fails, and checks the
+//! real state behind what the browser saw (fail2ban's bans, maildev's inbox, the hub's sessions) and
+//! the screenshots it must leave under `target/ui-e2e/`. A second, small run
+//! (`hub/ui/e2e/local-login.spec.ts`) signs in with the local administrator's form of a hub without
+//! OIDC.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,6 +15,7 @@ use std::time::Duration;
 use banhub_tests::agent::{AgentProcess, relay_addr};
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubProcess;
+use banhub_tests::oidc::OidcProvider;
 use banhub_tests::process::{target_dir, workspace_root};
 use banhub_tests::smtp::SmtpServer;
 use banhub_tests::wait::wait_until_async;
@@ -119,7 +123,7 @@ fn banned(sandbox: &Fail2banSandbox) -> String {
         .expect("fail2ban answers")
 }
 
-/// Every screenshot the browser suite must leave behind (the login page only once login exists).
+/// Every screenshot the browser suite must leave behind.
 fn expected_screenshots() -> Vec<String> {
     let pages = [
         "dashboard",
@@ -134,6 +138,7 @@ fn expected_screenshots() -> Vec<String> {
     ];
     let mut names = Vec::new();
     for scheme in ["light", "dark"] {
+        names.push(format!("login-{scheme}.png"));
         for page in pages {
             names.push(format!("{page}-{scheme}.png"));
             names.push(format!("{page}-{scheme}-phone.png"));
@@ -163,14 +168,14 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
     let playwright = require_browser_tooling(&ui);
 
     let smtp = SmtpServer::start().expect("maildev");
-    let admin_password = format!("ui-browser-admin-{}", std::process::id());
+    let provider = OidcProvider::start().expect("the OpenID provider starts");
     let hub = HubProcess::builder()
         .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
-        .env("BANHUB_AUTH__LOCAL__PASSWORD", admin_password.as_str())
+        .oidc(&provider)
         .start()
         .expect("hub starts");
     // Operator login is enforced: an anonymous browser gets nothing from the API, so the suite
-    // signs in (as the local administrator, whose password the hub was given above).
+    // signs in through the provider (alice is an admin there, victor a viewer).
     let anonymous = hub
         .anonymous_client()
         .expect("client")
@@ -186,7 +191,7 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
     let screenshots = artifacts.join("screenshots");
     let _ = std::fs::remove_dir_all(&screenshots);
     let output = Command::new(&playwright)
-        .arg("test")
+        .args(["test", "e2e/ui.spec.ts"])
         .current_dir(&ui)
         .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
         .env("CHROMIUM_PATH", CHROMIUM)
@@ -201,19 +206,21 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
         .env("BANHUB_F2B_SOCK_B", web2.sandbox.socket_path())
         .env("BANHUB_MAILDEV_URL", smtp.web_url())
         .env("BANHUB_SMTP_PORT", smtp.smtp_port().to_string())
-        // The local administrator; `oidc` (with BANHUB_OIDC_ISSUER) signs in through the provider.
-        .env("BANHUB_UI_LOGIN", "local")
-        .env("BANHUB_ADMIN_LOGIN", "admin")
-        .env("BANHUB_ADMIN_PASSWORD", admin_password.as_str())
+        // Through the provider's login and consent pages (`local`: the local administrator).
+        .env("BANHUB_UI_LOGIN", "oidc")
+        .env("BANHUB_OIDC_ISSUER", provider.issuer())
+        .env("BANHUB_ADMIN_LOGIN", "alice")
+        .env("BANHUB_VIEWER_LOGIN", "victor")
         .env("BANHUB_UI_ARTIFACTS", &artifacts)
         .env("BANHUB_SCREENSHOTS", &screenshots)
         .output()
         .expect("playwright runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let report = format!(
-        "{stdout}\n{}\n--- hub ---\n{}\n--- agent web-1 ---\n{}\n--- fail2ban web-1 ---\n{}",
+        "{stdout}\n{}\n--- hub ---\n{}\n--- provider ---\n{}\n--- agent web-1 ---\n{}\n--- fail2ban web-1 ---\n{}",
         String::from_utf8_lossy(&output.stderr),
         hub.logs(),
+        provider.logs(),
         web1.agent.logs(),
         web1.sandbox.logs(),
     );
@@ -240,6 +247,31 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
         "no test e-mail in maildev: {mails:?}"
     );
 
+    // Both users signed in through the provider, and the admin's logout ended its session: the
+    // viewer's is the one left.
+    let sessions: Value = hub
+        .client()
+        .get(hub.url("/api/sessions"))
+        .send()
+        .await
+        .expect("GET /api/sessions")
+        .json()
+        .await
+        .expect("json");
+    let live: Vec<(&str, &str, &str)> = sessions
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|s| {
+            (
+                s["subject"].as_str().unwrap_or_default(),
+                s["role"].as_str().unwrap_or_default(),
+                s["kind"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(live, [("victor", "viewer", "oidc")], "{sessions}");
+
     let missing: Vec<String> = expected_screenshots()
         .into_iter()
         .filter(|name| std::fs::metadata(screenshots.join(name)).map_or(true, |m| m.len() < 1000))
@@ -249,4 +281,64 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
         "screenshots missing in {}: {missing:?}",
         screenshots.display()
     );
+}
+
+#[tokio::test]
+async fn the_local_administrator_signs_in_with_the_login_form() {
+    let ui = workspace_root().join("hub/ui");
+    let playwright = require_browser_tooling(&ui);
+    let admin_password = format!("ui-browser-admin-{}", std::process::id());
+    let hub = HubProcess::builder()
+        .env("BANHUB_AUTH__LOCAL__PASSWORD", admin_password.as_str())
+        .start()
+        .expect("hub starts");
+    let artifacts = target_dir().join("ui-e2e-local");
+    let output = Command::new(&playwright)
+        .args(["test", "e2e/local-login.spec.ts"])
+        .current_dir(&ui)
+        .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+        .env("CHROMIUM_PATH", CHROMIUM)
+        .env("BANHUB_URL", hub.url("/"))
+        .env("BANHUB_ADMIN_PASSWORD", admin_password.as_str())
+        .env("BANHUB_UI_ARTIFACTS", &artifacts)
+        .output()
+        .expect("playwright runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the local login scenario failed ({}):\n{stdout}\n{}\n--- hub ---\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        hub.logs()
+    );
+    assert!(stdout.contains("1 passed"), "{stdout}");
+    // The wrong password and the login are on record; the logout ended the session.
+    let audit: Value = hub
+        .client()
+        .get(hub.url("/api/audit?limit=50"))
+        .send()
+        .await
+        .expect("GET /api/audit")
+        .json()
+        .await
+        .expect("json");
+    let entries = audit["entries"].as_array().expect("entries");
+    for (action, outcome) in [("login", "denied"), ("login", "ok"), ("logout", "ok")] {
+        assert!(
+            entries
+                .iter()
+                .any(|e| e["actor"] == "admin" && e["action"] == action && e["outcome"] == outcome),
+            "no {action} {outcome} of admin in {audit}"
+        );
+    }
+    let sessions: Value = hub
+        .client()
+        .get(hub.url("/api/sessions"))
+        .send()
+        .await
+        .expect("GET /api/sessions")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(sessions, json!([]), "the logout ended the session");
 }

@@ -1,7 +1,9 @@
 // The operator UI in Chromium against a real hub, two real agents beside real fail2ban servers, the
-// real OIDC provider and a real SMTP server (all started by tests/tests/ui_browser.rs). With
-// BANHUB_UI_LOGIN=local the suite signs in as the hub's local administrator instead of through the
-// OIDC provider, and the viewer scenario (which needs the provider's users) is skipped.
+// real OIDC provider and a real SMTP server (all started by tests/tests/ui_browser.rs). The admin
+// (alice) and the viewer (victor) sign in through the provider's development login and consent
+// pages. With BANHUB_UI_LOGIN=local the suite signs in as the hub's local administrator instead, and
+// the viewer scenario (which needs the provider's users) is skipped; local-login.spec.ts covers the
+// local login form on its own.
 import { expect, test, type Browser, type Page } from '@playwright/test';
 import { bannedOnA, bannedOnB, env, failLogins, localLogin, mails, oidcLogin, shoot } from './env';
 
@@ -27,9 +29,19 @@ async function newPage(browser: Browser): Promise<Page> {
   const page = await context.newPage();
   const allowed = new Set([new URL(env.hub).host]);
   if (env.issuer) allowed.add(new URL(env.issuer).host);
+  const provider = env.issuer ? new URL(env.issuer).host : '';
   page.on('request', (request) => {
     const url = new URL(request.url());
     if (url.protocol === 'data:' || allowed.has(url.host)) return;
+    // The identity provider's own development pages load a web font from elsewhere; only the hub's
+    // pages are held to "no host but the hub".
+    let from = '';
+    try {
+      from = new URL(request.frame().url()).host;
+    } catch {
+      // A request without a frame (e.g. a service worker's) is judged by its own host alone.
+    }
+    if (provider && from === provider) return;
     foreign.push(request.url());
   });
   return page;
@@ -314,9 +326,19 @@ test('the audit log shows what the admin did, and logging out ends the session',
   await admin.goto('audit');
   await expect(admin.getByTestId('audit')).toContainText(/ban/i);
   await admin.getByRole('button', { name: 'Log out' }).click();
+  if (withOidc) {
+    // Ended on the hub, then at the provider: its end-session page asks, and sends the browser back.
+    await admin.waitForURL((url) => url.href.startsWith(env.issuer));
+    await admin.getByRole('button', { name: 'Yes, sign me out' }).click();
+  }
   await admin.waitForURL(/\/login/);
   await admin.goto('servers');
   await admin.waitForURL(/\/login\?return_to=%2Fservers/);
+  if (withOidc) {
+    // The provider's session is over too: signing in again asks for the login.
+    await admin.getByRole('link', { name: 'Sign in' }).click();
+    await expect(admin.locator('input[name=login]')).toBeVisible();
+  }
 });
 
 test('no page asked any host but the hub and the identity provider', () => {

@@ -66,6 +66,13 @@ export function loginUrl(returnTo: string): string {
   return `auth/login?return_to=${encodeURIComponent(returnTo)}`;
 }
 
+/** OIDC logout: a full page load of `GET /auth/logout`, which ends the session on the hub and then
+ * sends the browser to the provider's end-session page (which returns to the hub). A fetch cannot
+ * take the browser there: the provider is another origin. */
+export function logoutThroughProvider(): void {
+  window.location.assign('auth/logout');
+}
+
 export async function logout(): Promise<void> {
   await post('auth/logout');
   session.authenticated = false;
