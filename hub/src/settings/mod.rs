@@ -1,10 +1,12 @@
 //! Settings: one typed, validated, versioned document (SMTP, alerts, webhooks, event retention,
-//! GeoIP, fail2ban defaults) kept in the store, with its secrets sealed under a key outside it.
+//! GeoIP, fail2ban defaults, the callback secret policy) kept in the store, with its secrets sealed
+//! under a key outside it. [`callbacks`] issues and rotates servers' callback secrets by that policy.
 //!
 //! [`SettingsService`] is the only way in: it validates a new document, refuses one edited from an
 //! older version (so a concurrent edit is never lost), seals new secrets, keeps omitted ones, and
 //! publishes the new settings to whoever follows them (the alert worker, retention).
 
+pub mod callbacks;
 pub mod crypto;
 pub mod model;
 
@@ -15,10 +17,11 @@ use chrono::{DateTime, Utc};
 use secrecy::SecretString;
 use tokio::sync::watch;
 
+pub use callbacks::{CallbackSecretError, IssuedSecret, SecretStatus};
 pub use crypto::{CryptoError, SecretsKey};
 pub use model::{
-    Fail2banDefaults, FieldError, Settings, SettingsDocument, Smtp, SmtpDocument, TlsMode,
-    WebhookFormat,
+    CallbackPolicy, Fail2banDefaults, FieldError, Settings, SettingsDocument, Smtp, SmtpDocument,
+    TlsMode, WebhookFormat,
 };
 
 use crate::domain::ServerId;

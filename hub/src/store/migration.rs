@@ -7,6 +7,7 @@ mod m0002_events;
 mod m0003_auth;
 mod m0004_settings;
 mod m0005_cluster;
+mod m0007_callback_secrets;
 
 pub struct Migrator;
 
@@ -47,6 +48,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0003_auth::M0003Auth),
             Box::new(m0004_settings::M0004Settings),
             Box::new(m0005_cluster::M0005Cluster),
+            Box::new(m0007_callback_secrets::M0007CallbackSecrets),
         ]
     }
 }

@@ -11,6 +11,8 @@ pub mod events;
 mod migration;
 mod settings;
 
+pub use settings::{CallbackSecretRow, RotateOutcome};
+
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};

@@ -1,10 +1,14 @@
-//! The settings row: read, and saved only when its version is still the one edited from.
+//! The settings row: read, and saved only when its version is still the one edited from; and the
+//! servers' callback secrets as the callback secret policy rotates them (with an overlap).
 
 use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter, Statement, TransactionTrait,
+};
 
 use super::entities::settings_row;
 use super::{Store, StoreError, now_ms, to_time};
+use crate::domain::ServerId;
 use crate::settings::StoredSettings;
 
 const ROW: i32 = 1;
@@ -53,5 +57,185 @@ impl Store {
             return Ok(None);
         }
         self.load_settings().await.map(Some)
+    }
+}
+
+/// A server's callback secrets as stored (hashes aside).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallbackSecretRow {
+    /// Whether a current secret is set.
+    pub set: bool,
+    /// When it was set (Unix ms); `None` for one set before M0007 or none.
+    pub set_at: Option<i64>,
+    /// Until when the previous secret is still accepted (Unix ms), if one is.
+    pub previous_until: Option<i64>,
+}
+
+/// Why a new callback secret was not stored.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RotateOutcome {
+    Rotated(CallbackSecretRow),
+    NoServer,
+    /// The secret is already one of some server's (current or previous).
+    InUse,
+}
+
+/// A statement with `?` placeholders, numbered for PostgreSQL.
+fn statement(backend: DbBackend, sql: &str, values: Vec<sea_orm::Value>) -> Statement {
+    let sql = match backend {
+        DbBackend::Postgres => {
+            let mut out = String::with_capacity(sql.len() + 8);
+            let mut n = 0;
+            for c in sql.chars() {
+                if c == '?' {
+                    n += 1;
+                    out.push_str(&format!("${n}"));
+                } else {
+                    out.push(c);
+                }
+            }
+            out
+        }
+        _ => sql.to_owned(),
+    };
+    Statement::from_sql_and_values(backend, sql, values)
+}
+
+impl Store {
+    fn backend_of(&self) -> DbBackend {
+        self.db.get_database_backend()
+    }
+
+    /// A server's callback secret state, `None` if there is no such server.
+    pub async fn callback_secret_row(
+        &self,
+        server: ServerId,
+    ) -> Result<Option<CallbackSecretRow>, StoreError> {
+        let row = self
+            .db
+            .query_one_raw(statement(
+                self.backend_of(),
+                "SELECT callback_secret_hash, callback_secret_set_at, callback_secret_previous_until \
+                 FROM servers WHERE id = ?",
+                vec![server.to_string().into()],
+            ))
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let hash: Option<String> = row.try_get_by_index(0)?;
+        Ok(Some(CallbackSecretRow {
+            set: hash.is_some(),
+            set_at: row.try_get_by_index(1)?,
+            previous_until: row.try_get_by_index(2)?,
+        }))
+    }
+
+    /// Makes `hash` the server's callback secret. With `previous_until`, the secret it replaces
+    /// stays accepted until then; without, it stops at once. One transaction, so a secret is never
+    /// half-rotated.
+    pub async fn rotate_callback_secret_hash(
+        &self,
+        server: ServerId,
+        hash: &str,
+        now_ms: i64,
+        previous_until: Option<i64>,
+    ) -> Result<RotateOutcome, StoreError> {
+        let backend = self.backend_of();
+        let txn = self.db.begin().await?;
+        let current = txn
+            .query_one_raw(statement(
+                backend,
+                "SELECT callback_secret_hash FROM servers WHERE id = ?",
+                vec![server.to_string().into()],
+            ))
+            .await?;
+        let Some(current) = current else {
+            return Ok(RotateOutcome::NoServer);
+        };
+        let current: Option<String> = current.try_get_by_index(0)?;
+        let taken = txn
+            .query_one_raw(statement(
+                backend,
+                "SELECT id FROM servers WHERE callback_secret_hash = ? \
+                 OR callback_secret_previous_hash = ?",
+                vec![hash.to_owned().into(), hash.to_owned().into()],
+            ))
+            .await?;
+        if taken.is_some() {
+            return Ok(RotateOutcome::InUse);
+        }
+        let (previous, until) = match (current, previous_until) {
+            (Some(old), Some(until)) if until > now_ms => (Some(old), Some(until)),
+            _ => (None, None),
+        };
+        txn.execute_raw(statement(
+            backend,
+            "UPDATE servers SET callback_secret_hash = ?, callback_secret_set_at = ?, \
+             callback_secret_previous_hash = ?, callback_secret_previous_until = ? WHERE id = ?",
+            vec![
+                hash.to_owned().into(),
+                now_ms.into(),
+                previous.into(),
+                until.into(),
+                server.to_string().into(),
+            ],
+        ))
+        .await?;
+        txn.commit().await?;
+        Ok(RotateOutcome::Rotated(CallbackSecretRow {
+            set: true,
+            set_at: Some(now_ms),
+            previous_until: until,
+        }))
+    }
+
+    /// Removes a server's callback secrets, current and previous: it takes no direct callbacks.
+    /// Returns whether the server exists.
+    pub async fn clear_callback_secrets(&self, server: ServerId) -> Result<bool, StoreError> {
+        let done = self
+            .db
+            .execute_raw(statement(
+                self.backend_of(),
+                "UPDATE servers SET callback_secret_hash = NULL, callback_secret_set_at = NULL, \
+                 callback_secret_previous_hash = NULL, callback_secret_previous_until = NULL \
+                 WHERE id = ?",
+                vec![server.to_string().into()],
+            ))
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// The server whose previous callback secret hashes to `hash` and is still accepted at
+    /// `now_ms`.
+    pub async fn server_by_previous_callback_secret(
+        &self,
+        hash: &str,
+        now_ms: i64,
+    ) -> Result<Option<ServerId>, StoreError> {
+        let row = self
+            .db
+            .query_one_raw(statement(
+                self.backend_of(),
+                "SELECT id, callback_secret_previous_hash FROM servers \
+                 WHERE callback_secret_previous_hash = ? AND callback_secret_previous_until > ?",
+                vec![hash.to_owned().into(), now_ms.into()],
+            ))
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let id: String = row.try_get_by_index(0)?;
+        let stored: String = row.try_get_by_index(1)?;
+        // Looked up by hash; decided in constant time all the same.
+        if !bool::from(subtle::ConstantTimeEq::ct_eq(
+            stored.as_bytes(),
+            hash.as_bytes(),
+        )) {
+            return Ok(None);
+        }
+        ServerId::parse(&id)
+            .map(Some)
+            .map_err(|_| StoreError::Corrupt(format!("server id {id:?}")))
     }
 }
