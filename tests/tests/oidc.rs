@@ -10,7 +10,7 @@ use std::time::Duration;
 use banhub_tests::hub::HubProcess;
 use banhub_tests::oidc::{Browser, CLIENT_ID, OidcProvider, SESSION_COOKIE};
 use banhub_tests::wait::wait_until_async;
-use reqwest::header::{COOKIE, LOCATION, ORIGIN, SET_COOKIE};
+use reqwest::header::{ACCEPT, COOKIE, LOCATION, ORIGIN, SET_COOKIE};
 use reqwest::{StatusCode, Url};
 use serde_json::{Value, json};
 
@@ -305,10 +305,38 @@ async fn a_user_without_a_mapped_group_is_refused_and_gets_no_session() {
     assert!(sessions(&hub).await.is_empty(), "no session was stored");
     let (_, audit) = json_of(hub.client().get(hub.url("/api/audit?limit=50"))).await;
     assert!(
-        audit.to_string().contains("no banhub role")
-            || audit.to_string().contains("mapped to a banhub role"),
+        audit.to_string().contains("mapped to a banhub role"),
         "the refused login is audited: {audit}"
     );
+
+    // A browser (asking for HTML) is sent to the login page, which shows the reason.
+    let browser = Browser::new().expect("browser");
+    let authorize = browser
+        .start_login(&hub.http_url(), None)
+        .await
+        .expect("login starts");
+    let callback = browser
+        .sign_in_at_provider(authorize, "nora")
+        .await
+        .expect("at the provider");
+    let response = browser
+        .client()
+        .get(callback)
+        .header(ACCEPT, "text/html,application/xhtml+xml")
+        .send()
+        .await
+        .expect("callback");
+    assert_eq!(response.status(), StatusCode::FOUND);
+    assert!(set_cookies(&response, SESSION_COOKIE).is_empty());
+    let location = response.headers()[LOCATION].to_str().expect("ascii");
+    let target = Url::parse(&format!("{}{location}", hub.http_url())).expect("URL");
+    assert_eq!(target.path(), "/login");
+    let error = query(&target, "error").expect("error");
+    assert!(
+        error.contains("nora") && error.contains("is mapped to a banhub role"),
+        "{error}"
+    );
+    assert!(sessions(&hub).await.is_empty(), "no session was stored");
 }
 
 #[tokio::test]

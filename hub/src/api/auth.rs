@@ -279,12 +279,21 @@ async fn login_local(
     Ok(session_response(session, Some(user)))
 }
 
+/// Whether the client is a browser navigating (it asks for HTML), rather than a program.
+fn wants_html(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/html"))
+}
+
 /// OIDC mode: the provider's redirect back. Checks the state against this browser's login, redeems
 /// the code, verifies the ID token (nonce included), maps the role; sets the session cookie and
-/// sends the browser to where the login started.
+/// sends the browser to where the login started. A refused login is a problem document, or, for a
+/// browser (`Accept: text/html`), a redirect to the UI's login page, which shows `error`.
 #[utoipa::path(get, path = "/auth/callback", tag = "auth", params(Callback),
     extensions(("x-required-role" = json!("public"))),
-    responses((status = 302, description = "Logged in; to return_to"),
+    responses((status = 302, description = "Logged in; to return_to. Refused, for a browser: to /login?error=…"),
               (status = 400, description = "Unknown, used, expired or foreign state", body = Problem),
               (status = 401, description = "The provider refused, or its answer did not verify", body = Problem),
               (status = 403, description = "No role for this user", body = Problem)))]
@@ -326,7 +335,19 @@ async fn callback(
                 serde_json::Map::from_iter([("reason".to_owned(), e.to_string().into())]),
             ))
             .await;
-            ApiError::from(e).into_response()
+            if wants_html(&headers) {
+                // A person is looking at this: the login page says what went wrong, in words
+                // (internal failures by their title only).
+                let (status, _, title) = e.parts();
+                let message = if status.is_server_error() {
+                    title.to_owned()
+                } else {
+                    e.to_string()
+                };
+                found(&format!("/login?error={}", encode(&message)))
+            } else {
+                ApiError::from(e).into_response()
+            }
         }
     };
     // The login cookie has done its work either way.

@@ -35,6 +35,8 @@ export const env = {
   smtpPort: need('BANHUB_SMTP_PORT'),
   admin: process.env.BANHUB_ADMIN_LOGIN ?? 'alice',
   viewer: process.env.BANHUB_VIEWER_LOGIN ?? 'victor',
+  /** A provider account whose groups the hub maps to no role. */
+  noRole: process.env.BANHUB_NOROLE_LOGIN ?? 'nora',
   screenshots: process.env.BANHUB_SCREENSHOTS ?? 'screenshots',
 };
 

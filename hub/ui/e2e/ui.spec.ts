@@ -322,6 +322,19 @@ test('a viewer sees no admin or operator controls', async ({ browser }) => {
   await viewer.context().close();
 });
 
+test('a user the hub maps no role to is told why on the login page, and gets no session', async ({ browser }) => {
+  test.skip(!withOidc, noOidc);
+  const page = await newPage(browser);
+  await oidcLogin(page, env.noRole);
+  await expect(page).toHaveURL(/\/login\?error=/);
+  await expect(page.getByRole('alert')).toContainText('The login did not complete');
+  await expect(page.getByRole('alert')).toContainText('is mapped to a banhub role');
+  await expect(page.getByRole('link', { name: 'Sign in' })).toBeVisible();
+  await page.goto('servers');
+  await page.waitForURL(/\/login\?return_to=%2Fservers/);
+  await page.context().close();
+});
+
 test('the audit log shows what the admin did, and logging out ends the session', async () => {
   await admin.goto('audit');
   await expect(admin.getByTestId('audit')).toContainText(/ban/i);
