@@ -11,7 +11,9 @@ use anyhow::{Context as _, bail};
 use banhub::domain::events::{Cursor, EventId, IpOrCidr, NewEvent};
 use banhub::domain::{AgentId, Labels, NewServer, ServerId, ServerName};
 use banhub::store::Store;
+use banhub::store::events::PendingRollups;
 use banhub_tests::hub::HubProcess;
+use sea_orm::ConnectionTrait as _;
 
 use crate::measure::{self, Summary, ms};
 use crate::workload::{self, COMMON_TEXT, Fleet, Generator, RARE_TEXT};
@@ -42,6 +44,10 @@ pub struct QueryArgs {
     /// Build of banhub to query: `release` (for figures) or `debug`.
     #[arg(long, default_value = "release")]
     pub profile: String,
+    /// Instead of timing queries: seed this many events through ingest and in bulk into two
+    /// SQLite files and check that both hold the same events and rollups.
+    #[arg(long)]
+    pub check_seed: Option<u64>,
 }
 
 /// What a seeded database holds, written next to it once seeding finished.
@@ -80,6 +86,9 @@ impl Seeded {
 }
 
 pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
+    if let Some(events) = args.check_seed {
+        return check_seed(events, &args).await;
+    }
     println!(
         "== banhub-bench queries: {} events over {} days, {} build; load average {} ==",
         args.events,
@@ -110,7 +119,7 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
                     }
                     Err(_) => {
                         let _ = std::fs::remove_file(&file);
-                        let seeded = seed(&url, &args).await?;
+                        let seeded = seed(&url, args.events, &args, SeedMode::Bulk).await?;
                         std::fs::write(&marker, serde_json::to_vec_pretty(&seeded.to_json())?)?;
                         seeded
                     }
@@ -122,7 +131,7 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
                     Some(url) => url,
                     None => databases.fresh("events")?,
                 };
-                let seeded = seed(&url, &args).await?;
+                let seeded = seed(&url, args.events, &args, SeedMode::Bulk).await?;
                 (url, seeded)
             }
         };
@@ -138,8 +147,18 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Loads `args.events` events through `Store::ingest_batch`, one agent per server, oldest first.
-async fn seed(url: &str, args: &QueryArgs) -> anyhow::Result<Seeded> {
+/// How a history is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SeedMode {
+    /// Through `Store::ingest_batch`, as agents' batches arrive: the reference, and slow.
+    Ingest,
+    /// Bulk: `Store::import_batch` with the paging indexes dropped and built again at the end,
+    /// and the rollups added up in memory by the store's own aggregation and written once.
+    Bulk,
+}
+
+/// Loads `events` events, one agent per server, oldest first.
+async fn seed(url: &str, events: u64, args: &QueryArgs, mode: SeedMode) -> anyhow::Result<Seeded> {
     let store = Store::connect(url, 4).await?;
     let fleet = Fleet::default();
     let mut servers: Vec<ServerId> = Vec::with_capacity(fleet.servers);
@@ -158,8 +177,12 @@ async fn seed(url: &str, args: &QueryArgs) -> anyhow::Result<Seeded> {
         .collect();
     let end_ms = chrono::Utc::now().timestamp_millis();
     let start_ms = end_ms - args.days * DAY_MS;
-    let total = args.events;
+    let total = events;
     let batch = args.seed_batch.max(1);
+    let indexes = match mode {
+        SeedMode::Bulk => drop_paging_indexes(url).await?,
+        SeedMode::Ingest => Vec::new(),
+    };
 
     // One task draws the events (its own core), this one stores them.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, Vec<(u64, NewEvent)>)>(8);
@@ -192,12 +215,21 @@ async fn seed(url: &str, args: &QueryArgs) -> anyhow::Result<Seeded> {
     let started = Instant::now();
     let mut stored = 0u64;
     let mut next_report = total / 10;
+    let mut rollups = PendingRollups::new();
     while let Some((s, events)) = rx.recv().await {
         stored += events.len() as u64;
-        store.ingest_batch(servers[s], agents[s], 1, events).await?;
+        match mode {
+            SeedMode::Ingest => {
+                store.ingest_batch(servers[s], agents[s], 1, events).await?;
+            }
+            SeedMode::Bulk => {
+                let outcome = store.import_batch(servers[s], agents[s], 1, events).await?;
+                rollups.add(&outcome.stored);
+            }
+        }
         if stored >= next_report {
             eprintln!(
-                "  seeded {stored} events in {:.0} s ({:.0}/s)",
+                "  stored {stored} events in {:.0} s ({:.0}/s)",
                 started.elapsed().as_secs_f64(),
                 stored as f64 / started.elapsed().as_secs_f64()
             );
@@ -205,10 +237,28 @@ async fn seed(url: &str, args: &QueryArgs) -> anyhow::Result<Seeded> {
         }
     }
     producer.await?;
+    let rows_seconds = started.elapsed().as_secs_f64();
+    if mode == SeedMode::Bulk {
+        let at = Instant::now();
+        store.apply_rollups(rollups).await?;
+        let rollup_seconds = at.elapsed().as_secs_f64();
+        let at = Instant::now();
+        create_indexes(url, &indexes).await?;
+        println!(
+            "bulk seeding: rows {rows_seconds:.0} s, rollups {rollup_seconds:.0} s, {} paging \
+             indexes built again in {:.0} s",
+            indexes.len(),
+            at.elapsed().as_secs_f64()
+        );
+    }
+    drop(store);
     let seconds = started.elapsed().as_secs_f64();
     println!(
-        "seeded {stored} events through Store::ingest_batch ({batch} per transaction) in {seconds:.0} \
-         s = {:.0} events/s",
+        "seeded {stored} events ({}, {batch} per transaction) in {seconds:.0} s = {:.0} events/s",
+        match mode {
+            SeedMode::Ingest => "through Store::ingest_batch",
+            SeedMode::Bulk => "bulk: Store::import_batch + Store::apply_rollups",
+        },
         stored as f64 / seconds
     );
     Ok(Seeded {
@@ -218,6 +268,156 @@ async fn seed(url: &str, args: &QueryArgs) -> anyhow::Result<Seeded> {
         servers: servers.iter().map(ToString::to_string).collect(),
         seconds,
     })
+}
+
+/// Drops the indexes of `events` that only paging reads (every one but the primary key and the
+/// unique `(agent_id, epoch, seq)` that import checks); returns the statements that create them.
+async fn drop_paging_indexes(url: &str) -> anyhow::Result<Vec<String>> {
+    let db = sea_orm::Database::connect(url).await?;
+    let backend = db.get_database_backend();
+    let sql = match backend {
+        sea_orm::DbBackend::Postgres => {
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'events' \
+             AND indexname NOT IN ('events_pkey', 'events_agent_position')"
+        }
+        _ => {
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events' \
+             AND sql IS NOT NULL AND name <> 'events_agent_position'"
+        }
+    };
+    let mut creates = Vec::new();
+    for row in db
+        .query_all_raw(sea_orm::Statement::from_string(backend, sql))
+        .await?
+    {
+        let name: String = row.try_get_by_index(0)?;
+        let create: String = row.try_get_by_index(1)?;
+        db.execute_unprepared(&format!("DROP INDEX {name}")).await?;
+        creates.push(create);
+    }
+    db.close().await?;
+    Ok(creates)
+}
+
+async fn create_indexes(url: &str, creates: &[String]) -> anyhow::Result<()> {
+    let db = sea_orm::Database::connect(url).await?;
+    for create in creates {
+        db.execute_unprepared(create).await?;
+    }
+    db.close().await?;
+    Ok(())
+}
+
+/// Seeds `events` events both ways into two fresh SQLite files and compares what the API reads:
+/// the events and every rollup table, with servers named instead of their random ids.
+pub async fn check_seed(events: u64, args: &QueryArgs) -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new()
+        .prefix("banhub-bench-seed-check-")
+        .tempdir()?;
+    let mut dumps = Vec::new();
+    for (mode, name) in [(SeedMode::Ingest, "ingest"), (SeedMode::Bulk, "bulk")] {
+        let url = format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join(format!("{name}.db")).display()
+        );
+        seed(&url, events, args, mode).await?;
+        dumps.push(dump(&url).await?);
+    }
+    let (ingest, bulk) = (&dumps[0], &dumps[1]);
+    let mut differ = 0;
+    for ((table, a), (_, b)) in ingest.iter().zip(bulk) {
+        let same = a == b;
+        println!(
+            "  {table}: {} rows through ingest, {} rows bulk: {}",
+            a.len(),
+            b.len(),
+            if same { "identical" } else { "DIFFERENT" }
+        );
+        if !same {
+            differ += 1;
+            if let Some((x, y)) = a.iter().zip(b).find(|(x, y)| x != y) {
+                println!("    first difference:\n      ingest {x}\n      bulk   {y}");
+            }
+        }
+    }
+    if differ > 0 {
+        bail!("bulk seeding differs from ingest in {differ} tables");
+    }
+    println!("bulk seeding of {events} events matches ingest in every table");
+    Ok(())
+}
+
+/// Every row of the tables the API reads, as text, in key order.
+async fn dump(url: &str) -> anyhow::Result<Vec<(&'static str, Vec<String>)>> {
+    let db = sea_orm::Database::connect(url).await?;
+    let backend = db.get_database_backend();
+    let name = "(SELECT name FROM servers s WHERE s.id = t.server_id)";
+    let tables: [(&str, String); 7] = [
+        (
+            "events",
+            format!(
+                "SELECT quote({name}) || quote(t.epoch) || quote(t.seq) || quote(t.kind) || \
+                 quote(t.source) || quote(t.ip) || quote(t.ip_key) || quote(t.jail) || \
+                 quote(t.hostname) || quote(t.failures) || quote(t.logs) || quote(t.ban_time) || \
+                 quote(t.ban_duration) || quote(t.ban_count) || quote(t.lost) || quote(t.detail) \
+                 || quote(t.occurred_at) FROM events t ORDER BY t.id"
+            ),
+        ),
+        (
+            "event_counts_hourly",
+            format!(
+                "SELECT quote({name}) || quote(t.jail) || quote(t.bucket) || quote(t.kind) || \
+                 quote(t.count) FROM event_counts_hourly t ORDER BY 1"
+            ),
+        ),
+        (
+            "event_counts_daily",
+            format!(
+                "SELECT quote({name}) || quote(t.jail) || quote(t.bucket) || quote(t.kind) || \
+                 quote(t.count) FROM event_counts_daily t ORDER BY 1"
+            ),
+        ),
+        (
+            "ip_servers",
+            format!(
+                "SELECT quote(t.ip) || quote({name}) || quote(t.bans) || quote(t.first_seen) || \
+                 quote(t.last_seen) FROM ip_servers t ORDER BY 1"
+            ),
+        ),
+        (
+            "ip_stats",
+            "SELECT quote(t.ip) || quote(t.bans) || quote(t.servers) || quote(t.first_seen) || \
+             quote(t.last_seen) || quote(t.last_jail) || \
+             quote((SELECT name FROM servers s WHERE s.id = t.last_server_id)) \
+             FROM ip_stats t ORDER BY 1"
+                .to_owned(),
+        ),
+        (
+            "event_totals",
+            "SELECT quote(name) || quote(value) FROM event_totals ORDER BY 1".to_owned(),
+        ),
+        (
+            "agent_cursors",
+            "SELECT quote((SELECT name FROM servers s WHERE s.agent_id = t.agent_id)) || \
+             quote(t.epoch) || quote(t.last_seq) FROM agent_cursors t ORDER BY 1"
+                .to_owned(),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (table, sql) in tables {
+        let rows = db
+            .query_all_raw(sea_orm::Statement::from_string(backend, sql))
+            .await?
+            .iter()
+            .map(|row| {
+                row.try_get_by_index::<Option<String>>(0)
+                    .map(Option::unwrap_or_default)
+            })
+            .collect::<Result<Vec<String>, _>>()?;
+        out.push((table, rows));
+    }
+    db.close().await?;
+    Ok(out)
 }
 
 /// One timed request: a label and the path with its query string.

@@ -36,6 +36,12 @@ const DAY_MS: i64 = 24 * HOUR_MS;
 /// than what one batch touches (the events, five indexes, the per-address rollups), so a
 /// transaction would spill pages to the WAL and rewrite them many times over.
 const SQLITE_WRITER_CACHE_KIB: u32 = 32 * 1024;
+/// WAL pages after which a committing event writer checkpoints (SQLite's default is 1,000). One
+/// batch of 1,000 events changes ≈ 2,500 pages (the rows, five indexes, per-address rollups spread
+/// over the whole key range), so with the default every commit was followed by a checkpoint that
+/// copied all of them into the database file again. With a larger WAL a page changed by several
+/// batches in a row is copied once.
+const SQLITE_WRITER_AUTOCHECKPOINT_PAGES: u32 = 16 * 1024;
 /// Bans from which an address is in the partial ranking index of `ip_stats` (`ip_stats_hot`), and
 /// of `ip_servers` (`ip_servers_hot`); the numbers are those of migration M0002.
 const HOT_IP_BANS: i64 = 8;
@@ -336,9 +342,32 @@ struct Rollups {
     ip_servers: BTreeMap<(String, String), IpAgg>,
 }
 
+/// Rollups of events stored by [`Store::import_batch`], accumulated in memory and written once
+/// by [`Store::apply_rollups`]: for loading a large history quickly (the bench's seeding), with the
+/// very aggregation ingest uses.
+#[derive(Debug, Default)]
+pub struct PendingRollups(Rollups);
+
+impl PendingRollups {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Counts `events` (stored ones, as returned by the import).
+    pub fn add(&mut self, events: &[StoredEvent]) {
+        self.0.add(events);
+    }
+}
+
 impl Rollups {
     fn of(events: &[StoredEvent]) -> Self {
         let mut rollups = Self::default();
+        rollups.add(events);
+        rollups
+    }
+
+    fn add(&mut self, events: &[StoredEvent]) {
+        let rollups = self;
         for event in events {
             // The end-to-end probe proves delivery; it is not traffic to count.
             if event.is_probe() {
@@ -377,7 +406,6 @@ impl Rollups {
                     .or_insert(agg);
             }
         }
-        rollups
     }
 
     /// Adds the batch to the rollup tables. Only one row per statement chunk comes back (the
@@ -690,6 +718,10 @@ impl Store {
             // this transaction got.
             txn.execute_unprepared(&format!("PRAGMA cache_size = -{SQLITE_WRITER_CACHE_KIB}"))
                 .await?;
+            txn.execute_unprepared(&format!(
+                "PRAGMA wal_autocheckpoint = {SQLITE_WRITER_AUTOCHECKPOINT_PAGES}"
+            ))
+            .await?;
         }
         Ok(txn)
     }
@@ -703,6 +735,38 @@ impl Store {
         agent: AgentId,
         epoch: u64,
         events: Vec<(u64, NewEvent)>,
+    ) -> Result<IngestOutcome, StoreError> {
+        self.store_batch(server, agent, epoch, events, true).await
+    }
+
+    /// [`Store::ingest_batch`] without the rollups: for loading a large history, whose rollups the
+    /// caller adds up in [`PendingRollups`] and writes once with [`Store::apply_rollups`]. Until
+    /// then stats and insights do not count these events.
+    pub async fn import_batch(
+        &self,
+        server: ServerId,
+        agent: AgentId,
+        epoch: u64,
+        events: Vec<(u64, NewEvent)>,
+    ) -> Result<IngestOutcome, StoreError> {
+        self.store_batch(server, agent, epoch, events, false).await
+    }
+
+    /// Writes rollups gathered over imported batches, in one transaction.
+    pub async fn apply_rollups(&self, rollups: PendingRollups) -> Result<(), StoreError> {
+        let txn = self.begin_writer().await?;
+        rollups.0.apply(&txn).await?;
+        txn.commit().await?;
+        Ok(())
+    }
+
+    async fn store_batch(
+        &self,
+        server: ServerId,
+        agent: AgentId,
+        epoch: u64,
+        events: Vec<(u64, NewEvent)>,
+        rollups: bool,
     ) -> Result<IngestOutcome, StoreError> {
         let epoch_db = to_i64(epoch, "epoch")?;
         let (Some(min_seq), Some(max_seq)) = (
@@ -791,7 +855,9 @@ impl Store {
                 body: event.body,
             });
         }
-        Rollups::of(&stored).apply(&txn).await?;
+        if rollups {
+            Rollups::of(&stored).apply(&txn).await?;
+        }
         txn.commit().await?;
         Ok(IngestOutcome {
             committed_seq: to_u64(committed),
