@@ -716,3 +716,106 @@ async fn the_return_path_stays_on_the_hub() {
         assert_eq!(body["code"], "invalid_field", "{foreign}: {body}");
     }
 }
+
+#[tokio::test]
+async fn login_and_logout_work_under_a_base_path() {
+    let (provider, hub) = start_with(&[("BANHUB_HTTP__BASE_PATH", "/banhub")]);
+    let base = format!("{}/banhub", hub.http_url());
+    let browser = Browser::new().expect("browser");
+    let authorize = browser
+        .start_login(&base, Some("/servers"))
+        .await
+        .expect("login starts under the base path");
+    assert_eq!(
+        query(&authorize, "redirect_uri").as_deref(),
+        Some(format!("{base}/auth/callback").as_str())
+    );
+    let callback = browser
+        .sign_in_at_provider(authorize, "alice")
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", provider.logs()));
+    assert_eq!(callback.path(), "/banhub/auth/callback");
+    let response = browser.finish_login(callback).await.expect("callback");
+    let status = response.status();
+    let location = response
+        .headers()
+        .get(LOCATION)
+        .map(|v| v.to_str().unwrap_or_default().to_owned());
+    assert_eq!(
+        status,
+        StatusCode::FOUND,
+        "{}",
+        response.text().await.unwrap_or_default()
+    );
+    assert_eq!(location.as_deref(), Some("/banhub/servers"));
+    let (status, me) = json_of(browser.client().get(format!("{base}/auth/user"))).await;
+    assert_eq!(status, StatusCode::OK, "{me}");
+    assert_eq!(me["role"], "admin");
+
+    let response = browser
+        .client()
+        .get(format!("{base}/auth/logout"))
+        .send()
+        .await
+        .expect("logout");
+    assert_eq!(response.status(), StatusCode::FOUND);
+    let end_session =
+        Url::parse(response.headers()[LOCATION].to_str().expect("ascii")).expect("URL");
+    assert_eq!(
+        query(&end_session, "post_logout_redirect_uri").as_deref(),
+        Some(format!("{base}/").as_str())
+    );
+    let back = browser
+        .confirm_provider_logout(end_session)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", provider.logs()));
+    assert_eq!(back.as_str(), format!("{base}/"));
+    let (status, _) = json_of(browser.client().get(format!("{base}/auth/user"))).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn an_oidc_session_survives_a_hub_restart() {
+    let (provider, mut hub) = start();
+    let browser = login(&hub, &provider, "olga").await;
+    let cookie = browser
+        .cookie(&hub.http_url(), SESSION_COOKIE)
+        .expect("session cookie");
+    hub.restart().expect("the hub restarts");
+    // The same cookie in a fresh client (the old one's pooled connection died with the hub).
+    let (status, me) = json_of(
+        hub.anonymous_client()
+            .expect("client")
+            .get(hub.url("/auth/user"))
+            .header(COOKIE, format!("{SESSION_COOKIE}={cookie}")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{me}");
+    assert_eq!(me["subject"], "olga");
+    assert_eq!(me["role"], "operator");
+}
+
+#[tokio::test]
+async fn a_login_while_the_provider_is_down_is_a_clear_error() {
+    let (mut provider, hub) = start();
+    provider.stop().expect("the provider stops");
+    let browser = Browser::new().expect("browser");
+    let response = browser
+        .client()
+        .get(hub.url("/auth/login"))
+        .send()
+        .await
+        .expect("login");
+    assert!(response.headers().get(LOCATION).is_none());
+    let status = response.status();
+    let body: Value = response.json().await.expect("problem");
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    assert_eq!(body["code"], "oidc_unavailable");
+    assert!(
+        body["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains(provider.issuer())),
+        "names the provider: {body}"
+    );
+    assert!(browser.cookie(&hub.http_url(), "banhub_login").is_none());
+}

@@ -51,8 +51,9 @@ server.listen(0, '127.0.0.1', () => {
       client_id: clientId,
       client_secret: clientSecret,
       application_type: 'native',
-      redirect_uris: ['http://127.0.0.1/auth/callback'],
-      post_logout_redirect_uris: ['http://127.0.0.1/'],
+      // At the root, and under the base path /banhub (a hub behind a reverse proxy's sub-path).
+      redirect_uris: ['http://127.0.0.1/auth/callback', 'http://127.0.0.1/banhub/auth/callback'],
+      post_logout_redirect_uris: ['http://127.0.0.1/', 'http://127.0.0.1/banhub/'],
       grant_types: ['authorization_code'],
       response_types: ['code'],
       token_endpoint_auth_method: 'client_secret_basic',
