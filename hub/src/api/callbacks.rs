@@ -57,6 +57,7 @@ pub struct CallbackAccepted {
     responses((status = 200, body = CallbackAccepted),
               (status = 400, description = "Not a JSON object", body = Problem),
               (status = 401, description = "Missing or unknown callback secret", body = Problem),
+              (status = 403, description = "Direct callbacks are turned off (`callbacks.directEnabled`)", body = Problem),
               (status = 413, description = "Body over 64 KiB", body = Problem),
               (status = 422, description = "A field breaks its rule; `field` names it", body = Problem)))]
 async fn ban(
@@ -75,6 +76,7 @@ async fn ban(
     responses((status = 200, body = CallbackAccepted),
               (status = 400, description = "Not a JSON object", body = Problem),
               (status = 401, description = "Missing or unknown callback secret", body = Problem),
+              (status = 403, description = "Direct callbacks are turned off (`callbacks.directEnabled`)", body = Problem),
               (status = 413, description = "Body over 64 KiB", body = Problem),
               (status = 422, description = "A field breaks its rule; `field` names it", body = Problem)))]
 async fn unban(
@@ -91,6 +93,18 @@ async fn accept(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    // The callback secret policy can turn direct callbacks off altogether (agents are unaffected).
+    if !state.settings.current().settings.callbacks.direct_enabled {
+        return problem(
+            StatusCode::FORBIDDEN,
+            "direct_callbacks_disabled",
+            "Direct callbacks are turned off",
+            "this hub accepts no direct callbacks (settings: callbacks.directEnabled); report \
+             through an agent, or have an admin turn them on"
+                .to_owned(),
+            None,
+        );
+    }
     // The secret is checked first: a caller without one learns nothing about its body.
     let server = match authenticate(state, headers).await {
         Ok(Some(server)) => server,
@@ -145,7 +159,12 @@ async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<Se
     let Some(secret) = headers.get(SECRET_HEADER).and_then(|v| v.to_str().ok()) else {
         return Ok(None);
     };
-    let server = state.events.callback_server(secret.trim()).await?;
+    let secret = secret.trim();
+    let server = match state.events.callback_server(secret).await? {
+        Some(server) => Some(server),
+        // While a rotation's overlap lasts, the previous secret still counts.
+        None => state.settings.previous_callback_server(secret).await?,
+    };
     if server.is_none() {
         tracing::warn!("callback refused: unknown callback secret");
     }

@@ -4,6 +4,7 @@
 mod alerts;
 mod audit;
 mod auth;
+mod callback_secrets;
 mod callbacks;
 mod control;
 mod delivery;
@@ -73,6 +74,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(fleet::router())
         .merge(events::router())
         .merge(callbacks::router())
+        .merge(callback_secrets::router())
         .merge(settings::router())
         .merge(alerts::router())
         .merge(auth::router())
