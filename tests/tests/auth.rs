@@ -3,7 +3,7 @@
 //! needs a session or a token, each role's allowed and refused calls, cross-origin changes with a
 //! valid cookie are refused, logout and session expiry end the session.
 //!
-//! Not covered here yet: the OpenID Connect flow against a real provider (issue 5).
+//! The OpenID Connect login against a real provider is in `oidc.rs`.
 
 use std::time::Duration;
 

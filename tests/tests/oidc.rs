@@ -419,6 +419,30 @@ async fn a_tampered_nonce_is_refused() {
 }
 
 #[tokio::test]
+async fn a_callback_naming_another_issuer_is_refused() {
+    let (provider, hub) = start();
+    let browser = Browser::new().expect("browser");
+    let authorize = browser
+        .start_login(&hub.http_url(), None)
+        .await
+        .expect("start");
+    let callback = browser
+        .sign_in_at_provider(authorize, "alice")
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", provider.logs()));
+    // The provider says who answers (RFC 9207); an answer from another issuer is a mix-up.
+    assert_eq!(query(&callback, "iss").as_deref(), Some(provider.issuer()));
+    let mixed_up = with_query(&callback, "iss", "https://other-idp.example");
+    let response = browser.finish_login(mixed_up).await.expect("callback");
+    assert!(set_cookies(&response, SESSION_COOKIE).is_empty());
+    let status = response.status();
+    let body: Value = response.json().await.expect("problem");
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(body["code"], "login_failed");
+    assert!(sessions(&hub).await.is_empty(), "no session was stored");
+}
+
+#[tokio::test]
 async fn a_replayed_callback_or_code_is_refused() {
     let (provider, hub) = start();
     let hub_url = hub.http_url();

@@ -515,6 +515,15 @@ impl Auth {
                         .to_owned(),
                 )
             })?;
+        // RFC 9207: an answer naming another issuer was meant for another provider (a mix-up).
+        if let Some(iss) = callback.iss.as_deref()
+            && !oidc.is_issuer(iss)
+        {
+            return Err(AuthError::LoginFailed(format!(
+                "the callback comes from the issuer {iss:?}, not from the configured provider; \
+                 start again at /auth/login"
+            )));
+        }
         let code = callback
             .code
             .as_deref()
@@ -647,6 +656,8 @@ pub struct Callback {
     pub state: Option<String>,
     pub error: Option<String>,
     pub error_description: Option<String>,
+    /// The issuer that answers (RFC 9207); when present, it must be the configured provider.
+    pub iss: Option<String>,
 }
 
 fn secs(s: u64) -> TimeDelta {

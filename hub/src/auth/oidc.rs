@@ -307,6 +307,12 @@ impl Oidc {
     pub fn role_claim(&self) -> &str {
         &self.config.role_claim
     }
+
+    /// Whether `issuer` names the configured provider (discovery checked that the provider calls
+    /// itself exactly that).
+    pub fn is_issuer(&self, issuer: &str) -> bool {
+        issuer == self.config.issuer_url
+    }
 }
 
 /// The highest role whose configured values include a value of the claim at `path` (dots reach
