@@ -111,12 +111,7 @@ async fn scenario(hub: &HubProcess) {
     assert_eq!(status, StatusCode::OK, "{state}");
     assert_eq!(state["set"], false, "{state}");
     assert_eq!(state["directEnabled"], true, "{state}");
-    let (status, _) = ban(
-        &hub,
-        "anything-at-all-anything-at-all-anything",
-        "192.0.2.1",
-    )
-    .await;
+    let (status, _) = ban(hub, "anything-at-all-anything-at-all-anything", "192.0.2.1").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 
     // The policy's own values are checked, naming the field; a refused edit changes nothing.
@@ -143,7 +138,7 @@ async fn scenario(hub: &HubProcess) {
     // Secrets chosen by hand are at least 40 characters; the previous one works for 3 seconds
     // after a rotation.
     let (status, saved) = save_policy(
-        &hub,
+        hub,
         json!({"minSecretLength": 40, "rotationOverlapSecs": 3, "maxAgeDays": 90}),
     )
     .await;
@@ -235,7 +230,7 @@ async fn scenario(hub: &HubProcess) {
     // A leaked secret: rotate to a chosen one and end the previous at once.
     let chosen = "chosen-by-the-operator-0123456789abcdefghij";
     let (status, third) = post(
-        &hub,
+        hub,
         &secret_path,
         json!({"secret": chosen, "revokePrevious": true}),
     )
@@ -251,7 +246,7 @@ async fn scenario(hub: &HubProcess) {
     // Another server cannot take a secret in use.
     let other = create_server(hub, "edge-2").await;
     let (status, problem) = post(
-        &hub,
+        hub,
         &format!("/api/servers/{other}/callback-secret"),
         json!({"secret": chosen}),
     )
@@ -290,7 +285,7 @@ async fn scenario(hub: &HubProcess) {
     );
     assert_eq!(get(hub, &secret_path).await.1["set"], false);
     let (status, _) = get(
-        &hub,
+        hub,
         "/api/servers/0190aaaa-0000-7000-8000-000000000000/callback-secret",
     )
     .await;
