@@ -395,6 +395,7 @@ async fn start_relay(
         settings.fail2ban.socket.clone(),
         settings.fail2ban_timeout(),
     );
+    tokio::spawn(jails.clone().keep_fresh(shutdown.clone()));
     let relay = relay::Relay::new(spool, secret)
         .with_belief(belief)
         .with_jails(jails);

@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod balancer;
+pub mod enrolled;
 pub mod fail2ban;
 pub mod hub;
 pub mod mmdb;
@@ -17,6 +18,7 @@ pub mod wait;
 pub mod webhook;
 
 pub use agent::AgentProcess;
+pub use enrolled::EnrolledAgent;
 pub use fail2ban::Fail2banSandbox;
 pub use hub::{BootstrapToken, HubBuilder, HubProcess, Listening, bearer_client};
 pub use oidc::{Browser, OidcProvider};

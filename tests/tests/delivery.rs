@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use banhub_tests::agent::{AgentProcess, run_command};
+use banhub_tests::enrolled::{EnrolledAgent, wait_server_online};
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubProcess;
 use banhub_tests::wait::{wait_for_async, wait_until, wait_until_async};
@@ -102,42 +103,22 @@ async fn start(name: &str) -> Host {
         .persistent_db(true)
         .start()
         .expect("fail2ban sandbox");
-    let created: Value = hub
-        .client()
-        .post(hub.url("/api/servers"))
-        .json(&json!({"name": name}))
-        .send()
-        .await
-        .expect("create")
-        .json()
-        .await
-        .expect("json");
-    let server_id = created["server"]["id"].as_str().expect("id").to_owned();
-    let state = tempfile::tempdir().expect("tempdir");
-    let dir = state.path().join("agent");
-    let out = AgentProcess::enroll(
-        created["enrollment"]["token"].as_str().expect("token"),
-        &dir,
+    let EnrolledAgent {
+        server_id,
+        agent,
+        state,
+    } = EnrolledAgent::register(
+        &hub.client(),
+        &hub.url(""),
+        name,
+        &sandbox,
+        &[(
+            "BANHUB_AGENT_LOG__FILTER",
+            "info,banhub_agent::reconcile=debug",
+        )],
     )
-    .expect("enroll runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let agent = AgentProcess::start(
-        &dir,
-        &sandbox.socket_path(),
-        &sandbox.conf_dir(),
-        &[
-            ("BANHUB_AGENT_LINK__BACKOFF_MAX_MS", "500"),
-            (
-                "BANHUB_AGENT_LOG__FILTER",
-                "info,banhub_agent::reconcile=debug",
-            ),
-        ],
-    )
-    .expect("agent starts");
+    .await
+    .expect("agent enrolled and started");
     let host = Host {
         hub,
         server_id,
@@ -171,10 +152,12 @@ async fn start(name: &str) -> Host {
 }
 
 async fn wait_online(host: &Host) {
-    let url = format!("/api/servers/{}", host.server_id);
-    wait_until_async(DEADLINE, "the agent to be online", || async {
-        host.get(&url).await.1["status"] == "online"
-    })
+    wait_server_online(
+        &host.hub.client(),
+        &host.hub.url(""),
+        &host.server_id,
+        DEADLINE,
+    )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", host.agent.logs()));
 }

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use banhub_tests::agent::{AgentProcess, relay_addr, relay_secret};
+use banhub_tests::enrolled::{EnrolledAgent, wait_server_online};
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubProcess;
 use banhub_tests::wait::{wait_for_async, wait_until_async};
@@ -41,33 +42,13 @@ async fn start(agent_env: &[(&str, &str)]) -> Host {
         .start()
         .expect("hub starts");
     let sandbox = Fail2banSandbox::start("events").expect("fail2ban sandbox");
-    let created: Value = hub
-        .client()
-        .post(hub.url("/api/servers"))
-        .json(&json!({"name": "web-1"}))
-        .send()
+    let EnrolledAgent {
+        server_id,
+        agent,
+        state,
+    } = EnrolledAgent::register(&hub.client(), &hub.url(""), "web-1", &sandbox, agent_env)
         .await
-        .expect("create")
-        .json()
-        .await
-        .expect("json");
-    let server_id = created["server"]["id"].as_str().expect("id").to_owned();
-    let state = tempfile::tempdir().expect("tempdir");
-    let dir = state.path().join("agent");
-    let out = AgentProcess::enroll(
-        created["enrollment"]["token"].as_str().expect("token"),
-        &dir,
-    )
-    .expect("enroll runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut env = vec![("BANHUB_AGENT_LINK__BACKOFF_MAX_MS", "500")];
-    env.extend_from_slice(agent_env);
-    let agent = AgentProcess::start(&dir, &sandbox.socket_path(), &sandbox.conf_dir(), &env)
-        .expect("agent starts");
+        .expect("agent enrolled and started");
     let host = Host {
         hub,
         server_id,
@@ -80,17 +61,12 @@ async fn start(agent_env: &[(&str, &str)]) -> Host {
 }
 
 async fn wait_online(host: &Host) {
-    let url = host.hub.url(&format!("/api/servers/{}", host.server_id));
-    let client = host.hub.client();
-    wait_until_async(DEADLINE, "the agent to be online", || async {
-        let Ok(response) = client.get(&url).send().await else {
-            return false;
-        };
-        response
-            .json::<Value>()
-            .await
-            .is_ok_and(|s| s["status"] == "online")
-    })
+    wait_server_online(
+        &host.hub.client(),
+        &host.hub.url(""),
+        &host.server_id,
+        DEADLINE,
+    )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}\n{}", host.hub.logs(), host.agent.logs()));
 }

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use banhub_tests::agent::AgentProcess;
+use banhub_tests::enrolled::EnrolledAgent;
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubProcess;
 use banhub_tests::wait::{wait_for_async, wait_until_async};
@@ -35,10 +36,14 @@ impl Fleet {
             .expect("hub starts");
         let mut hosts = Vec::new();
         for (name, env) in names {
-            let (status, created) =
-                call(&hub, "POST", "/api/servers", Some(json!({"name": name}))).await;
-            assert_eq!(status, StatusCode::CREATED, "{created}");
-            let id = created["server"]["id"].as_str().expect("id").to_owned();
+            let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
+            let EnrolledAgent {
+                server_id: id,
+                agent,
+                state,
+            } = EnrolledAgent::register(&hub.client(), &hub.url(""), name, &sandbox, &[])
+                .await
+                .expect("agent enrolled and started");
             // Labels are set afterwards, the way an operator regroups servers.
             let (status, labels) = call(
                 &hub,
@@ -49,26 +54,6 @@ impl Fleet {
             .await;
             assert_eq!(status, StatusCode::OK, "{labels}");
             assert_eq!(labels["labels"]["env"], *env);
-            let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
-            let state = tempfile::tempdir().expect("state");
-            let dir = state.path().join("agent");
-            let out = AgentProcess::enroll(
-                created["enrollment"]["token"].as_str().expect("token"),
-                &dir,
-            )
-            .expect("enroll runs");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let agent = AgentProcess::start(
-                &dir,
-                &sandbox.socket_path(),
-                &sandbox.conf_dir(),
-                &[("BANHUB_AGENT_LINK__BACKOFF_MAX_MS", "500")],
-            )
-            .expect("agent starts");
             hosts.push(Host {
                 name: (*name).to_owned(),
                 id,

@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use banhub_tests::agent::AgentProcess;
+use banhub_tests::enrolled::EnrolledAgent;
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubProcess;
-use banhub_tests::wait::{wait_until, wait_until_async};
+use banhub_tests::wait::wait_until;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -181,49 +182,22 @@ async fn start_under_sub_path() -> SubPathHub {
         .expect("hub starts under /banhub");
     let client = hub.client();
     let sandbox = Fail2banSandbox::start("subpath").expect("fail2ban sandbox");
-    let created = client
-        .post(hub.url("/banhub/api/servers"))
-        .json(&json!({"name": "sub-path-web"}))
-        .send()
-        .await
-        .expect("create");
-    assert_eq!(created.status(), StatusCode::CREATED, "{}", hub.logs());
-    let created: Value = created.json().await.expect("json");
-    let server_id = created["server"]["id"].as_str().expect("id").to_owned();
-    let state = tempfile::tempdir().expect("tempdir");
-    let dir = state.path().join("agent");
-    let out = AgentProcess::enroll(
-        created["enrollment"]["token"].as_str().expect("token"),
-        &dir,
+    let api = hub.url("/banhub");
+    let enrolled = EnrolledAgent::register(
+        &client,
+        &api,
+        "sub-path-web",
+        &sandbox,
+        &[("BANHUB_AGENT_RECONCILE__INTERVAL_SECS", "1")],
     )
-    .expect("enroll runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let agent = AgentProcess::start(
-        &dir,
-        &sandbox.socket_path(),
-        &sandbox.conf_dir(),
-        &[
-            ("BANHUB_AGENT_LINK__BACKOFF_MAX_MS", "500"),
-            ("BANHUB_AGENT_RECONCILE__INTERVAL_SECS", "1"),
-        ],
-    )
-    .expect("agent starts");
-    let url = hub.url(&format!("/banhub/api/servers/{server_id}"));
-    wait_until_async(DEADLINE, "the agent to be online", || async {
-        let Ok(response) = client.get(&url).send().await else {
-            return false;
-        };
-        response
-            .json::<Value>()
-            .await
-            .is_ok_and(|s| s["status"] == "online")
-    })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}\n{}", hub.logs(), agent.logs()));
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", hub.logs()));
+    enrolled
+        .wait_online(&client, &api, DEADLINE)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", hub.logs()));
+    let EnrolledAgent { agent, state, .. } = enrolled;
+    let dir = state.path().join("agent");
     // The first reconciliation only records fail2ban's bans as the baseline; a ban made after it is
     // reported.
     wait_until(DEADLINE, "the agent's reconciliation baseline", || {

@@ -12,10 +12,11 @@ use std::process::Output;
 use std::time::Duration;
 
 use banhub_tests::agent::{AgentProcess, run_command};
+use banhub_tests::enrolled::{EnrolledAgent, wait_server_online};
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubProcess;
-use banhub_tests::wait::{wait_for_async, wait_until, wait_until_async};
-use serde_json::{Value, json};
+use banhub_tests::wait::{wait_for_async, wait_until};
+use serde_json::Value;
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -81,32 +82,13 @@ async fn start(name: &str) -> Host {
         ),
     )
     .expect("disabled jail");
-    let created: Value = hub
-        .client()
-        .post(hub.url("/api/servers"))
-        .json(&json!({"name": name}))
-        .send()
+    let EnrolledAgent {
+        server_id,
+        agent,
+        state,
+    } = EnrolledAgent::register(&hub.client(), &hub.url(""), name, &sandbox, &[])
         .await
-        .expect("create")
-        .json()
-        .await
-        .expect("json");
-    let server_id = created["server"]["id"].as_str().expect("id").to_owned();
-    let state = tempfile::tempdir().expect("tempdir");
-    let dir = state.path().join("agent");
-    let out = AgentProcess::enroll(
-        created["enrollment"]["token"].as_str().expect("token"),
-        &dir,
-    )
-    .expect("enroll runs");
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let agent = AgentProcess::start(
-        &dir,
-        &sandbox.socket_path(),
-        &sandbox.conf_dir(),
-        &[("BANHUB_AGENT_LINK__BACKOFF_MAX_MS", "500")],
-    )
-    .expect("agent starts");
+        .expect("agent enrolled and started");
     let host = Host {
         hub,
         server_id,
@@ -114,17 +96,12 @@ async fn start(name: &str) -> Host {
         agent,
         state,
     };
-    let client = host.hub.client();
-    let url = host.hub.url(&format!("/api/servers/{}", host.server_id));
-    wait_until_async(DEADLINE, "the agent to be online", || async {
-        match client.get(&url).send().await {
-            Ok(r) => r
-                .json::<Value>()
-                .await
-                .is_ok_and(|s| s["status"] == "online"),
-            Err(_) => false,
-        }
-    })
+    wait_server_online(
+        &host.hub.client(),
+        &host.hub.url(""),
+        &host.server_id,
+        DEADLINE,
+    )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", host.agent.logs()));
     // install-action reads where the relay really listens (the harness gives it port 0).

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use banhub_tests::agent::{AgentProcess, relay_addr, relay_secret};
 use banhub_tests::balancer::Balancer;
+use banhub_tests::enrolled::EnrolledAgent;
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubProcess;
 use banhub_tests::postgres::PostgresServer;
@@ -84,18 +85,6 @@ fn replica(url: &str, ca: &std::path::Path, id: &str, balancer: &Balancer) -> Hu
         .unwrap_or_else(|e| panic!("replica {id} starts: {e:#}"))
 }
 
-async fn post(hub: &HubProcess, path: &str, body: &Value) -> (StatusCode, Value) {
-    let response = hub
-        .client()
-        .post(hub.url(path))
-        .json(body)
-        .send()
-        .await
-        .expect("request");
-    let status = response.status();
-    (status, response.json().await.unwrap_or(Value::Null))
-}
-
 async fn get(hub: &HubProcess, path: &str) -> Value {
     hub.client()
         .get(hub.url(path))
@@ -123,34 +112,23 @@ async fn start() -> Cluster {
         let name = format!("web-{i}");
         // Any replica answers any call: the servers are created on both.
         let hub = if i % 2 == 0 { &a } else { &b };
-        let (status, created) = post(hub, "/api/servers", &json!({"name": name})).await;
-        assert_eq!(status, StatusCode::CREATED, "{created}");
         let sandbox = Fail2banSandbox::start(&name).expect("fail2ban sandbox");
-        let state = tempfile::tempdir().expect("agent state");
-        let dir = state.path().join("agent");
-        let out = AgentProcess::enroll(
-            created["enrollment"]["token"].as_str().expect("token"),
-            &dir,
+        let EnrolledAgent {
+            server_id,
+            agent,
+            state,
+        } = EnrolledAgent::register(
+            &hub.client(),
+            &hub.url(""),
+            &name,
+            &sandbox,
+            &[("BANHUB_AGENT_LINK__BACKOFF_INITIAL_MS", "100")],
         )
-        .expect("enroll runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let agent = AgentProcess::start(
-            &dir,
-            &sandbox.socket_path(),
-            &sandbox.conf_dir(),
-            &[
-                ("BANHUB_AGENT_LINK__BACKOFF_INITIAL_MS", "100"),
-                ("BANHUB_AGENT_LINK__BACKOFF_MAX_MS", "500"),
-            ],
-        )
-        .expect("agent starts");
+        .await
+        .expect("agent enrolled and started");
         hosts.push(Host {
             name,
-            server_id: created["server"]["id"].as_str().expect("id").to_owned(),
+            server_id,
             sandbox,
             agent,
             state,

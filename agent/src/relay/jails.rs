@@ -3,6 +3,13 @@
 //! storing it forever. The list is asked from fail2ban's `status` only when a callback names a jail
 //! the cache does not know, so the common case costs one lookup; the rules that keep real events
 //! from being refused are in [`banhub_proto::jails`].
+//!
+//! fail2ban runs the actions of a ban made over its socket (`set <jail> banip`, as the hub's ban
+//! does) inside the socket's command handler, and that handler serves one command at a time: while
+//! the action waits for the relay, fail2ban cannot answer `status`. So a callback never waits
+//! longer than [`ASK_DEADLINE`] for the list (after that it is let through unverified), and a
+//! background task ([`JailCatalog::keep_fresh`]) lists the jails ahead of time, outside the lock,
+//! so that callbacks rarely need to ask at all.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,6 +21,11 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::fail2ban::{Fail2banError, Fail2banSocket};
+
+/// The longest a callback waits for fail2ban's jail list; see the module documentation.
+pub const ASK_DEADLINE: Duration = Duration::from_millis(250);
+/// How often [`JailCatalog::keep_fresh`] lists the jails.
+pub const REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Asks fail2ban for the names of its running jails.
 pub type ListJails =
@@ -64,11 +76,41 @@ impl JailCatalog {
             return verdict;
         }
         let started = Instant::now().into_std();
-        match (self.list)().await {
-            Ok(listed) => names.listed(listed, started, jail),
-            Err(e) => {
+        match tokio::time::timeout(ASK_DEADLINE, (self.list)()).await {
+            Ok(Ok(listed)) => names.listed(listed, started, jail),
+            Ok(Err(e)) => {
                 tracing::warn!(error = %e, jail, "cannot ask fail2ban for its jails; accepting the callback unverified");
                 names.unreachable(Instant::now().into_std())
+            }
+            Err(_) => {
+                tracing::info!(
+                    jail,
+                    "fail2ban is busy (probably running this very ban's action); accepting the callback unverified"
+                );
+                names.unreachable(Instant::now().into_std())
+            }
+        }
+    }
+
+    /// Lists the jails now, without holding up callbacks while fail2ban answers.
+    pub async fn refresh(&self) {
+        let started = Instant::now().into_std();
+        match (self.list)().await {
+            Ok(listed) => {
+                self.names.lock().await.listed(listed, started, "");
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot list fail2ban's jails"),
+        }
+    }
+
+    /// Lists the jails at once and then every [`REFRESH_INTERVAL`] until `shutdown`.
+    pub async fn keep_fresh(self, shutdown: tokio_util::sync::CancellationToken) {
+        let mut ticks = tokio::time::interval(REFRESH_INTERVAL);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = ticks.tick() => self.refresh().await,
             }
         }
     }
@@ -159,5 +201,29 @@ mod tests {
         tokio::time::advance(RETRY_UNREACHABLE).await;
         assert_eq!(catalog.check("sshd").await, Verdict::Known);
         assert_eq!(catalog.check("ssh").await, Verdict::Unknown);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_fail2ban_delays_a_callback_by_at_most_the_deadline() {
+        let catalog = JailCatalog::new(Arc::new(|| {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Ok(vec!["sshd".to_owned()])
+            })
+        }));
+        let before = Instant::now();
+        assert_eq!(catalog.check("sshd").await, Verdict::Unverified);
+        assert_eq!(before.elapsed(), ASK_DEADLINE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_background_refresh_fills_the_cache_ahead_of_callbacks() {
+        let jails = Arc::new(std::sync::Mutex::new(Some(vec!["sshd"])));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let catalog = fake(jails, calls.clone());
+        catalog.refresh().await;
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(catalog.check("sshd").await, Verdict::Known);
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "the callback did not ask");
     }
 }
