@@ -6,9 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use banhub_agent::relay::{
-    JailCatalog, LoopbackAddr, Relay, RelayError, RelaySecret, SECRET_FILE,
-};
+use banhub_agent::relay::{JailCatalog, LoopbackAddr, Relay, RelayError, RelaySecret, SECRET_FILE};
 use banhub_agent::spool::{BanDuration, BanEvent, Event, Record, Source, Spool, SpoolConfig};
 use banhub_tests::process::workspace_root;
 use banhub_tests::{Fail2banSandbox, wait_for_async};
@@ -329,7 +327,12 @@ async fn a_callback_for_a_jail_fail2ban_does_not_run_is_refused_and_not_stored()
     assert_eq!(body["code"], "unknown-jail");
     assert_eq!(body["field"], "jail");
     assert!(
-        setup.spool.pending(0, 10).await.expect("pending").is_empty(),
+        setup
+            .spool
+            .pending(0, 10)
+            .await
+            .expect("pending")
+            .is_empty(),
         "a refused callback left something in the spool"
     );
 
