@@ -388,34 +388,50 @@ async fn a_tampered_or_foreign_state_is_refused() {
 }
 
 #[tokio::test]
-async fn a_tampered_nonce_is_refused() {
+async fn a_tampered_or_replayed_nonce_is_refused() {
     let (provider, hub) = start();
-    let browser = Browser::new().expect("browser");
-    let authorize = browser
-        .start_login(&hub.http_url(), None)
-        .await
-        .expect("start");
-    // Someone changed the nonce on its way to the provider: the provider puts the changed one into
-    // the ID token, and the hub compares it with the one it stored for this login.
-    let nonce = query(&authorize, "nonce").expect("the hub sends a nonce");
-    let forged = with_query(&authorize, "nonce", &format!("{nonce}-forged"));
-    let callback = browser
-        .sign_in_at_provider(forged, "alice")
+    let hub_url = hub.http_url();
+    // A genuine login first: its nonce is the one replayed below.
+    let earlier = Browser::new().expect("browser");
+    let authorize = earlier.start_login(&hub_url, None).await.expect("start");
+    let old_nonce = query(&authorize, "nonce").expect("the hub sends a nonce");
+    let callback = earlier
+        .sign_in_at_provider(authorize, "alice")
         .await
         .unwrap_or_else(|e| panic!("{e:#}\n{}", provider.logs()));
-    let response = browser.finish_login(callback).await.expect("callback");
-    assert!(set_cookies(&response, SESSION_COOKIE).is_empty());
-    let status = response.status();
-    let body: Value = response.json().await.expect("problem");
-    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
-    assert_eq!(body["code"], "login_failed");
-    assert!(
-        body["detail"]
-            .as_str()
-            .is_some_and(|d| d.to_lowercase().contains("nonce")),
-        "{body}"
-    );
-    assert!(sessions(&hub).await.is_empty(), "no session was stored");
+    let response = earlier.finish_login(callback).await.expect("callback");
+    assert_eq!(response.status(), StatusCode::FOUND);
+
+    // Someone changes the nonce on its way to the provider (to a made-up one, or to the earlier
+    // login's): the provider puts it into the ID token, and the hub compares it with the one it
+    // stored for this login.
+    for case in ["forged", "replayed"] {
+        let browser = Browser::new().expect("browser");
+        let authorize = browser.start_login(&hub_url, None).await.expect("start");
+        let nonce = query(&authorize, "nonce").expect("the hub sends a nonce");
+        assert_ne!(nonce, old_nonce, "every login has its own nonce");
+        let changed = match case {
+            "forged" => format!("{nonce}-forged"),
+            _ => old_nonce.clone(),
+        };
+        let callback = browser
+            .sign_in_at_provider(with_query(&authorize, "nonce", &changed), "alice")
+            .await
+            .unwrap_or_else(|e| panic!("{case}: {e:#}\n{}", provider.logs()));
+        let response = browser.finish_login(callback).await.expect("callback");
+        assert!(set_cookies(&response, SESSION_COOKIE).is_empty(), "{case}");
+        let status = response.status();
+        let body: Value = response.json().await.expect("problem");
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{case}: {body}");
+        assert_eq!(body["code"], "login_failed", "{case}");
+        assert!(
+            body["detail"]
+                .as_str()
+                .is_some_and(|d| d.to_lowercase().contains("nonce")),
+            "{case}: {body}"
+        );
+    }
+    assert_eq!(sessions(&hub).await.len(), 1, "only the genuine login");
 }
 
 #[tokio::test]
