@@ -433,3 +433,49 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// A host whose fail2ban calls the hub directly (with the server's callback secret) is held to
+/// the same jail rule as the agent's relay: a jail the server's agent does not list is refused
+/// and nothing is stored; a jail it runs is stored.
+#[tokio::test]
+async fn direct_callbacks_naming_a_jail_the_agent_does_not_list_are_refused() {
+    let host = start("direct-jail").await;
+    let (status, issued) = host
+        .post(&format!("/api/servers/{}/callback-secret", host.server_id))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{issued}");
+    let secret = issued["secret"].as_str().expect("secret").to_owned();
+    let callback = |jail: &'static str| {
+        let (client, url, secret) = (
+            reqwest::Client::new(),
+            host.hub.url("/api/ban"),
+            secret.clone(),
+        );
+        async move {
+            let response = client
+                .post(url)
+                .header("X-Callback-Secret", secret)
+                .json(&json!({"ip": "198.51.100.77", "jail": jail, "failures": 2}))
+                .send()
+                .await
+                .expect("request");
+            let status = response.status();
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+
+    let (status, problem) = callback("sshd-typo").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(problem["field"], "jail", "{problem}");
+    assert!(host.events("&ip=198.51.100.77").await.is_empty());
+
+    let (status, stored) = callback("testauth").await;
+    assert_eq!(status, StatusCode::OK, "{stored}");
+    assert_eq!(stored["serverId"], host.server_id.as_str());
+    let events = host.events("&ip=198.51.100.77").await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["jail"], "testauth");
+}
