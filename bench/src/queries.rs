@@ -119,7 +119,8 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
                     }
                     Err(_) => {
                         let _ = std::fs::remove_file(&file);
-                        let seeded = seed(&url, args.events, &args, SeedMode::Bulk).await?;
+                        let seeded =
+                            seed(&url, args.events, &args, SeedMode::Bulk, now_ms()).await?;
                         std::fs::write(&marker, serde_json::to_vec_pretty(&seeded.to_json())?)?;
                         seeded
                     }
@@ -131,7 +132,7 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
                     Some(url) => url,
                     None => databases.fresh("events")?,
                 };
-                let seeded = seed(&url, args.events, &args, SeedMode::Bulk).await?;
+                let seeded = seed(&url, args.events, &args, SeedMode::Bulk, now_ms()).await?;
                 (url, seeded)
             }
         };
@@ -147,6 +148,10 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
 /// How a history is loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SeedMode {
@@ -158,7 +163,13 @@ enum SeedMode {
 }
 
 /// Loads `events` events, one agent per server, oldest first.
-async fn seed(url: &str, events: u64, args: &QueryArgs, mode: SeedMode) -> anyhow::Result<Seeded> {
+async fn seed(
+    url: &str,
+    events: u64,
+    args: &QueryArgs,
+    mode: SeedMode,
+    end_ms: i64,
+) -> anyhow::Result<Seeded> {
     let store = Store::connect(url, 4).await?;
     let fleet = Fleet::default();
     let mut servers: Vec<ServerId> = Vec::with_capacity(fleet.servers);
@@ -175,7 +186,6 @@ async fn seed(url: &str, events: u64, args: &QueryArgs, mode: SeedMode) -> anyho
     let hostnames: Vec<String> = (0..fleet.servers)
         .map(|i| format!("host-{i:02}.example.net"))
         .collect();
-    let end_ms = chrono::Utc::now().timestamp_millis();
     let start_ms = end_ms - args.days * DAY_MS;
     let total = events;
     let batch = args.seed_batch.max(1);
@@ -314,13 +324,15 @@ pub async fn check_seed(events: u64, args: &QueryArgs) -> anyhow::Result<()> {
     let dir = tempfile::Builder::new()
         .prefix("banhub-bench-seed-check-")
         .tempdir()?;
+    // The same history both times: the same generator and the same end.
+    let end_ms = now_ms();
     let mut dumps = Vec::new();
     for (mode, name) in [(SeedMode::Ingest, "ingest"), (SeedMode::Bulk, "bulk")] {
         let url = format!(
             "sqlite://{}?mode=rwc",
             dir.path().join(format!("{name}.db")).display()
         );
-        seed(&url, events, args, mode).await?;
+        seed(&url, events, args, mode, end_ms).await?;
         dumps.push(dump(&url).await?);
     }
     let (ingest, bulk) = (&dumps[0], &dumps[1]);
