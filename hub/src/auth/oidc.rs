@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use openidconnect::core::{CoreAuthenticationFlow, CoreClient, CoreGenderClaim};
 use openidconnect::url::Url;
 use openidconnect::{
-    AccessTokenHash, AdditionalClaims, AuthorizationCode, ClientId, ClientSecret, CsrfToken,
-    EndpointMaybeSet, EndpointNotSet, EndpointSet, IssuerUrl, Nonce, OAuth2TokenResponse,
-    PkceCodeChallenge, PkceCodeVerifier, ProviderMetadataWithLogout, RedirectUrl, Scope,
-    TokenResponse, UserInfoClaims,
+    AccessTokenHash, AdditionalClaims, AuthorizationCode, ClaimsVerificationError, ClientId,
+    ClientSecret, CsrfToken, EndpointMaybeSet, EndpointNotSet, EndpointSet, IssuerUrl, Nonce,
+    OAuth2TokenResponse, PkceCodeChallenge, PkceCodeVerifier, ProviderMetadataWithLogout,
+    RedirectUrl, Scope, TokenResponse, UserInfoClaims,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -73,6 +73,19 @@ pub struct Begin {
     pub state: String,
     pub nonce: String,
     pub pkce_verifier: String,
+}
+
+/// Why a login was refused, and whether the provider's keys may have changed.
+enum Refusal {
+    /// The ID token's signature did not verify with the keys the hub has.
+    UnknownKey(AuthError),
+    Other(AuthError),
+}
+
+impl From<AuthError> for Refusal {
+    fn from(e: AuthError) -> Self {
+        Self::Other(e)
+    }
 }
 
 /// Who the provider says logged in.
@@ -144,7 +157,7 @@ impl Oidc {
     }
 
     /// Forgets the discovery document, so that the next login fetches it (and the signing keys)
-    /// again: a verification failure may be a key rotation.
+    /// again: a signature that does not verify may be a key rotation.
     async fn forget(&self) {
         *self.provider.lock().await = None;
     }
@@ -184,11 +197,16 @@ impl Oidc {
         nonce: &str,
         pkce_verifier: &str,
     ) -> Result<Identity, AuthError> {
-        let result = self.redeem(code, redirect_url, nonce, pkce_verifier).await;
-        if matches!(result, Err(AuthError::LoginFailed(_))) {
-            self.forget().await;
+        match self.redeem(code, redirect_url, nonce, pkce_verifier).await {
+            Ok(identity) => Ok(identity),
+            Err(Refusal::UnknownKey(e)) => {
+                // Only a signature refetches the keys: other refusals (a forged nonce, a used
+                // code) are the caller's doing and must not make the hub call the provider.
+                self.forget().await;
+                Err(e)
+            }
+            Err(Refusal::Other(e)) => Err(e),
         }
-        result
     }
 
     async fn redeem(
@@ -197,7 +215,7 @@ impl Oidc {
         redirect_url: &str,
         nonce: &str,
         pkce_verifier: &str,
-    ) -> Result<Identity, AuthError> {
+    ) -> Result<Identity, Refusal> {
         let provider = self.provider().await?;
         let client = provider.client.clone().set_redirect_uri(
             RedirectUrl::new(redirect_url.to_owned())
@@ -224,7 +242,15 @@ impl Oidc {
         let verifier = client.id_token_verifier();
         let claims = id_token
             .claims(&verifier, &Nonce::new(nonce.to_owned()))
-            .map_err(|e| failed("the ID token did not verify", e.to_string()))?;
+            .map_err(|e| {
+                let signature = matches!(e, ClaimsVerificationError::SignatureVerification(_));
+                let error = failed("the ID token did not verify", error_chain(&e));
+                if signature {
+                    Refusal::UnknownKey(error)
+                } else {
+                    Refusal::Other(error)
+                }
+            })?;
         if let Some(expected) = claims.access_token_hash() {
             let signing_alg = id_token
                 .signing_alg()
@@ -238,7 +264,8 @@ impl Oidc {
             if actual != *expected {
                 return Err(AuthError::LoginFailed(
                     "the ID token's access token hash does not match the access token".to_owned(),
-                ));
+                )
+                .into());
             }
         }
         let subject = claims.subject().as_str().to_owned();
