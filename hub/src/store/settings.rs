@@ -143,6 +143,18 @@ impl Store {
     ) -> Result<RotateOutcome, StoreError> {
         let backend = self.backend_of();
         let txn = self.db.begin().await?;
+        // A write first takes the lock: on SQLite a transaction that reads and then writes fails
+        // (busy) when another connection wrote in between.
+        let found = txn
+            .execute_raw(statement(
+                backend,
+                "UPDATE servers SET callback_secret_set_at = callback_secret_set_at WHERE id = ?",
+                vec![server.to_string().into()],
+            ))
+            .await?;
+        if found.rows_affected() != 1 {
+            return Ok(RotateOutcome::NoServer);
+        }
         let current = txn
             .query_one_raw(statement(
                 backend,
