@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::process::CommandExt as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -28,6 +28,28 @@ struct Quickstart {
     child: ManagedChild,
     pid: u32,
     logs: LogFiles,
+    /// The script's data directory, where its components write their pids.
+    data: PathBuf,
+}
+
+/// A run that ends without [`stop_and_check`] (an assertion failed half-way) must not leave its
+/// fail2ban, hub and agent running for the rest of the suite: everything it started is killed.
+impl Drop for Quickstart {
+    fn drop(&mut self) {
+        let left: Vec<String> = started_by(self, &self.data.clone())
+            .into_keys()
+            .map(|pid| pid.to_string())
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        eprintln!("killing what the quickstart left running: {left:?}");
+        let group = format!("-{}", self.pid);
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .status();
+        let _ = Command::new("kill").arg("-KILL").args(&left).status();
+    }
 }
 
 impl Quickstart {
@@ -57,7 +79,12 @@ impl Quickstart {
         logs.attach(&mut command).expect("log files");
         let child = ManagedChild::spawn("deploy/quickstart", command).expect("quickstart starts");
         let pid = child.pid().expect("pid");
-        Self { child, pid, logs }
+        Self {
+            child,
+            pid,
+            logs,
+            data: data.to_owned(),
+        }
     }
 
     fn output(&self) -> String {
