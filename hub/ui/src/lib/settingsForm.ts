@@ -10,6 +10,15 @@ export interface SettingsDoc {
   events?: { retentionDays?: number | null };
   geoip?: { databasePath?: string | null };
   fail2ban?: { defaults?: DefaultsDoc };
+  callbacks?: CallbacksDoc;
+}
+
+/** The callback secret policy for hosts without an agent. */
+export interface CallbacksDoc {
+  directEnabled?: boolean;
+  minSecretLength?: number;
+  rotationOverlapSecs?: number;
+  maxAgeDays?: number | null;
 }
 
 export interface SmtpDoc {
@@ -69,6 +78,10 @@ export interface SettingsForm {
   ignoreip: string;
   bantimeIncrement: '' | 'true' | 'false';
   bantimeMaxtime: string;
+  directCallbacks: boolean;
+  minSecretLength: string;
+  rotationOverlap: string;
+  secretMaxAgeDays: string;
 }
 
 const str = (v: number | string | null | undefined) => (v === null || v === undefined ? '' : String(v));
@@ -77,6 +90,7 @@ export function toForm(doc: SettingsDoc): SettingsForm {
   const smtp = doc.smtp ?? null;
   const alerts = doc.alerts ?? {};
   const d = doc.fail2ban?.defaults ?? {};
+  const cb = doc.callbacks ?? {};
   return {
     version: doc.version,
     smtpEnabled: smtp !== null,
@@ -104,6 +118,10 @@ export function toForm(doc: SettingsDoc): SettingsForm {
     ignoreip: (d.ignoreip ?? []).join('\n'),
     bantimeIncrement: d.bantimeIncrement === true ? 'true' : d.bantimeIncrement === false ? 'false' : '',
     bantimeMaxtime: str(d.bantimeMaxtime),
+    directCallbacks: cb.directEnabled ?? true,
+    minSecretLength: str(cb.minSecretLength ?? 32),
+    rotationOverlap: str(cb.rotationOverlapSecs ?? 86400),
+    secretMaxAgeDays: str(cb.maxAgeDays),
   };
 }
 
@@ -188,6 +206,13 @@ export function fromForm(f: SettingsForm): SettingsDoc {
         bantimeIncrement,
         bantimeMaxtime: int('fail2ban.defaults.bantimeMaxtime', f.bantimeMaxtime),
       },
+    },
+    // Always sent: a section left out of the document would be reset to its defaults.
+    callbacks: {
+      directEnabled: f.directCallbacks,
+      minSecretLength: required('callbacks.minSecretLength', f.minSecretLength),
+      rotationOverlapSecs: required('callbacks.rotationOverlapSecs', f.rotationOverlap),
+      maxAgeDays: int('callbacks.maxAgeDays', f.secretMaxAgeDays),
     },
   };
 }

@@ -9,6 +9,7 @@ describe('settings form', () => {
     events: { retentionDays: null },
     geoip: { databasePath: null },
     fail2ban: { defaults: { bantime: 600, findtime: null, maxretry: 3, ignoreip: null, bantimeIncrement: null, bantimeMaxtime: null } },
+    callbacks: { directEnabled: false, minSecretLength: 48, rotationOverlapSecs: 3600, maxAgeDays: 90 },
   };
 
   it('round-trips a document, keeping the stored password', () => {
@@ -18,6 +19,14 @@ describe('settings form', () => {
     expect('password' in back.smtp!).toBe(false);
     expect(back.alerts?.recipients).toEqual(['a@example.org', 'b@example.org']);
     expect(back.fail2ban?.defaults).toEqual({ bantime: 600, findtime: null, maxretry: 3, ignoreip: null, bantimeIncrement: null, bantimeMaxtime: null });
+  });
+
+  it('keeps the callback policy instead of resetting it to the defaults', () => {
+    expect(fromForm(toForm(doc)).callbacks).toEqual({ directEnabled: false, minSecretLength: 48, rotationOverlapSecs: 3600, maxAgeDays: 90 });
+    const f = toForm({ ...doc, callbacks: undefined });
+    expect(fromForm(f).callbacks).toEqual({ directEnabled: true, minSecretLength: 32, rotationOverlapSecs: 86400, maxAgeDays: null });
+    f.secretMaxAgeDays = 'soon';
+    expect(() => fromForm(f)).toThrow(FormError);
   });
 
   it('sends a new password, or null to remove it', () => {

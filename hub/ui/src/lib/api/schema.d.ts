@@ -14,6 +14,7 @@ export interface paths {
         /**
          * Alert deliveries, newest first: each e-mail or webhook post of a digest with its status,
          *     attempts, next retry, last error and the server's answer.
+         * @description Requires the `viewer` role (or a higher one).
          */
         get: operations["deliveries"];
         put?: never;
@@ -31,7 +32,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Alert digests, newest first: the matches of one rule within its window, summed up. */
+        /**
+         * Alert digests, newest first: the matches of one rule within its window, summed up.
+         * @description Requires the `viewer` role (or a higher one).
+         */
         get: operations["digests"];
         put?: never;
         post?: never;
@@ -48,8 +52,31 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** One alert digest. */
+        /**
+         * One alert digest.
+         * @description Requires the `viewer` role (or a higher one).
+         */
         get: operations["digest"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every state-changing action (who, what, which server, how it ended, when), newest first.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        get: operations["list_audit"];
         put?: never;
         post?: never;
         delete?: never;
@@ -72,6 +99,8 @@ export interface paths {
          * @description JSON body: `ip` and `jail` (required), `hostname`, `failures`, `logs` (a string or a list of
          *     strings), `banTime`/`time` (Unix seconds), `banDuration`/`bantime` (seconds, -1 permanent),
          *     `banCount`/`bancount`; numbers may be numeric strings. `serverId` is ignored.
+         *
+         *     Needs no session or token.
          */
         post: operations["ban"];
         delete?: never;
@@ -89,7 +118,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Reloads fail2ban's configuration or restarts its jails; reports the jails that failed to start. */
+        /**
+         * Reloads fail2ban's configuration or restarts its jails; reports the jails that failed to start.
+         * @description Requires the `admin` role (or a higher one).
+         */
         post: operations["restart"];
         delete?: never;
         options?: never;
@@ -106,8 +138,31 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Lifts the ban of one address in every jail of every server; one result per server. */
+        /**
+         * Lifts the ban of one address in every jail of every server; one result per server.
+         * @description Requires the `operator` role (or a higher one).
+         */
         post: operations["unban_everywhere"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/cluster": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The replicas, the agents each holds, and which replica ran the singleton jobs.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["cluster_view"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -124,6 +179,7 @@ export interface paths {
         /**
          * Ban events, newest first, filtered, in pages that stay fast deep into history. With
          *     `format=csv`, a CSV export instead (as `/api/events/bans.csv`).
+         * @description Requires the `viewer` role (or a higher one).
          */
         get: operations["list_bans"];
         put?: never;
@@ -141,7 +197,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Ban events as CSV, newest first: the filters of `/api/events/bans`, up to `limit` rows. */
+        /**
+         * Ban events as CSV, newest first: the filters of `/api/events/bans`, up to `limit` rows.
+         * @description Requires the `viewer` role (or a higher one).
+         */
         get: operations["export_bans"];
         put?: never;
         post?: never;
@@ -161,6 +220,7 @@ export interface paths {
         /**
          * Top addresses, jails and servers, repeat offenders (banned on several servers), and first and
          *     last sightings per address.
+         * @description Requires the `viewer` role (or a higher one).
          */
         get: operations["ban_insights"];
         put?: never;
@@ -178,7 +238,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Bans and unbans over time (buckets chosen for the range), per server, per jail, and totals. */
+        /**
+         * Bans and unbans over time (buckets chosen for the range), per server, per jail, and totals.
+         * @description Requires the `viewer` role (or a higher one).
+         */
         get: operations["ban_stats"];
         put?: never;
         post?: never;
@@ -199,6 +262,7 @@ export interface paths {
          * New events as they commit, as Server-Sent Events: each `data` is an event as in
          *     `/api/events/bans`, its `id` the event id. A client that reconnects with `Last-Event-ID` (or
          *     `lastEventId`) first gets what it missed.
+         * @description Requires the `viewer` role (or a higher one).
          */
         get: operations["event_stream"];
         put?: never;
@@ -216,7 +280,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The filters of the server's configuration (`filter.d`). */
+        /**
+         * The filters of the server's configuration (`filter.d`).
+         * @description Requires the `viewer` role (or a higher one).
+         */
         get: operations["list_filters"];
         put?: never;
         post?: never;
@@ -235,8 +302,73 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Runs `fail2ban-regex` on the host: which lines match, the addresses found, hits per regex. */
+        /**
+         * Runs `fail2ban-regex` on the host: which lines match, the addresses found, hits per regex.
+         * @description Requires the `operator` role (or a higher one).
+         */
         post: operations["test_filter"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/fleet/actions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Fleet actions, newest first, with the number of servers per state.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["list_actions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/fleet/actions/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One fleet action with every server's state and result.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["get_action"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/fleet/bans": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Bans (or unbans) an address on every server or on the servers matching labels. Online servers
+         *     are done before the answer; offline ones stay `queued` until their agent comes back or the
+         *     deadline passes (`expired`). Follow them with `GET /api/fleet/actions/{id}`.
+         * @description Requires the `operator` role (or a higher one).
+         */
+        post: operations["fleet_ban"];
         delete?: never;
         options?: never;
         head?: never;
@@ -250,10 +382,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The allowlist every jail of the server shares (`ignoreip` in `[DEFAULT]`). */
+        /**
+         * The allowlist every jail of the server shares (`ignoreip` in `[DEFAULT]`).
+         * @description Requires the `viewer` role (or a higher one).
+         */
         get: operations["get_global_ignore"];
         put?: never;
-        /** Replaces the allowlist every jail of the server shares. */
+        /**
+         * Replaces the allowlist every jail of the server shares.
+         * @description Requires the `admin` role (or a higher one).
+         */
         post: operations["set_global_ignore"];
         delete?: never;
         options?: never;
@@ -268,10 +406,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Every jail fail2ban knows from its effective configuration, enabled or not. */
+        /**
+         * Every jail fail2ban knows from its effective configuration, enabled or not.
+         * @description Requires the `viewer` role (or a higher one).
+         */
         get: operations["list_jails"];
         put?: never;
-        /** Enables or disables one or several jails; fail2ban validates the result before it becomes live. */
+        /**
+         * Enables or disables one or several jails; fail2ban validates the result before it becomes live.
+         * @description Requires the `admin` role (or a higher one).
+         */
         post: operations["manage_jails"];
         delete?: never;
         options?: never;
@@ -288,7 +432,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Bans an address or network in a jail. */
+        /**
+         * Bans an address or network in a jail.
+         * @description Requires the `operator` role (or a higher one).
+         */
         post: operations["ban"];
         delete?: never;
         options?: never;
@@ -303,7 +450,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A page of a jail's banned addresses with ban and expiry times. */
+        /**
+         * A page of a jail's banned addresses with ban and expiry times.
+         * @description Requires the `viewer` role (or a higher one).
+         */
         get: operations["banned"];
         put?: never;
         post?: never;
@@ -320,12 +470,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A jail's override file, its filter's files and its effective settings. */
+        /**
+         * A jail's override file, its filter's files and its effective settings.
+         * @description Requires the `viewer` role (or a higher one).
+         */
         get: operations["get_config"];
         put?: never;
         /**
          * Writes a jail's override and/or its filter's local file: validated by fail2ban before it becomes
          *     live, reloaded, health-checked, rolled back on any failure. A stale version is refused (409).
+         * @description Requires the `admin` role (or a higher one).
          */
         post: operations["write_config"];
         delete?: never;
@@ -341,10 +495,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A jail's allowlist (`ignoreip`). */
+        /**
+         * A jail's allowlist (`ignoreip`).
+         * @description Requires the `viewer` role (or a higher one).
+         */
         get: operations["get_jail_ignore"];
         put?: never;
-        /** Replaces a jail's allowlist, through the same validated write as any configuration change. */
+        /**
+         * Replaces a jail's allowlist, through the same validated write as any configuration change.
+         * @description Requires the `admin` role (or a higher one).
+         */
         post: operations["set_jail_ignore"];
         delete?: never;
         options?: never;
@@ -359,7 +519,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The end of fail2ban's own log, only the lines about this jail. */
+        /**
+         * The end of fail2ban's own log, only the lines about this jail.
+         * @description Requires the `viewer` role (or a higher one).
+         */
         get: operations["logs"];
         put?: never;
         post?: never;
@@ -378,7 +541,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Lifts the ban of an address or network in a jail. */
+        /**
+         * Lifts the ban of an address or network in a jail.
+         * @description Requires the `operator` role (or a higher one).
+         */
         post: operations["unban"];
         delete?: never;
         options?: never;
@@ -393,10 +559,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Every registered server with its live status. */
+        /**
+         * Every registered server with its live status.
+         * @description Requires the `viewer` role (or a higher one).
+         */
         get: operations["list_servers"];
         put?: never;
-        /** Registers a server and returns its one-time enrollment token. */
+        /**
+         * Registers a server and returns its one-time enrollment token.
+         * @description Requires the `admin` role (or a higher one).
+         */
         post: operations["create_server"];
         delete?: never;
         options?: never;
@@ -411,12 +583,49 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** One server. */
+        /**
+         * One server.
+         * @description Requires the `viewer` role (or a higher one).
+         */
         get: operations["get_server"];
         put?: never;
         post?: never;
-        /** Deletes a server: its agent's certificate is revoked and its live session cut. */
+        /**
+         * Deletes a server: its agent's certificate is revoked and its live session cut.
+         * @description Requires the `admin` role (or a higher one).
+         */
         delete: operations["delete_server"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/servers/{id}/callback-secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The state of a server's callback secret (never the secret).
+         * @description Requires the `admin` role (or a higher one).
+         */
+        get: operations["get_callback_secret"];
+        put?: never;
+        /**
+         * Issues a new callback secret for the server (or its first). The previous one is still
+         *     accepted for `callbacks.rotationOverlapSecs` (`previousValidUntil` says until when), so the
+         *     host can be switched over without losing bans; `revokePrevious` ends it at once.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        post: operations["rotate_callback_secret"];
+        /**
+         * Revokes the server's callback secrets, current and previous: its direct callbacks are refused
+         *     until a new one is issued.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        delete: operations["revoke_callback_secret"];
         options?: never;
         head?: never;
         patch?: never;
@@ -433,6 +642,7 @@ export interface paths {
          * Delivery diagnostics: the agent's relay (listening, last callback), its spool (depth, oldest
          *     unacknowledged event), whether each running jail runs the banhub action, when the hub last
          *     stored an event of this server, and the last end-to-end probe.
+         * @description Requires the `viewer` role (or a higher one).
          */
         get: operations["delivery_status"];
         put?: never;
@@ -455,8 +665,29 @@ export interface paths {
         /**
          * Issues a new one-time enrollment token for an existing server, e.g. after its host was rebuilt.
          *     Enrolling with it replaces (and revokes) the server's current agent.
+         * @description Requires the `admin` role (or a higher one).
          */
         post: operations["new_enrollment_token"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/servers/{id}/labels": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Replaces a server's labels, which fleet actions select servers by.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        put: operations["set_labels"];
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -479,6 +710,7 @@ export interface paths {
          *     that ran and failed answers 200 with `ok: false` and `failure` (`probe_jail_missing`,
          *     `action_missing`, `relay_down`, `ban_timeout`, ...). Probe events stay out of event lists,
          *     stats and insights unless `jail=banhub-probe` is asked for.
+         * @description Requires the `operator` role (or a higher one).
          */
         post: operations["run_probe"];
         delete?: never;
@@ -496,9 +728,52 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Round trip through the server's agent to fail2ban's `ping`. */
+        /**
+         * Round trip through the server's agent to fail2ban's `ping`.
+         * @description Requires the `operator` role (or a higher one).
+         */
         post: operations["test_server"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every session that can still be used, newest first.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        get: operations["list_sessions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/sessions/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Ends a session (e.g. of someone who left): its cookie is refused from now on.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        delete: operations["revoke_session"];
         options?: never;
         head?: never;
         patch?: never;
@@ -514,6 +789,7 @@ export interface paths {
         /**
          * The current settings. Secrets are never shown: `passwordSet`, `urlSet` and `tokenSet` say
          *     whether one is stored. The `ETag` header carries the version.
+         * @description Requires the `admin` role (or a higher one).
          */
         get: operations["get_settings"];
         put?: never;
@@ -521,6 +797,7 @@ export interface paths {
          * Replaces the settings. Send the version you read in `version` (or as `If-Match`); an edit from
          *     an older version is refused with 409 so no one's change is lost. A secret left out keeps its
          *     stored value; `null` removes it. Sections left out take their defaults.
+         * @description Requires the `admin` role (or a higher one).
          */
         post: operations["save_settings"];
         delete?: never;
@@ -542,6 +819,7 @@ export interface paths {
          * Pushes `fail2ban.defaults` of the saved settings to every server (or the chosen ones) through
          *     their agents: each writes the `[DEFAULT]` keys to its `jail.d/banhub-defaults.local`, has
          *     fail2ban validate the result and reloads. One result per server.
+         * @description Requires the `admin` role (or a higher one).
          */
         post: operations["push_defaults"];
         delete?: never;
@@ -563,6 +841,7 @@ export interface paths {
          * Sends a test e-mail and answers with the SMTP server's reply, or with a problem whose `code`
          *     says what failed: `smtp_dns`, `smtp_refused`, `smtp_timeout`, `smtp_tls`, `smtp_auth`,
          *     `smtp_rejected` (502).
+         * @description Requires the `admin` role (or a higher one).
          */
         post: operations["test_email"];
         delete?: never;
@@ -578,11 +857,58 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Every running jail with its counters (currently/total failed and banned) and file list. */
+        /**
+         * Every running jail with its counters (currently/total failed and banned) and file list.
+         * @description Requires the `viewer` role (or a higher one).
+         */
         get: operations["summary"];
         put?: never;
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every API token, revoked ones included, newest first.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        get: operations["list_tokens"];
+        put?: never;
+        /**
+         * Creates an API token with a role, for automation.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        post: operations["create_token"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/tokens/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revokes an API token: requests with it are refused (401) from now on.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        delete: operations["revoke_token"];
         options?: never;
         head?: never;
         patch?: never;
@@ -597,8 +923,125 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** fail2ban lifted a ban on a host without an agent. Same body as `/api/ban`. */
+        /**
+         * fail2ban lifted a ban on a host without an agent. Same body as `/api/ban`.
+         * @description Needs no session or token.
+         */
         post: operations["unban"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/callback": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * OIDC mode: the provider's redirect back. Checks the state against this browser's login, redeems
+         *     the code, verifies the ID token (nonce included), maps the role; sets the session cookie and
+         *     sends the browser to where the login started. A refused login is a problem document, or, for a
+         *     browser (`Accept: text/html`), a redirect to the UI's login page, which shows `error`.
+         * @description Needs no session or token.
+         */
+        get: operations["callback"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/login": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Starts a login. OIDC: 302 to the provider (authorization code flow with PKCE, state and nonce).
+         *     Local: 302 to the UI's login page, which posts the password to `POST /auth/login`.
+         * @description Needs no session or token.
+         */
+        get: operations["login_start"];
+        put?: never;
+        /**
+         * Local mode: logs in the administrator with a password; sets the session cookie. Failed logins
+         *     are limited per client address and per user name (429 with `Retry-After`).
+         * @description Needs no session or token.
+         */
+        post: operations["login_local"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/logout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Ends the session here and, for an OIDC session whose provider supports it, at the provider:
+         *     302 to its end-session endpoint (which returns to the hub's root), else to `/`.
+         * @description Needs no session or token.
+         */
+        get: operations["logout_get"];
+        put?: never;
+        /**
+         * As `GET /auth/logout` (for forms; same-origin checked like every change made with a cookie).
+         * @description Needs no session or token.
+         */
+        post: operations["logout_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/status": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Whether the request is authenticated, how this hub logs in, and who.
+         * @description Needs no session or token.
+         */
+        get: operations["status"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/user": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The logged-in user: name, e-mail, roles. 401 without a session or token.
+         * @description Needs no session or token.
+         */
+        get: operations["user"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -612,7 +1055,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The process is up. */
+        /**
+         * The process is up.
+         * @description Needs no session or token.
+         */
         get: operations["healthz"];
         put?: never;
         post?: never;
@@ -629,7 +1075,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Metrics in the Prometheus/OpenMetrics text format. */
+        /**
+         * Metrics in the Prometheus/OpenMetrics text format.
+         * @description Requires the `viewer` role (or a higher one).
+         */
         get: operations["metrics"];
         put?: never;
         post?: never;
@@ -646,7 +1095,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The hub can serve: its database answers. */
+        /**
+         * The hub can serve: its database answers.
+         * @description Needs no session or token.
+         */
         get: operations["readyz"];
         put?: never;
         post?: never;
@@ -682,6 +1134,48 @@ export interface components {
             retryInitialSecs?: number;
             rules?: components["schemas"]["RuleDocument"][];
             webhooks?: components["schemas"]["WebhookDocument"][];
+        };
+        /** @description One recorded action. */
+        AuditEntryDto: {
+            /** @description What: `METHOD /route/{template}`, or `login` / `logout`. */
+            action: string;
+            /** @description Who: the subject of the user or token (for a failed login, the name tried). */
+            actor: string;
+            /** @description `session`, `token`, `bootstrap`, or `anonymous`. */
+            actorKind: string;
+            actorName: string;
+            /** Format: date-time */
+            at: string;
+            clientAddr?: string | null;
+            /** @description Details the handler recorded (e.g. the address banned). */
+            detail: Record<string, never>;
+            /** Format: int64 */
+            id: number;
+            outcome: components["schemas"]["Outcome"];
+            /** @description The path as requested. */
+            path: string;
+            /** @description The server it concerned, if any. */
+            serverId?: string | null;
+            /**
+             * Format: int32
+             * @description The HTTP status of the answer.
+             */
+            status: number;
+        };
+        /** @description A page of the audit log, newest first. */
+        AuditPageDto: {
+            entries: components["schemas"]["AuditEntryDto"][];
+            /** @description Pass as `cursor` for the next (older) page; absent on the last page. */
+            nextCursor?: string | null;
+        };
+        AuthStatus: {
+            authenticated: boolean;
+            /**
+             * @description `oidc` or `local`.
+             * @example oidc
+             */
+            mode: string;
+            user?: components["schemas"]["UserDto"] | null;
         };
         /** @description What a ban or unban changed. */
         BanOutcome: {
@@ -726,11 +1220,75 @@ export interface components {
             /** @description The server the secret belongs to. */
             serverId: string;
         };
+        /** @description A server's callback secret, without the secret. */
+        CallbackSecretDto: {
+            /** @description Whether direct callbacks are accepted at all (`callbacks.directEnabled`). */
+            directEnabled: boolean;
+            /**
+             * Format: date-time
+             * @description Until when the previous secret is still accepted, while a rotation's overlap lasts.
+             */
+            previousValidUntil?: string | null;
+            /** @description Older than `callbacks.maxAgeDays`: rotate it. */
+            rotationDue: boolean;
+            /** @description Whether the server has a secret (else its direct callbacks are refused). */
+            set: boolean;
+            /**
+             * Format: date-time
+             * @description When the current secret was set.
+             */
+            setAt?: string | null;
+        };
+        /**
+         * @description The callback secret policy: how hosts without an agent (fail2ban's action posting to
+         *     `POST /api/ban|unban` itself) authenticate, and how their servers' secrets are rotated
+         *     (`POST /api/servers/{id}/callback-secret`).
+         */
+        CallbacksDocument: {
+            /**
+             * @description Whether direct callbacks are accepted at all. Off: every `POST /api/ban|unban` is refused
+             *     (403 `direct_callbacks_disabled`), whatever its secret; agents are not affected.
+             */
+            directEnabled?: boolean;
+            /**
+             * Format: int32
+             * @description A secret older than this many days is reported as due for rotation (`rotationDue`); it is
+             *     never refused for its age, which would lose bans. `null`: no limit.
+             */
+            maxAgeDays?: number | null;
+            /**
+             * Format: int32
+             * @description Shortest secret an admin may choose by hand, 16 to 256 characters (generated secrets are
+             *     43 characters of 32 random bytes).
+             */
+            minSecretLength?: number;
+            /**
+             * Format: int32
+             * @description After a rotation the previous secret is still accepted for this many seconds, so the host
+             *     can be updated without losing bans; `0` ends it at once. At most 30 days.
+             */
+            rotationOverlapSecs?: number;
+        };
         /**
          * @description Where a delivery goes.
          * @enum {string}
          */
         Channel: "email" | "webhook";
+        /** @description The hub replicas sharing this database. */
+        ClusterView: {
+            /**
+             * Format: int64
+             * @description Agents with a session on the replica that answered.
+             */
+            agentsHere: number;
+            /** @description `sqlite` (one hub) or `postgres` (replicas possible). */
+            database: string;
+            /** @description The jobs only one replica at a time runs (retention, the sweeper, scheduled probes). */
+            jobs: components["schemas"]["JobRunsDto"][];
+            /** @description The replica that answered. */
+            replica: string;
+            replicas: components["schemas"]["ReplicaDto"][];
+        };
         /** @description The result of a validated configuration change. */
         ConfigChange: {
             /** @description Jails enabled in the configuration that do not run after the reload. */
@@ -769,9 +1327,25 @@ export interface components {
             /** @description Unique name: letters, digits, `.`, `_`, `@`, `-`; at most 64 characters. */
             name: string;
         };
+        /** @description Body of `POST /api/tokens`. */
+        CreateToken: {
+            /**
+             * Format: int32
+             * @description Days until it stops working (1 to 3650); absent: until revoked.
+             */
+            expiresInDays?: number | null;
+            /** @description What it is for, 1 to 64 characters. */
+            name: string;
+            role: components["schemas"]["Role"];
+        };
         CreatedServer: {
             enrollment: components["schemas"]["EnrollmentDto"];
             server: components["schemas"]["ServerDto"];
+        };
+        /** @description A new token: shown once, here; the hub keeps only a hash of it. */
+        CreatedToken: components["schemas"]["TokenDto"] & {
+            /** @description Send as `Authorization: Bearer <token>`. */
+            token: string;
         };
         /** @description fail2ban's defaults for every jail; `null` leaves a key as the host has it. */
         DefaultsDocument: {
@@ -1029,6 +1603,54 @@ export interface components {
             missed: number;
             regexHits: components["schemas"]["RegexHits"][];
         };
+        /** @description A fleet-wide ban or unban and where each server is with it. */
+        FleetActionDto: {
+            /** @description `ban` or `unban`. */
+            action: string;
+            /** @description Number of servers per state. */
+            counts: {
+                [key: string]: number;
+            };
+            /** Format: date-time */
+            createdAt: string;
+            /**
+             * Format: date-time
+             * @description Commands still queued at this time expire.
+             */
+            deadline: string;
+            id: string;
+            ip: string;
+            jail?: string | null;
+            requestedBy: string;
+            /** @description What the servers were selected by: `"all"` or `{"labels": {...}}`. */
+            selector: Record<string, never>;
+            /** @description Every server (empty in listings). */
+            servers: components["schemas"]["TargetDto"][];
+        };
+        /**
+         * @description Body of `POST /api/fleet/bans`. Name the servers with `all: true` or with `labels` (every label
+         *     must match), not both.
+         */
+        FleetBanBody: {
+            /** @description Every registered server. */
+            all?: boolean;
+            /**
+             * Format: int64
+             * @description How long the command stays queued for servers whose agent is offline, in seconds (1 to
+             *     604800; 3600 by default). Past it, what was not delivered is reported `expired`.
+             */
+            deadlineSecs?: number | null;
+            /** @description The address or CIDR range. */
+            ip: string;
+            /** @description The jail; required to ban. To unban, omit it to lift the ban in every jail. */
+            jail?: string | null;
+            /** @description Servers carrying all of these labels. */
+            labels?: {
+                [key: string]: string;
+            };
+            /** @description `true` lifts the ban instead. */
+            unban?: boolean;
+        };
         GeoipDocument: {
             /**
              * @description Absolute path of a MaxMind-format country (or city) database, e.g.
@@ -1086,6 +1708,11 @@ export interface components {
         IpDto: {
             /** Format: int64 */
             bans: number;
+            /**
+             * @description ISO 3166 code of its country, by the GeoIP database of the settings (`geoip.databasePath`);
+             *     absent when none is set or it does not know the address.
+             */
+            country?: string | null;
             /** Format: date-time */
             firstSeen: string;
             ip: string;
@@ -1109,6 +1736,11 @@ export interface components {
             lastSeen: string;
             serverId: string;
             serverName?: string | null;
+        };
+        /** @description A new secret: shown this once; the hub keeps only its hash. */
+        IssuedSecretDto: components["schemas"]["CallbackSecretDto"] & {
+            /** @description Send it as `X-Callback-Secret` from the host's fail2ban action. */
+            secret: string;
         };
         /** @description A jail's override, its filter and its effective settings. */
         JailConfig: {
@@ -1172,8 +1804,42 @@ export interface components {
             enabled: boolean;
             name: string;
         };
+        /** @description How often one replica led and ran one singleton job. */
+        JobRunsDto: {
+            /** Format: date-time */
+            firstRunAt: string;
+            job: string;
+            /** Format: date-time */
+            lastRunAt: string;
+            replica: string;
+            /**
+             * Format: int64
+             * @description Passes it ran (for jobs that report them, e.g. the sweeper).
+             */
+            runs: number;
+            /**
+             * Format: int64
+             * @description Times this replica became the job's leader.
+             */
+            terms: number;
+        };
         /** @enum {string} */
         KindDto: "ban" | "unban" | "gap";
+        /** @description Body of `PUT /api/servers/{id}/labels`. */
+        LabelsBody: {
+            /**
+             * @description The server's new labels (replacing the old ones): keys follow the name rule, values are at
+             *     most 128 printable characters, at most 32 labels.
+             */
+            labels: {
+                [key: string]: string;
+            };
+        };
+        /** @description Body of `POST /auth/login`. */
+        LocalLogin: {
+            password: string;
+            username: string;
+        };
         LogTailResult: {
             lines: string[];
             path: string;
@@ -1207,6 +1873,11 @@ export interface components {
             ip: string;
             line: string;
         };
+        /**
+         * @description How a recorded action ended.
+         * @enum {string}
+         */
+        Outcome: "ok" | "failed" | "denied";
         ProbeFailure: {
             code: components["schemas"]["ProbeFailureCode"];
             message: string;
@@ -1317,6 +1988,19 @@ export interface components {
             /** Format: int32 */
             minBans: number;
         };
+        /** @description A hub replica. */
+        ReplicaDto: {
+            /**
+             * Format: int64
+             * @description Agents whose session it holds.
+             */
+            agents: number;
+            /** Format: date-time */
+            heartbeatAt: string;
+            id: string;
+            /** Format: date-time */
+            startedAt: string;
+        };
         RestartBody: {
             mode?: components["schemas"]["RestartKind"] | null;
         };
@@ -1328,6 +2012,24 @@ export interface components {
             mode: components["schemas"]["RestartKind"];
             ok: boolean;
             runningJails: string[];
+        };
+        /**
+         * @description A role; each includes the ones below it.
+         * @enum {string}
+         */
+        Role: "viewer" | "operator" | "admin";
+        /**
+         * @description What to rotate to. An empty body generates a secret and keeps the previous one for the
+         *     policy's overlap.
+         */
+        RotateBody: {
+            /** @description End the previous secret now instead of after `callbacks.rotationOverlapSecs` (it leaked). */
+            revokePrevious?: boolean;
+            /**
+             * @description A secret of your choosing, at least `callbacks.minSecretLength` visible ASCII characters;
+             *     absent: the hub generates one (recommended).
+             */
+            secret?: string | null;
         };
         /**
          * @description An alert rule: every ban event that passes all of its conditions matches. Empty lists match
@@ -1408,11 +2110,39 @@ export interface components {
              */
             lastSeenAt?: string | null;
             name: string;
+            /** @description The hub replica holding the agent's session (only with several replicas on PostgreSQL). */
+            replica?: string | null;
             status: components["schemas"]["StatusDto"];
+        };
+        ServerLabels: {
+            id: string;
+            labels: {
+                [key: string]: string;
+            };
+            name: string;
+        };
+        /** @description A live login session. */
+        SessionDto: {
+            /** Format: date-time */
+            createdAt: string;
+            /** @description The session making this request. */
+            current: boolean;
+            email?: string | null;
+            /** Format: date-time */
+            expiresAt: string;
+            id: string;
+            /** @description `oidc` or `local`. */
+            kind: string;
+            /** Format: date-time */
+            lastSeenAt: string;
+            name: string;
+            role: components["schemas"]["Role"];
+            subject: string;
         };
         /** @description Every setting, as read with `GET /api/settings` and written with `POST /api/settings`. */
         SettingsDocument: {
             alerts?: components["schemas"]["AlertsDocument"];
+            callbacks?: components["schemas"]["CallbacksDocument"];
             events?: components["schemas"]["EventsDocument"];
             fail2ban?: components["schemas"]["Fail2banDocument"];
             geoip?: components["schemas"]["GeoipDocument"];
@@ -1522,6 +2252,34 @@ export interface components {
         Summary: components["schemas"]["StatusReport"] & {
             server: components["schemas"]["ServerDto"];
         };
+        /** @description One server of a fleet action. */
+        TargetDto: {
+            /**
+             * Format: int64
+             * @description Deliveries so far (more than one after the agent went away mid-command).
+             */
+            attempts: number;
+            /** @description Whether fail2ban's state changed (once done). */
+            changed?: boolean | null;
+            /** Format: date-time */
+            deliveredAt?: string | null;
+            /** @description Why it failed. */
+            error?: string | null;
+            /** Format: date-time */
+            finishedAt?: string | null;
+            /** @description The jails the change applied to (once done). */
+            jails: string[];
+            serverId: string;
+            serverName: string;
+            state: components["schemas"]["TargetState"];
+            /** Format: date-time */
+            updatedAt: string;
+        };
+        /**
+         * @description Where one server is in a fleet action.
+         * @enum {string}
+         */
+        TargetState: "queued" | "delivered" | "done" | "failed" | "expired";
         TestEmailBody: {
             smtp?: components["schemas"]["SmtpDocument"] | null;
             /** @description Recipients; empty: `alerts.recipients` of the saved settings. */
@@ -1567,12 +2325,39 @@ export interface components {
          * @enum {string}
          */
         TlsMode: "none" | "starttls" | "tls";
+        /** @description An API token (never its secret). */
+        TokenDto: {
+            /** Format: date-time */
+            createdAt: string;
+            /** @description Who created it. */
+            createdBy: string;
+            /** Format: date-time */
+            expiresAt?: string | null;
+            id: string;
+            /** Format: date-time */
+            lastUsedAt?: string | null;
+            name: string;
+            /** Format: date-time */
+            revokedAt?: string | null;
+            role: components["schemas"]["Role"];
+        };
         UnbanEverywhereBody: {
             ip: string;
         };
         UnbanEverywhereResult: {
             ip: string;
             servers: components["schemas"]["ServerActionResult"][];
+        };
+        /** @description The logged-in user (or API token). */
+        UserDto: {
+            email?: string | null;
+            name: string;
+            /** @description The highest role. */
+            role: components["schemas"]["Role"];
+            /** @description Every role held (a role includes the ones below it), lowest first. */
+            roles: components["schemas"]["Role"][];
+            /** @description Stable identifier: the provider's `sub`, the local user name, or `token:<id>`. */
+            subject: string;
         };
         WebhookDocument: {
             format: components["schemas"]["WebhookFormat"];
@@ -1700,6 +2485,52 @@ export interface operations {
             };
         };
     };
+    list_audit: {
+        parameters: {
+            query?: {
+                /** @description Entries per page, 1 to 500 (default 50). */
+                limit?: string;
+                /** @description `nextCursor` of the previous page. */
+                cursor?: string;
+                /** @description Only this actor (a subject, e.g. `alice` or `token:<id>`). */
+                actor?: string;
+                /** @description Only entries about this server (its id). */
+                serverId?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditPageDto"];
+                };
+            };
+            /** @description Unknown parameter */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A parameter breaks its rule */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     ban: {
         parameters: {
             query?: never;
@@ -1735,6 +2566,15 @@ export interface operations {
             };
             /** @description Missing or unknown callback secret */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Direct callbacks are turned off (`callbacks.directEnabled`) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1823,6 +2663,25 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    cluster_view: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClusterView"];
                 };
             };
         };
@@ -2151,6 +3010,100 @@ export interface operations {
                     "application/json": components["schemas"]["FilterTestResult"];
                 };
             };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_actions: {
+        parameters: {
+            query?: {
+                /** @description At most this many actions (1 to 200, 50 by default). */
+                limit?: number;
+                /** @description Actions older than this action id. */
+                before?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FleetActionDto"][];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_action: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Action id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FleetActionDto"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    fleet_ban: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FleetBanBody"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FleetActionDto"];
+                };
+            };
+            /** @description A field breaks its rule, or no server matches */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2695,6 +3648,116 @@ export interface operations {
             };
         };
     };
+    get_callback_secret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Server id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallbackSecretDto"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    rotate_callback_secret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Server id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RotateBody"] | null;
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["IssuedSecretDto"];
+                };
+            };
+            /** @description Not a JSON object */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A chosen secret breaks the policy; `field` is `secret` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    revoke_callback_secret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Server id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     delivery_status: {
         parameters: {
             query?: never;
@@ -2765,6 +3828,48 @@ export interface operations {
                 };
             };
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    set_labels: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Server id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LabelsBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ServerLabels"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2871,6 +3976,53 @@ export interface operations {
             };
             /** @description Agent did not answer in time */
             504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_sessions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionDto"][];
+                };
+            };
+        };
+    };
+    revoke_session: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3074,6 +4226,84 @@ export interface operations {
             };
         };
     };
+    list_tokens: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenDto"][];
+                };
+            };
+        };
+    };
+    create_token: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateToken"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedToken"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    revoke_token: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Token id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     unban: {
         parameters: {
             query?: never;
@@ -3116,6 +4346,15 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Direct callbacks are turned off (`callbacks.directEnabled`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Body over 64 KiB */
             413: {
                 headers: {
@@ -3127,6 +4366,239 @@ export interface operations {
             };
             /** @description A field breaks its rule; `field` names it */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    callback: {
+        parameters: {
+            query?: {
+                code?: string;
+                state?: string;
+                error?: string;
+                error_description?: string;
+                /** @description The issuer that answers (RFC 9207); when present, it must be the configured provider. */
+                iss?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Logged in; to return_to. Refused, for a browser: to /login?error=… */
+            302: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Unknown, used, expired or foreign state */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The provider refused, or its answer did not verify */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No role for this user */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    login_start: {
+        parameters: {
+            query?: {
+                /** @description Where to go after the login: a path on this hub (e.g. `/servers`), default `/`. */
+                return_to?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description To the provider, or to the UI's login page */
+            302: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description return_to is not a path on this hub */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The provider cannot be reached */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    login_local: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LocalLogin"];
+            };
+        };
+        responses: {
+            /** @description Logged in; the session cookie is set */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserDto"];
+                };
+            };
+            /** @description This hub logs in through OIDC */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Wrong user name or password */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many failed logins */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    logout_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description To the provider's end-session endpoint, or to / */
+            302: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    logout_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description To the provider's end-session endpoint, or to / */
+            302: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Posted from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    status: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuthStatus"];
+                };
+            };
+        };
+    };
+    user: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserDto"];
+                };
+            };
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };
