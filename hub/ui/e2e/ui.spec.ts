@@ -218,6 +218,23 @@ test('servers: add one with a copyable enroll command, test one, delete one', as
   await a.getByRole('button', { name: 'Test' }).click();
   await expect(a.getByTestId('test-result')).toContainText('pong');
 
+  // A host without an agent: the callback secret, shown once, is what its fail2ban action sends.
+  await row.getByRole('button', { name: 'Callback secret' }).click();
+  const secret = ((await admin.getByTestId('callback-secret-value').textContent()) ?? '').trim();
+  expect(secret.length).toBeGreaterThanOrEqual(32);
+  const callback = (s: string) =>
+    fetch(new URL('api/ban', env.hub), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-callback-secret': s },
+      body: JSON.stringify({ ip: '198.51.100.99', jail: 'sshd', failures: 3 }),
+    });
+  const accepted = await callback(secret);
+  expect(accepted.status).toBe(200);
+  await row.getByRole('button', { name: 'Revoke secret' }).click();
+  await row.getByRole('button', { name: 'Revoke', exact: true }).click(); // confirm
+  await expect(admin.getByRole('status').filter({ hasText: 'revoked' })).toBeVisible();
+  expect((await callback(secret)).status).toBe(401);
+
   await row.getByRole('button', { name: 'Delete' }).click();
   await row.getByRole('button', { name: 'Delete' }).click(); // confirm
   await expect(row).toHaveCount(0);
