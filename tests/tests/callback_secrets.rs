@@ -166,7 +166,7 @@ async fn scenario(hub: &HubProcess) {
 
     // A generated secret: shown once, works.
     let (status, first) = post(hub, &secret_path, json!({})).await;
-    assert_eq!(status, StatusCode::CREATED, "{first}");
+    assert_eq!(status, StatusCode::CREATED, "{first}\n{}", hub.logs());
     let first_secret = first["secret"].as_str().expect("secret").to_owned();
     assert!(first_secret.len() >= 40, "{first}");
     assert_eq!(first["set"], true);
@@ -189,7 +189,8 @@ async fn scenario(hub: &HubProcess) {
     assert_eq!(
         status,
         StatusCode::CREATED,
-        "an empty body rotates: {second}"
+        "an empty body rotates: {second}\n{}",
+        hub.logs()
     );
     let second_secret = second["secret"].as_str().expect("secret").to_owned();
     assert_ne!(second_secret, first_secret);
@@ -235,7 +236,7 @@ async fn scenario(hub: &HubProcess) {
         json!({"secret": chosen, "revokePrevious": true}),
     )
     .await;
-    assert_eq!(status, StatusCode::CREATED, "{third}");
+    assert_eq!(status, StatusCode::CREATED, "{third}\n{}", hub.logs());
     assert_eq!(third["secret"], chosen);
     assert!(third["previousValidUntil"].is_null(), "{third}");
     assert_eq!(
