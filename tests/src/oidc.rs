@@ -7,7 +7,8 @@
 //! Its accounts (any password is accepted): `alice` (group `banhub-admins`), `olga`
 //! (`banhub-operators`), `victor` (`banhub-viewers`), `nora` (only `staff`, which no role maps). As
 //! oidc-provider does by default, the ID token carries only `sub`: name, e-mail and groups come from
-//! the userinfo endpoint. [`HubBuilder::oidc`](crate::hub::HubBuilder::oidc) points a hub at it with
+//! the userinfo endpoint. Each start signs with a new key, so [`OidcProvider::restart`] (same
+//! address) is a key rotation. [`HubBuilder::oidc`](crate::hub::HubBuilder::oidc) points a hub at it with
 //! the role map below.
 //!
 //! [`Browser`] is a browser without JavaScript (a cookie jar, redirects followed by hand) that runs the
@@ -103,62 +104,12 @@ fn discovery_answers(issuer: &str) -> bool {
 impl OidcProvider {
     /// Starts the provider and waits until its discovery document answers.
     pub fn start() -> anyhow::Result<Self> {
-        let component = provider_dir()?;
-        if Command::new("node").arg("--version").output().is_err() {
-            bail!("node is not on PATH: {INSTALL_HINT}");
-        }
         let dir = tempfile::Builder::new()
             .prefix("banhub-oidc-")
             .tempdir()
             .context("creating the provider's directory")?;
         let logs = LogFiles::new(dir.path(), "oidc-provider");
-        let ready_file = dir.path().join(READY_FILE);
-        let mut command = Command::new("node");
-        command
-            .arg(component.join("provider.mjs"))
-            .arg(&ready_file)
-            .env("OIDC_CLIENT_ID", CLIENT_ID)
-            .env("OIDC_CLIENT_SECRET", CLIENT_SECRET)
-            .current_dir(&component);
-        logs.mark("oidc-provider")?;
-        logs.attach(&mut command)?;
-        let mut child = ManagedChild::spawn("oidc-provider", command)?;
-        let deadline = Instant::now() + START_TIMEOUT;
-        let mut last_problem = "no ready file".to_owned();
-        let issuer = loop {
-            if let Some(status) = child.try_status()? {
-                bail!(
-                    "oidc-provider exited during start-up ({status}); if it is missing, \
-                     {INSTALL_HINT}\n{}",
-                    logs.tail(40)
-                );
-            }
-            match std::fs::read_to_string(&ready_file) {
-                Ok(text) => match serde_json::from_str::<Ready>(&text) {
-                    Ok(ready) if Some(ready.pid) == child.pid() => {
-                        if discovery_answers(&ready.issuer) {
-                            break ready.issuer;
-                        }
-                        last_problem = format!("{} does not serve discovery yet", ready.issuer);
-                    }
-                    Ok(ready) => {
-                        last_problem = format!("the ready file names pid {}", ready.pid);
-                    }
-                    Err(e) => last_problem = format!("unreadable ready file ({e}): {text:?}"),
-                },
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => last_problem = e.to_string(),
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                bail!(
-                    "oidc-provider was not ready within {START_TIMEOUT:?} ({last_problem}); killed \
-                     it\n{}",
-                    logs.tail(40)
-                );
-            }
-            std::thread::sleep(POLL_INTERVAL);
-        };
+        let (child, issuer) = launch(dir.path(), &logs, None)?;
         Ok(Self {
             dir,
             logs,
@@ -167,6 +118,95 @@ impl OidcProvider {
         })
     }
 
+    /// Stops the provider and starts it again at the same issuer (same port). It forgets its
+    /// sessions and signs with a new key: a key rotation, as far as the hub can tell.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.stop()?;
+        let port = self
+            .issuer
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok())
+            .context("the issuer has no port")?;
+        let (child, issuer) = launch(self.dir.path(), &self.logs, Some(port))?;
+        self.child = Some(child);
+        ensure!(
+            issuer == self.issuer,
+            "the restarted provider is {issuer}, not {}",
+            self.issuer
+        );
+        Ok(())
+    }
+}
+
+/// Starts `provider.mjs` (on `port`, or one the kernel picks) and waits until its discovery
+/// document answers; returns the child and the issuer.
+fn launch(
+    dir: &std::path::Path,
+    logs: &LogFiles,
+    port: Option<u16>,
+) -> anyhow::Result<(ManagedChild, String)> {
+    let component = provider_dir()?;
+    if Command::new("node").arg("--version").output().is_err() {
+        bail!("node is not on PATH: {INSTALL_HINT}");
+    }
+    let ready_file = dir.join(READY_FILE);
+    match std::fs::remove_file(&ready_file) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).context(format!("removing {}", ready_file.display())),
+    }
+    let mut command = Command::new("node");
+    command
+        .arg(component.join("provider.mjs"))
+        .arg(&ready_file)
+        .env("OIDC_CLIENT_ID", CLIENT_ID)
+        .env("OIDC_CLIENT_SECRET", CLIENT_SECRET)
+        .env("OIDC_PORT", port.unwrap_or(0).to_string())
+        .current_dir(&component);
+    logs.mark(&format!("oidc-provider (port {})", port.unwrap_or(0)))?;
+    logs.attach(&mut command)?;
+    let mut child = ManagedChild::spawn("oidc-provider", command)?;
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut last_problem = "no ready file".to_owned();
+    let issuer = loop {
+        if let Some(status) = child.try_status()? {
+            bail!(
+                "oidc-provider exited during start-up ({status}); if it is missing, \
+                     {INSTALL_HINT}\n{}",
+                logs.tail(40)
+            );
+        }
+        match std::fs::read_to_string(&ready_file) {
+            Ok(text) => match serde_json::from_str::<Ready>(&text) {
+                Ok(ready) if Some(ready.pid) == child.pid() => {
+                    if discovery_answers(&ready.issuer) {
+                        break ready.issuer;
+                    }
+                    last_problem = format!("{} does not serve discovery yet", ready.issuer);
+                }
+                Ok(ready) => {
+                    last_problem = format!("the ready file names pid {}", ready.pid);
+                }
+                Err(e) => last_problem = format!("unreadable ready file ({e}): {text:?}"),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => last_problem = e.to_string(),
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            bail!(
+                "oidc-provider was not ready within {START_TIMEOUT:?} ({last_problem}); killed \
+                     it\n{}",
+                logs.tail(40)
+            );
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    };
+    Ok((child, issuer))
+}
+
+impl OidcProvider {
     /// `http://127.0.0.1:PORT`, as the provider names itself.
     pub fn issuer(&self) -> &str {
         &self.issuer

@@ -859,3 +859,22 @@ async fn a_login_while_the_provider_is_down_is_a_clear_error() {
     );
     assert!(browser.cookie(&hub.http_url(), "banhub_login").is_none());
 }
+
+#[tokio::test]
+async fn a_login_after_the_provider_rotated_its_keys_works_at_once() {
+    let (mut provider, hub) = start();
+    // The hub discovers the provider and keeps its signing keys.
+    login(&hub, &provider, "alice").await;
+    // Back at the same address with a new signing key (and no memory of the earlier login).
+    provider.restart().expect("the provider restarts");
+    let browser = login(&hub, &provider, "olga").await;
+    let (status, me) = json_of(browser.client().get(hub.url("/auth/user"))).await;
+    assert_eq!(status, StatusCode::OK, "{me}");
+    assert_eq!(me["subject"], "olga");
+    assert!(
+        hub.logs().contains("fetching the provider's keys again"),
+        "the hub refetched the keys for the unknown one:\n{}",
+        hub.logs()
+    );
+    assert_eq!(sessions(&hub).await.len(), 2);
+}

@@ -1,18 +1,18 @@
-//! OpenID Connect login with the `openidconnect` crate: discovery (cached, refreshed hourly and after
-//! a failed verification), the authorization code flow with PKCE, `state` and `nonce`, the ID token's
+//! OpenID Connect login with the `openidconnect` crate: discovery (cached, refreshed hourly and when
+//! an ID token is signed with an unknown key), the authorization code flow with PKCE, `state` and `nonce`, the ID token's
 //! verification, claims from the ID token and the userinfo endpoint, role mapping, and the
 //! provider's end-session URL for logout.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use openidconnect::core::{CoreAuthenticationFlow, CoreClient, CoreGenderClaim};
+use openidconnect::core::{CoreAuthenticationFlow, CoreClient, CoreGenderClaim, CoreTokenResponse};
 use openidconnect::url::Url;
 use openidconnect::{
     AccessTokenHash, AdditionalClaims, AuthorizationCode, ClaimsVerificationError, ClientId,
     ClientSecret, CsrfToken, EndpointMaybeSet, EndpointNotSet, EndpointSet, IssuerUrl, Nonce,
     OAuth2TokenResponse, PkceCodeChallenge, PkceCodeVerifier, ProviderMetadataWithLogout,
-    RedirectUrl, Scope, TokenResponse, UserInfoClaims,
+    RedirectUrl, Scope, SubjectIdentifier, TokenResponse, UserInfoClaims,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -85,6 +85,14 @@ enum Refusal {
 impl From<AuthError> for Refusal {
     fn from(e: AuthError) -> Self {
         Self::Other(e)
+    }
+}
+
+impl Refusal {
+    fn into_error(self) -> AuthError {
+        match self {
+            Self::UnknownKey(e) | Self::Other(e) => e,
+        }
     }
 }
 
@@ -189,7 +197,9 @@ impl Oidc {
     }
 
     /// Redeems the code: token request with the PKCE verifier, ID token verification (signature,
-    /// issuer, audience, expiry, nonce, access token hash), then the userinfo endpoint.
+    /// issuer, audience, expiry, nonce, access token hash), then the userinfo endpoint. An ID token
+    /// signed with a key the hub does not know (the provider rotated its keys) is verified once
+    /// more with freshly fetched keys.
     pub async fn finish(
         &self,
         code: &str,
@@ -197,31 +207,8 @@ impl Oidc {
         nonce: &str,
         pkce_verifier: &str,
     ) -> Result<Identity, AuthError> {
-        match self.redeem(code, redirect_url, nonce, pkce_verifier).await {
-            Ok(identity) => Ok(identity),
-            Err(Refusal::UnknownKey(e)) => {
-                // Only a signature refetches the keys: other refusals (a forged nonce, a used
-                // code) are the caller's doing and must not make the hub call the provider.
-                self.forget().await;
-                Err(e)
-            }
-            Err(Refusal::Other(e)) => Err(e),
-        }
-    }
-
-    async fn redeem(
-        &self,
-        code: &str,
-        redirect_url: &str,
-        nonce: &str,
-        pkce_verifier: &str,
-    ) -> Result<Identity, Refusal> {
         let provider = self.provider().await?;
-        let client = provider.client.clone().set_redirect_uri(
-            RedirectUrl::new(redirect_url.to_owned())
-                .map_err(|e| AuthError::Internal(format!("redirect URL {redirect_url}: {e}")))?,
-        );
-        let failed = |what: &str, e: String| AuthError::LoginFailed(format!("{what}: {e}"));
+        let client = with_redirect(&provider.client, redirect_url)?;
         let token = client
             .exchange_code(AuthorizationCode::new(code.to_owned()))
             .map_err(|e| {
@@ -236,46 +223,28 @@ impl Oidc {
                     error_chain(&e),
                 )
             })?;
-        let id_token = token.id_token().ok_or_else(|| {
-            AuthError::LoginFailed("the provider's answer has no ID token".to_owned())
-        })?;
-        let verifier = client.id_token_verifier();
-        let claims = id_token
-            .claims(&verifier, &Nonce::new(nonce.to_owned()))
-            .map_err(|e| {
-                let signature = matches!(e, ClaimsVerificationError::SignatureVerification(_));
-                let error = failed("the ID token did not verify", error_chain(&e));
-                if signature {
-                    Refusal::UnknownKey(error)
-                } else {
-                    Refusal::Other(error)
-                }
-            })?;
-        if let Some(expected) = claims.access_token_hash() {
-            let signing_alg = id_token
-                .signing_alg()
-                .map_err(|e| failed("the ID token's algorithm", e.to_string()))?;
-            let signing_key = id_token
-                .signing_key(&verifier)
-                .map_err(|e| failed("the ID token's key", e.to_string()))?;
-            let actual =
-                AccessTokenHash::from_token(token.access_token(), signing_alg, signing_key)
-                    .map_err(|e| failed("the access token hash", e.to_string()))?;
-            if actual != *expected {
-                return Err(AuthError::LoginFailed(
-                    "the ID token's access token hash does not match the access token".to_owned(),
-                )
-                .into());
+        let (client, verified) = match verify(&client, &token, nonce) {
+            Ok(verified) => (client, verified),
+            Err(Refusal::UnknownKey(e)) => {
+                // Only a signature refetches the keys: other refusals (a forged nonce, a used
+                // code) are the caller's doing and must not make the hub call the provider.
+                tracing::info!(error = %e, "ID token signature did not verify; fetching the provider's keys again");
+                self.forget().await;
+                let provider = self.provider().await?;
+                let client = with_redirect(&provider.client, redirect_url)?;
+                let verified = verify(&client, &token, nonce).map_err(Refusal::into_error)?;
+                (client, verified)
             }
-        }
-        let subject = claims.subject().as_str().to_owned();
-        let raw_id_token = id_token.to_string();
+            Err(Refusal::Other(e)) => return Err(e),
+        };
+        let (subject, raw_id_token) = verified;
         // The signature was verified above; the payload's other claims (groups, roles…) are read
         // from it as they are.
         let mut merged = jwt_payload(&raw_id_token).unwrap_or_default();
-        if let Ok(request) =
-            client.user_info(token.access_token().clone(), Some(claims.subject().clone()))
-        {
+        if let Ok(request) = client.user_info(
+            token.access_token().clone(),
+            Some(SubjectIdentifier::new(subject.clone())),
+        ) {
             let info: UserInfoClaims<OtherClaims, CoreGenderClaim> = request
                 .request_async(&self.http)
                 .await
@@ -340,6 +309,61 @@ impl Oidc {
     pub fn is_issuer(&self, issuer: &str) -> bool {
         issuer == self.config.issuer_url
     }
+}
+
+fn failed(what: &str, e: String) -> AuthError {
+    AuthError::LoginFailed(format!("{what}: {e}"))
+}
+
+fn with_redirect(
+    client: &DiscoveredClient,
+    redirect_url: &str,
+) -> Result<DiscoveredClient, AuthError> {
+    Ok(client.clone().set_redirect_uri(
+        RedirectUrl::new(redirect_url.to_owned())
+            .map_err(|e| AuthError::Internal(format!("redirect URL {redirect_url}: {e}")))?,
+    ))
+}
+
+/// Verifies the token response's ID token (signature, issuer, audience, expiry, nonce, access
+/// token hash); returns its subject and the raw token.
+fn verify(
+    client: &DiscoveredClient,
+    token: &CoreTokenResponse,
+    nonce: &str,
+) -> Result<(String, String), Refusal> {
+    let id_token = token.id_token().ok_or_else(|| {
+        AuthError::LoginFailed("the provider's answer has no ID token".to_owned())
+    })?;
+    let verifier = client.id_token_verifier();
+    let claims = id_token
+        .claims(&verifier, &Nonce::new(nonce.to_owned()))
+        .map_err(|e| {
+            let signature = matches!(e, ClaimsVerificationError::SignatureVerification(_));
+            let error = failed("the ID token did not verify", error_chain(&e));
+            if signature {
+                Refusal::UnknownKey(error)
+            } else {
+                Refusal::Other(error)
+            }
+        })?;
+    if let Some(expected) = claims.access_token_hash() {
+        let signing_alg = id_token
+            .signing_alg()
+            .map_err(|e| failed("the ID token's algorithm", e.to_string()))?;
+        let signing_key = id_token
+            .signing_key(&verifier)
+            .map_err(|e| failed("the ID token's key", e.to_string()))?;
+        let actual = AccessTokenHash::from_token(token.access_token(), signing_alg, signing_key)
+            .map_err(|e| failed("the access token hash", e.to_string()))?;
+        if actual != *expected {
+            return Err(AuthError::LoginFailed(
+                "the ID token's access token hash does not match the access token".to_owned(),
+            )
+            .into());
+        }
+    }
+    Ok((claims.subject().as_str().to_owned(), id_token.to_string()))
 }
 
 /// The highest role whose configured values include a value of the claim at `path` (dots reach

@@ -3,13 +3,16 @@
 //
 // Usage: node provider.mjs <ready-file>
 //   Writes {"issuer":"http://127.0.0.1:PORT","pid":N} to <ready-file> (atomically) once it serves.
-// Environment: OIDC_CLIENT_ID (default "banhub"), OIDC_CLIENT_SECRET (default "banhub-test-secret").
+// Environment: OIDC_CLIENT_ID (default "banhub"), OIDC_CLIENT_SECRET (default "banhub-test-secret"),
+//   OIDC_PORT (default 0: the kernel picks; the harness passes the old port to restart in place).
+// Every start signs with a new key of its own, so a restart is also a key rotation.
 //
 // The client is registered as a native application, so (RFC 8252 §7.3) its loopback redirect and
 // post-logout URIs match on any port: the hub under test listens on a port chosen at run time.
 // Any login name is accepted by the development login page (the password is ignored); the accounts
 // below decide the claims. As oidc-provider does by default, the ID token carries only `sub`; name,
 // e-mail and groups come from the userinfo endpoint (`/me`).
+import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import { renameSync, writeFileSync } from 'node:fs';
 
@@ -22,6 +25,9 @@ if (!readyFile) {
 }
 const clientId = process.env.OIDC_CLIENT_ID || 'banhub';
 const clientSecret = process.env.OIDC_CLIENT_SECRET || 'banhub-test-secret';
+const listenPort = Number(process.env.OIDC_PORT || 0);
+const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+const signingKey = { ...privateKey.export({ format: 'jwk' }), kid: randomUUID(), use: 'sig', alg: 'RS256' };
 
 const accounts = {
   alice: { name: 'Alice Admin', groups: ['banhub-admins', 'staff'] },
@@ -43,7 +49,7 @@ function claimsOf(id) {
 }
 
 const server = createServer();
-server.listen(0, '127.0.0.1', () => {
+server.listen(listenPort, '127.0.0.1', () => {
   const { port } = server.address();
   const issuer = `http://127.0.0.1:${port}`;
   const provider = new Provider(issuer, {
@@ -67,6 +73,7 @@ server.listen(0, '127.0.0.1', () => {
     },
     scopes: ['openid', 'email', 'profile', 'groups'],
     findAccount: async (ctx, id) => ({ accountId: id, claims: async () => claimsOf(id) }),
+    jwks: { keys: [signingKey] },
     features: { devInteractions: { enabled: true } },
     cookies: { keys: ['banhub-test-cookie-key-not-a-secret'] },
     ttl: {
