@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use banhub_tests::enrolled::EnrolledAgent;
+use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubProcess;
 use banhub_tests::oidc::{Browser, CLIENT_ID, OidcProvider, SESSION_COOKIE};
 use banhub_tests::wait::wait_until_async;
@@ -877,4 +879,65 @@ async fn a_login_after_the_provider_rotated_its_keys_works_at_once() {
         hub.logs()
     );
     assert_eq!(sessions(&hub).await.len(), 2);
+}
+
+#[tokio::test]
+async fn an_operator_bans_on_a_real_fail2ban_and_a_viewer_cannot() {
+    let (provider, hub) = start();
+    let sandbox = Fail2banSandbox::start("web-1").expect("fail2ban sandbox");
+    let enrolled = EnrolledAgent::register(&hub.client(), &hub.http_url(), "web-1", &sandbox, &[])
+        .await
+        .expect("agent enrolled");
+    enrolled
+        .wait_online(&hub.client(), &hub.http_url(), DEADLINE)
+        .await
+        .expect("agent online");
+    let server = enrolled.server_id.clone();
+    let banned = || {
+        sandbox
+            .client(&["get", "testauth", "banned"])
+            .expect("fail2ban answers")
+    };
+    let ip = "192.0.2.50";
+    let ban = |client: &reqwest::Client, action: &str| {
+        client
+            .post(hub.url(&format!("/api/jails/testauth/{action}/{ip}")))
+            .header(ORIGIN, hub.http_url())
+            .header("X-BanDaemon-Server", &server)
+    };
+
+    let viewer = login(&hub, &provider, "victor").await;
+    let (status, body) = json_of(ban(viewer.client(), "ban")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["code"], "forbidden");
+    assert!(!banned().contains(ip), "fail2ban was not touched");
+
+    let operator = login(&hub, &provider, "olga").await;
+    let (status, body) = json_of(ban(operator.client(), "ban")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(banned().contains(ip), "fail2ban: {}", banned());
+    let (status, body) = json_of(ban(operator.client(), "unban")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(!banned().contains(ip), "fail2ban: {}", banned());
+
+    // Who did what, as the audit log has it: the operator's ban with its server, the viewer's
+    // refused attempt with its path (a refused request never reaches the handler that resolves
+    // the server header, so it carries no server id).
+    let (_, audit) = json_of(hub.client().get(hub.url("/api/audit?limit=50"))).await;
+    let entries = audit["entries"].as_array().expect("entries");
+    let ban_path = format!("/api/jails/testauth/ban/{ip}");
+    assert!(
+        entries.iter().any(|e| e["actor"] == "olga"
+            && e["outcome"] == "ok"
+            && e["path"] == ban_path.as_str()
+            && e["serverId"] == server.as_str()),
+        "{audit}"
+    );
+    assert!(
+        entries.iter().any(|e| e["actor"] == "victor"
+            && e["outcome"] == "denied"
+            && e["status"] == 403
+            && e["path"] == ban_path.as_str()),
+        "{audit}"
+    );
 }
