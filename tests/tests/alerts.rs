@@ -609,8 +609,8 @@ async fn rules_by_country_use_the_geoip_database_and_follow_its_changes() {
     .await;
     assert_eq!(
         saved["alerts"]["rules"][0]["countries"],
-        json!(["de"]),
-        "{saved}"
+        json!(["DE"]),
+        "stored as it matches: {saved}"
     );
     let germany = rule_id(&saved, "germany");
     let everything = rule_id(&saved, "everything");

@@ -811,6 +811,8 @@ fn validate_alerts(
             }
             countries.insert(code);
         }
+        // Stored as they match: upper case, each once.
+        r.countries = countries.iter().cloned().collect();
         if !countries.is_empty() && !geoip {
             return refuse(
                 at("countries"),
