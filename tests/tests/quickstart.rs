@@ -45,9 +45,7 @@ impl Drop for Quickstart {
         }
         eprintln!("killing what the quickstart left running: {left:?}");
         let group = format!("-{}", self.pid);
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &group])
-            .status();
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
         let _ = Command::new("kill").arg("-KILL").args(&left).status();
     }
 }
