@@ -49,6 +49,8 @@ const HOT_IP_SERVER_BANS: i64 = 4;
 /// Newest events a network filter looks through before it falls back to the address index (see
 /// `Store::list_events`): enough for a full page when ≥ 2.5 % of the events are in the network.
 const NETWORK_WINDOW: i64 = 2_000;
+/// The largest second window, sized from the matches in the first (≈ 0.1 % density for a page of 50).
+const NETWORK_WINDOW_MAX: i64 = 80_000;
 /// `event_totals` row counting distinct banned addresses in `ip_stats`.
 const DISTINCT_IPS: &str = "distinct_ips";
 
@@ -1052,34 +1054,50 @@ impl Store {
             // an IPv6 /32 over millions of events. So the newest events matching the other
             // filters are read first, a bounded window in time order, and the network is
             // applied to those; when the window holds a full page, that page is exact (every
-            // match outside the window is older). Only a sparse network (fewer matches than a
-            // page in the window), for which the address index is the fast plan, falls back to it.
+            // match outside the window is older). A network with fewer matches than a page in it
+            // gets one larger window sized from what the first found; only a sparse one, for
+            // which the address index is the fast plan, falls back to that.
             let rest = EventFilter {
                 ip: None,
                 ..filter.clone()
             };
             let (lo, hi) = ip_key_range(net);
-            let mut sql = Sql::new(
-                self.backend(),
-                &format!(
-                    "SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT id FROM (SELECT id, \
-                     occurred_at, ip_key FROM events WHERE 1 = 1"
-                ),
-            );
-            push_filter(&mut sql, &rest);
-            push_cursor(&mut sql, after);
-            sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
-                .bind(NETWORK_WINDOW)
-                .push(") w WHERE w.ip_key BETWEEN ")
-                .bind(lo.to_vec())
-                .push(" AND ")
-                .bind(hi.to_vec())
-                .push(" ORDER BY w.occurred_at DESC, w.id DESC LIMIT ")
-                .bind(wanted)
-                .push(") ORDER BY occurred_at DESC, id DESC");
-            let found = read_events(self.db.query_all_raw(sql.build()).await?)?;
-            if i64::try_from(found.len()).unwrap_or(i64::MAX) >= wanted {
-                events = Some(found);
+            let mut window = NETWORK_WINDOW;
+            loop {
+                let mut sql = Sql::new(
+                    self.backend(),
+                    &format!(
+                        "SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT id FROM (SELECT \
+                         id, occurred_at, ip_key FROM events WHERE 1 = 1"
+                    ),
+                );
+                push_filter(&mut sql, &rest);
+                push_cursor(&mut sql, after);
+                sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
+                    .bind(window)
+                    .push(") w WHERE w.ip_key BETWEEN ")
+                    .bind(lo.to_vec())
+                    .push(" AND ")
+                    .bind(hi.to_vec())
+                    .push(" ORDER BY w.occurred_at DESC, w.id DESC LIMIT ")
+                    .bind(wanted)
+                    .push(") ORDER BY occurred_at DESC, id DESC");
+                let found = read_events(self.db.query_all_raw(sql.build()).await?)?;
+                let matched = i64::try_from(found.len()).unwrap_or(i64::MAX);
+                if matched >= wanted {
+                    events = Some(found);
+                    break;
+                }
+                // Once more with a window sized from the density just seen (half again for
+                // luck), if that stays bounded; otherwise the address index.
+                if window > NETWORK_WINDOW || matched == 0 {
+                    break;
+                }
+                let next = window.saturating_mul(wanted).saturating_mul(3) / (2 * matched);
+                if next > NETWORK_WINDOW_MAX {
+                    break;
+                }
+                window = next.max(window + 1);
             }
         }
         let mut events = match events {
