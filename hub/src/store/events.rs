@@ -662,8 +662,17 @@ fn push_filter(sql: &mut Sql, filter: &EventFilter) {
         None => {}
     }
     if !filter.kinds.is_empty() {
-        sql.push(" AND kind IN ")
-            .tuple(filter.kinds.iter().map(|k| k.as_str().into()));
+        // Literals, not bound values: only then can the database see that `kind = 'gap'` selects
+        // the rows of the partial index made for it (M0008). The values are the enum's own names.
+        let kinds: Vec<String> = filter
+            .kinds
+            .iter()
+            .map(|k| format!("'{}'", k.as_str()))
+            .collect();
+        match kinds.as_slice() {
+            [one] => sql.push(&format!(" AND kind = {one}")),
+            many => sql.push(&format!(" AND kind IN ({})", many.join(", "))),
+        };
     }
     if !filter.sources.is_empty() {
         sql.push(" AND source IN ")

@@ -8,6 +8,7 @@ mod m0003_auth;
 mod m0004_settings;
 mod m0005_cluster;
 mod m0007_callback_secrets;
+mod m0008_event_perf;
 
 pub struct Migrator;
 
@@ -49,6 +50,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0004_settings::M0004Settings),
             Box::new(m0005_cluster::M0005Cluster),
             Box::new(m0007_callback_secrets::M0007CallbackSecrets),
+            Box::new(m0008_event_perf::M0008EventPerf),
         ]
     }
 }
