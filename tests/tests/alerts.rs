@@ -3,6 +3,7 @@
 //! in the settings and delivers digests to a real SMTP server (maildev) and to a webhook receiver
 //! in the test, with retries; delivery status is read back through the API.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -559,6 +560,32 @@ async fn insight_countries(hub: &HubProcess) -> std::collections::BTreeMap<Strin
         .collect()
 }
 
+/// The insights' tallies: country → (bans, addresses) and network → (bans, addresses).
+async fn insight_places(
+    hub: &HubProcess,
+) -> (BTreeMap<String, (u64, u64)>, BTreeMap<String, (u64, u64)>) {
+    let (status, insights) = get(hub, "/api/events/bans/insights?limit=100").await;
+    assert_eq!(status, StatusCode::OK, "{insights}");
+    assert!(insights["placesCountedAt"].is_string(), "{insights}");
+    let tally = |list: &str, key: &str| -> BTreeMap<String, (u64, u64)> {
+        insights[list]
+            .as_array()
+            .unwrap_or_else(|| panic!("{list} in {insights}"))
+            .iter()
+            .map(|p| {
+                (
+                    p[key].as_str().expect("name").to_owned(),
+                    (
+                        p["bans"].as_u64().expect("bans"),
+                        p["ips"].as_u64().expect("ips"),
+                    ),
+                )
+            })
+            .collect()
+    };
+    (tally("countries", "country"), tally("networks", "network"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_by_country_use_the_geoip_database_and_follow_its_changes() {
     use banhub_tests::mmdb::{CountryNetwork, documentation_countries, write_country_db};
@@ -673,6 +700,27 @@ async fn rules_by_country_use_the_geoip_database_and_follow_its_changes() {
             ("203.0.113.10", None),
         ])
     );
+    // And count bans and addresses per country and per network.
+    let (by_country, by_network) = insight_places(&host.hub).await;
+    let tally = |pairs: &[(&str, u64, u64)]| -> BTreeMap<String, (u64, u64)> {
+        pairs
+            .iter()
+            .map(|(name, bans, ips)| ((*name).to_owned(), (*bans, *ips)))
+            .collect()
+    };
+    assert_eq!(
+        by_country,
+        tally(&[("DE", 1, 1), ("FR", 1, 1), ("US", 1, 1)])
+    );
+    assert_eq!(
+        by_network,
+        tally(&[
+            ("192.0.2.0/24", 1, 1),
+            ("198.51.100.0/24", 1, 1),
+            ("2001:db8::/48", 1, 1),
+            ("203.0.113.0/24", 1, 1),
+        ])
+    );
 
     // A new path: the hub reads the new database (here the two IPv4 networks swapped).
     let second = dir.path().join("swapped.mmdb");
@@ -695,6 +743,11 @@ async fn rules_by_country_use_the_geoip_database_and_follow_its_changes() {
             ("2001:db8::10", None),
             ("203.0.113.10", None),
         ])
+    );
+    // The tallies are counted again at once with the new database.
+    assert_eq!(
+        insight_places(&host.hub).await.0,
+        tally(&[("DE", 1, 1), ("US", 1, 1)])
     );
     host.ban(
         "sshd",

@@ -240,7 +240,96 @@ macro_rules! on_both_backends {
     };
 }
 
+async fn bans_are_tallied_per_network_over_every_address(backend: Backend) {
+    let hub = TestHub::start(backend).await;
+    let (a, b) = (hub.server("net-a").await, hub.server("net-b").await);
+    let t = 1_790_000_000_000;
+    let (agent_a, agent_b) = (AgentId::new(), AgentId::new());
+    hub.ingest(
+        a,
+        agent_a,
+        1,
+        numbered(
+            1,
+            vec![
+                ban("192.0.2.1", "sshd", t),
+                ban("192.0.2.1", "sshd", t + 1),
+                ban("192.0.2.200", "nginx", t + 2),
+                ban("2001:db8:5:1::9", "sshd", t + 3),
+                unban("192.0.2.1", "sshd", t + 4),
+            ],
+        ),
+    )
+    .await;
+    hub.ingest(
+        b,
+        agent_b,
+        1,
+        numbered(
+            1,
+            vec![
+                ban("192.0.2.1", "sshd", t + 5),
+                ban("198.51.100.7", "sshd", t + 6),
+            ],
+        ),
+    )
+    .await;
+    let store = &hub.state.store;
+    // A page of one row walks the same rows as one big page.
+    let whole = banhub::alerts::places::count_in_pages(store, None, 100, 10_000)
+        .await
+        .expect("count");
+    let paged = banhub::alerts::places::count_in_pages(store, None, 100, 1)
+        .await
+        .expect("count");
+    assert_eq!(whole.fleet, paged.fleet);
+    let counts =
+        |places: &[(String, banhub::alerts::places::PlaceCount)]| -> Vec<(String, u64, u64)> {
+            places
+                .iter()
+                .map(|(name, c)| (name.clone(), c.bans, c.ips))
+                .collect()
+        };
+    let owned = |rows: &[(&str, u64, u64)]| -> Vec<(String, u64, u64)> {
+        rows.iter()
+            .map(|(n, bans, ips)| ((*n).to_owned(), *bans, *ips))
+            .collect()
+    };
+    // 192.0.2.1 twice on A and once on B (one address), 192.0.2.200 once: unbans do not count.
+    assert_eq!(
+        counts(&paged.fleet.networks),
+        owned(&[
+            ("192.0.2.0/24", 4, 2),
+            ("198.51.100.0/24", 1, 1),
+            ("2001:db8:5::/48", 1, 1)
+        ])
+    );
+    assert!(paged.fleet.countries.is_empty(), "no GeoIP database");
+    assert_eq!(
+        counts(&paged.scope(Some(b)).networks),
+        owned(&[("192.0.2.0/24", 1, 1), ("198.51.100.0/24", 1, 1)])
+    );
+
+    // Through the API, for the fleet and for one server.
+    let (status, insights) = hub.get("/api/events/bans/insights").await;
+    assert_eq!(status, StatusCode::OK, "{insights}");
+    assert_eq!(
+        insights["networks"][0],
+        json!({"network": "192.0.2.0/24", "bans": 4, "ips": 2})
+    );
+    assert_eq!(insights["countries"], json!([]));
+    let (_, insights) = hub
+        .get(&format!("/api/events/bans/insights?serverId={a}"))
+        .await;
+    assert_eq!(
+        insights["networks"][0],
+        json!({"network": "192.0.2.0/24", "bans": 3, "ips": 2})
+    );
+    assert_eq!(insights["networks"].as_array().map(Vec::len), Some(2));
+}
+
 on_both_backends!(
+    bans_are_tallied_per_network_over_every_address,
     ingest_is_idempotent_and_moves_the_cursor,
     filters_and_paging,
     stats_and_insights_match_what_was_stored,

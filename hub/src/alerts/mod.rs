@@ -14,6 +14,7 @@
 pub mod geoip;
 pub mod mail;
 pub mod model;
+pub mod places;
 pub mod render;
 pub mod webhook;
 
@@ -55,6 +56,8 @@ struct Inner {
     /// Wakes the sender when deliveries were created.
     deliveries_due: Notify,
     geoip: geoip::GeoIpCache,
+    /// Bans per country and network, for the insights.
+    places: places::PlacesCache,
     shutdown: CancellationToken,
 }
 
@@ -82,6 +85,7 @@ impl Alerts {
             http: webhook::client(),
             deliveries_due: Notify::new(),
             geoip: geoip::GeoIpCache::default(),
+            places: places::PlacesCache::default(),
             shutdown,
         }))
     }
@@ -261,6 +265,33 @@ impl Alerts {
         let snapshot = self.0.settings.current();
         self.geoip(snapshot.settings.geoip_path.as_deref())?
             .country_of(ip)
+    }
+
+    /// Bans and addresses per country and network of `server` (or the fleet), and when they were
+    /// counted; see [`places`] for how fresh they are.
+    pub async fn places(
+        &self,
+        server: Option<crate::domain::ServerId>,
+    ) -> Result<(places::Places, Option<chrono::DateTime<Utc>>), StoreError> {
+        let snapshot = self.0.settings.current();
+        let geoip = self.geoip(snapshot.settings.geoip_path.as_deref());
+        let path = geoip.as_ref().map(|db| db.path().to_owned());
+        let tally = match self.0.places.fresh(path.as_ref()).await {
+            Ok(tally) => Some(tally),
+            // Stale but counted with the same database: answer with it, count again behind.
+            Err(Some(stale)) if stale.geoip_path == path => {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = this.0.places.recount(&this.0.store, geoip, false).await {
+                        tracing::warn!(error = %e, "cannot count bans per country and network");
+                    }
+                });
+                Some(stale)
+            }
+            // None yet, or another database: count now.
+            Err(_) => self.0.places.recount(&self.0.store, geoip, true).await?,
+        };
+        Ok(tally.map_or_else(Default::default, |t| (t.scope(server), t.counted_at)))
     }
 
     /// Closes the digests whose window passed and plans their deliveries.

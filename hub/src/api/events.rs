@@ -549,6 +549,33 @@ pub struct InsightsDto {
     distinct_ips: u64,
     /// The asked address, when `ip` was given and it was ever banned.
     ip: Option<IpDetailDto>,
+    /// Bans and distinct addresses per country over the retained history (on the asked server, if
+    /// any), most bans first; empty without a GeoIP database (`geoip.databasePath`).
+    countries: Vec<CountryCountDto>,
+    /// The same per network: IPv4 /24, IPv6 /48, or a banned network wider than that.
+    networks: Vec<NetworkCountDto>,
+    /// When `countries` and `networks` were counted; they are recounted in the background when a
+    /// request finds them older than 30 s.
+    places_counted_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CountryCountDto {
+    /// ISO 3166 code.
+    country: String,
+    bans: u64,
+    /// Distinct addresses.
+    ips: u64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkCountDto {
+    network: String,
+    bans: u64,
+    /// Distinct addresses.
+    ips: u64,
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -787,6 +814,29 @@ async fn ban_insights(
     };
     let insights = state.events.insights(&insights_query, Utc::now()).await?;
     let mut dto = insights_dto(insights, &server_names(&state).await?);
+    let (places, counted_at) = state.alerts.places(insights_query.server).await?;
+    let top = insights_query.limit;
+    dto.countries = places
+        .countries
+        .into_iter()
+        .take(top)
+        .map(|(country, c)| CountryCountDto {
+            country,
+            bans: c.bans,
+            ips: c.ips,
+        })
+        .collect();
+    dto.networks = places
+        .networks
+        .into_iter()
+        .take(top)
+        .map(|(network, c)| NetworkCountDto {
+            network,
+            bans: c.bans,
+            ips: c.ips,
+        })
+        .collect();
+    dto.places_counted_at = counted_at;
     for ip in dto
         .top_ips
         .iter_mut()
@@ -820,6 +870,9 @@ fn insights_dto(i: Insights, names: &HashMap<ServerId, String>) -> InsightsDto {
                 })
                 .collect(),
         }),
+        countries: Vec::new(),
+        networks: Vec::new(),
+        places_counted_at: None,
     }
 }
 

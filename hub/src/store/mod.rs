@@ -9,8 +9,10 @@ pub mod cluster;
 mod entities;
 pub mod events;
 mod migration;
+mod places;
 mod settings;
 
+pub use places::IpBans;
 pub use settings::{CallbackSecretRow, RotateOutcome};
 
 use std::time::Duration;

@@ -1305,6 +1305,17 @@ export interface components {
             /** @description Send this back when writing; empty when the file does not exist. */
             version: string;
         };
+        CountryCountDto: {
+            /** Format: int64 */
+            bans: number;
+            /** @description ISO 3166 code. */
+            country: string;
+            /**
+             * Format: int64
+             * @description Distinct addresses.
+             */
+            ips: number;
+        };
         /** @description Event counts by kind. */
         CountsDto: {
             /** Format: int64 */
@@ -1682,6 +1693,11 @@ export interface components {
         /** @description Top offenders, jails and servers. */
         InsightsDto: {
             /**
+             * @description Bans and distinct addresses per country over the retained history (on the asked server, if
+             *     any), most bans first; empty without a GeoIP database (`geoip.databasePath`).
+             */
+            countries: components["schemas"]["CountryCountDto"][];
+            /**
              * Format: int64
              * @description Distinct addresses banned over the retained history.
              */
@@ -1692,6 +1708,14 @@ export interface components {
              */
             from: string;
             ip?: components["schemas"]["IpDetailDto"] | null;
+            /** @description The same per network: IPv4 /24, IPv6 /48, or a banned network wider than that. */
+            networks: components["schemas"]["NetworkCountDto"][];
+            /**
+             * Format: date-time
+             * @description When `countries` and `networks` were counted; they are recounted in the background when a
+             *     request finds them older than 30 s.
+             */
+            placesCountedAt?: string | null;
             /** @description Addresses banned on more than one server, most servers first. */
             repeatOffenders: components["schemas"]["IpDto"][];
             /** Format: date-time */
@@ -1872,6 +1896,16 @@ export interface components {
             index: number;
             ip: string;
             line: string;
+        };
+        NetworkCountDto: {
+            /** Format: int64 */
+            bans: number;
+            /**
+             * Format: int64
+             * @description Distinct addresses.
+             */
+            ips: number;
+            network: string;
         };
         /**
          * @description How a recorded action ended.
