@@ -103,14 +103,14 @@ pub struct CountRow<K> {
 }
 
 /// SQL text with its bound values and the right placeholders for the backend.
-struct Sql {
+pub(super) struct Sql {
     backend: DbBackend,
     text: String,
     values: Vec<Value>,
 }
 
 impl Sql {
-    fn new(backend: DbBackend, text: &str) -> Self {
+    pub(super) fn new(backend: DbBackend, text: &str) -> Self {
         Self {
             backend,
             text: text.to_owned(),
@@ -118,12 +118,12 @@ impl Sql {
         }
     }
 
-    fn push(&mut self, text: &str) -> &mut Self {
+    pub(super) fn push(&mut self, text: &str) -> &mut Self {
         self.text.push_str(text);
         self
     }
 
-    fn bind(&mut self, value: impl Into<Value>) -> &mut Self {
+    pub(super) fn bind(&mut self, value: impl Into<Value>) -> &mut Self {
         self.values.push(value.into());
         if self.backend == DbBackend::Postgres {
             // Writing into a String cannot fail.
@@ -147,7 +147,7 @@ impl Sql {
         self
     }
 
-    fn build(self) -> Statement {
+    pub(super) fn build(self) -> Statement {
         Statement::from_sql_and_values(self.backend, self.text, self.values)
     }
 }

@@ -2,8 +2,9 @@
 //! need every address once (countries and networks in the insights), read in pages so that a
 //! history of millions of addresses never sits in memory as rows.
 
-use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
+use sea_orm::ConnectionTrait;
 
+use super::events::Sql;
 use super::{Store, StoreError};
 use crate::domain::ServerId;
 
@@ -23,37 +24,23 @@ impl Store {
         after: Option<&IpBans>,
         limit: u64,
     ) -> Result<Vec<IpBans>, StoreError> {
-        let backend = self.db.get_database_backend();
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let (text, values): (String, Vec<Value>) = match after {
-            None => (
-                format!(
-                    "SELECT ip, server_id, bans FROM ip_servers ORDER BY ip, server_id LIMIT {}",
-                    placeholder(backend, 1)
-                ),
-                vec![limit.into()],
-            ),
+        let mut sql = Sql::new(
+            self.db.get_database_backend(),
+            "SELECT ip, server_id, bans FROM ip_servers",
+        );
+        if let Some(last) = after {
             // Spelled out rather than as a row-value comparison, which not every SQLite has.
-            Some(last) => (
-                format!(
-                    "SELECT ip, server_id, bans FROM ip_servers \
-                     WHERE ip > {p1} OR (ip = {p1} AND server_id > {p2}) \
-                     ORDER BY ip, server_id LIMIT {p3}",
-                    p1 = placeholder(backend, 1),
-                    p2 = placeholder(backend, 2),
-                    p3 = placeholder(backend, 3),
-                ),
-                vec![
-                    last.ip.clone().into(),
-                    last.server.to_string().into(),
-                    limit.into(),
-                ],
-            ),
-        };
-        let rows = self
-            .db
-            .query_all_raw(Statement::from_sql_and_values(backend, text, values))
-            .await?;
+            sql.push(" WHERE ip > ")
+                .bind(last.ip.clone())
+                .push(" OR (ip = ")
+                .bind(last.ip.clone())
+                .push(" AND server_id > ")
+                .bind(last.server.to_string())
+                .push(")");
+        }
+        sql.push(" ORDER BY ip, server_id LIMIT ")
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        let rows = self.db.query_all_raw(sql.build()).await?;
         rows.iter()
             .map(|row| {
                 let ip: String = row.try_get_by_index(0)?;
@@ -67,13 +54,5 @@ impl Store {
                 })
             })
             .collect()
-    }
-}
-
-fn placeholder(backend: DbBackend, n: usize) -> String {
-    match backend {
-        DbBackend::Postgres => format!("${n}"),
-        // SQLite numbers its parameters too, so one value can be used twice.
-        _ => format!("?{n}"),
     }
 }
