@@ -427,6 +427,34 @@ impl HubProcess {
     }
 }
 
+/// Sends `request` and returns its status and body: the JSON value, or the text as a string when
+/// the body is not JSON.
+pub async fn send_json(
+    request: reqwest::RequestBuilder,
+) -> (reqwest::StatusCode, serde_json::Value) {
+    let response = request.send().await.expect("request");
+    let status = response.status();
+    let text = response.text().await.expect("body");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+/// `GET path` as the hub's bootstrap admin ([`HubProcess::client`]); see [`send_json`].
+pub async fn api_get(hub: &HubProcess, path: &str) -> (reqwest::StatusCode, serde_json::Value) {
+    send_json(hub.client().get(hub.url(path))).await
+}
+
+/// `POST path` with a JSON body as the hub's bootstrap admin; see [`send_json`].
+pub async fn api_post(
+    hub: &HubProcess,
+    path: &str,
+    body: serde_json::Value,
+) -> (reqwest::StatusCode, serde_json::Value) {
+    send_json(hub.client().post(hub.url(path)).json(&body)).await
+}
+
 #[cfg(test)]
 mod tests {
     //! The harness against a stand-in with the hub's command line and `listening.json` contract, so it

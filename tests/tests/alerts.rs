@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use banhub_tests::agent::{AgentProcess, relay_addr, relay_secret};
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubProcess;
+use banhub_tests::hub::{api_get as get, api_post as post};
 use banhub_tests::smtp::SmtpServer;
 use banhub_tests::wait::wait_for_async;
 use banhub_tests::webhook::WebhookReceiver;
@@ -141,24 +142,6 @@ impl Host {
             }
         }
     }
-}
-
-async fn send(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
-    let response = request.send().await.expect("request");
-    let status = response.status();
-    let text = response.text().await.expect("body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
-async fn get(hub: &HubProcess, path: &str) -> (StatusCode, Value) {
-    send(hub.client().get(hub.url(path))).await
-}
-
-async fn post(hub: &HubProcess, path: &str, body: Value) -> (StatusCode, Value) {
-    send(hub.client().post(hub.url(path)).json(&body)).await
 }
 
 async fn save(hub: &HubProcess, mut doc: Value) -> Value {

@@ -9,30 +9,13 @@
 use std::time::Duration;
 
 use banhub_tests::hub::HubProcess;
+use banhub_tests::hub::{api_get as get, api_post as post, send_json as send};
 use banhub_tests::wait::wait_for_async;
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(30);
-
-async fn send(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
-    let response = request.send().await.expect("request");
-    let status = response.status();
-    let text = response.text().await.expect("body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
-async fn get(hub: &HubProcess, path: &str) -> (StatusCode, Value) {
-    send(hub.client().get(hub.url(path))).await
-}
-
-async fn post(hub: &HubProcess, path: &str, body: Value) -> (StatusCode, Value) {
-    send(hub.client().post(hub.url(path)).json(&body)).await
-}
 
 /// Saves `section` as `callbacks` of the settings.
 async fn save_policy(hub: &HubProcess, section: Value) -> (StatusCode, Value) {

@@ -11,6 +11,7 @@ use std::time::Duration;
 use banhub_tests::agent::AgentProcess;
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubProcess;
+use banhub_tests::hub::{api_get as get, api_post as post, send_json as send};
 use banhub_tests::smtp::SmtpServer;
 use banhub_tests::wait::wait_for_async;
 use reqwest::StatusCode;
@@ -20,24 +21,6 @@ const DEADLINE: Duration = Duration::from_secs(30);
 const PASSWORD: &str = "smtp-pass-7Qx9-never-shown";
 const URL_SECRET: &str = "T000-B000-url-path-secret";
 const TOKEN: &str = "webhook-token-Zk3-never-shown";
-
-async fn send(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
-    let response = request.send().await.expect("request");
-    let status = response.status();
-    let text = response.text().await.expect("body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
-async fn get(hub: &HubProcess, path: &str) -> (StatusCode, Value) {
-    send(hub.client().get(hub.url(path))).await
-}
-
-async fn post(hub: &HubProcess, path: &str, body: Value) -> (StatusCode, Value) {
-    send(hub.client().post(hub.url(path)).json(&body)).await
-}
 
 /// Saves `doc` (the version read now is added) and returns the saved document.
 async fn save(hub: &HubProcess, mut doc: Value) -> Value {
