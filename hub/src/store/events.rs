@@ -1,6 +1,6 @@
 //! Events in the store: idempotent batch ingest with the rollups kept up to date in the same
-//! transaction, keyset-paged reads, the rollup reads behind stats and insights, retention, and the
-//! servers' callback secrets.
+//! transaction, retention, and the servers' callback secrets. Reading them back (pages, stats and
+//! insights) is in `event_reads`.
 //!
 //! The hot paths are hand-written multi-row SQL that SQLite and PostgreSQL both accept (`INSERT … ON
 //! CONFLICT … RETURNING`, row-value comparisons); only the placeholders differ, which [`Sql`] handles.
@@ -19,9 +19,8 @@ use subtle::ConstantTimeEq;
 use super::entities::{agent_cursor, event};
 use super::{Store, StoreError, now_ms, to_time};
 use crate::domain::events::{
-    BanDuration, BanFacts, Cursor, EventBody, EventFilter, EventId, EventKind, EventPage,
-    EventSource, GapFacts, GapReason, IpOnServer, IpOrCidr, IpSummary, JailName, Logs, NewEvent,
-    SeqRange, SpoolPosition, StoredEvent, ip_key, ip_key_range,
+    BanDuration, BanFacts, EventBody, EventId, EventKind, EventSource, GapFacts, GapReason,
+    IpOrCidr, JailName, Logs, NewEvent, SeqRange, SpoolPosition, StoredEvent, ip_key,
 };
 use crate::domain::{AgentId, Server, ServerId};
 
@@ -44,17 +43,17 @@ const SQLITE_WRITER_CACHE_KIB: u32 = 32 * 1024;
 const SQLITE_WRITER_AUTOCHECKPOINT_PAGES: u32 = 16 * 1024;
 /// Bans from which an address is in the partial ranking index of `ip_stats` (`ip_stats_hot`), and
 /// of `ip_servers` (`ip_servers_hot`); the numbers are those of migration M0002.
-const HOT_IP_BANS: i64 = 8;
-const HOT_IP_SERVER_BANS: i64 = 4;
+pub(super) const HOT_IP_BANS: i64 = 8;
+pub(super) const HOT_IP_SERVER_BANS: i64 = 4;
 /// Newest events a network filter looks through before it falls back to the address index (see
 /// `Store::list_events`): enough for a full page when ≥ 2.5 % of the events are in the network.
-const NETWORK_WINDOW: i64 = 2_000;
+pub(super) const NETWORK_WINDOW: i64 = 2_000;
 /// The largest second window, sized from the matches in the first (≈ 0.1 % density for a page of 50).
-const NETWORK_WINDOW_MAX: i64 = 80_000;
+pub(super) const NETWORK_WINDOW_MAX: i64 = 80_000;
 /// `event_totals` row counting distinct banned addresses in `ip_stats`.
-const DISTINCT_IPS: &str = "distinct_ips";
+pub(super) const DISTINCT_IPS: &str = "distinct_ips";
 
-const EVENT_COLUMNS: &str = "id, server_id, agent_id, epoch, seq, kind, source, ip, ip_key, jail, \
+pub(super) const EVENT_COLUMNS: &str = "id, server_id, agent_id, epoch, seq, kind, source, ip, ip_key, jail, \
     hostname, failures, logs, ban_time, ban_duration, ban_count, lost, detail, occurred_at, stored_at";
 
 /// The granularity of a rollup table.
@@ -72,7 +71,7 @@ impl Grain {
         }
     }
 
-    fn table(self) -> &'static str {
+    pub(super) fn table(self) -> &'static str {
         match self {
             Self::Hour => "event_counts_hourly",
             Self::Day => "event_counts_daily",
@@ -135,7 +134,7 @@ impl Sql {
     }
 
     /// `(?, ?, …)` with one placeholder per value.
-    fn tuple<I: IntoIterator<Item = Value>>(&mut self, values: I) -> &mut Self {
+    pub(super) fn tuple<I: IntoIterator<Item = Value>>(&mut self, values: I) -> &mut Self {
         self.text.push('(');
         for (i, value) in values.into_iter().enumerate() {
             if i > 0 {
@@ -145,6 +144,10 @@ impl Sql {
         }
         self.text.push(')');
         self
+    }
+
+    pub(super) fn backend(&self) -> DbBackend {
+        self.backend
     }
 
     pub(super) fn build(self) -> Statement {
@@ -171,11 +174,14 @@ fn to_i64(n: u64, what: &str) -> Result<i64, StoreError> {
         .map_err(|_| StoreError::Corrupt(format!("{what} {n} does not fit the database")))
 }
 
-fn to_u64(n: i64) -> u64 {
+pub(super) fn to_u64(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
 
-fn get<T: sea_orm::TryGetable>(row: &QueryResult, index: usize) -> Result<T, StoreError> {
+pub(super) fn get<T: sea_orm::TryGetable>(
+    row: &QueryResult,
+    index: usize,
+) -> Result<T, StoreError> {
     row.try_get_by_index(index).map_err(StoreError::from)
 }
 
@@ -312,7 +318,7 @@ fn to_event(row: event::Model) -> Result<StoredEvent, StoreError> {
     })
 }
 
-fn read_events(rows: Vec<QueryResult>) -> Result<Vec<StoredEvent>, StoreError> {
+pub(super) fn read_events(rows: Vec<QueryResult>) -> Result<Vec<StoredEvent>, StoreError> {
     rows.iter()
         .map(|row| to_event(event::Model::from_query_result(row, "")?))
         .collect()
@@ -624,114 +630,8 @@ async fn add_total(txn: &DatabaseTransaction, name: &str, delta: i64) -> Result<
     Ok(())
 }
 
-/// ` AND (occurred_at, id) < cursor`: strictly older than where the previous page ended.
-fn push_cursor(sql: &mut Sql, after: Option<Cursor>) {
-    if let Some(cursor) = after {
-        sql.push(" AND (occurred_at, id) < (")
-            .bind(cursor.occurred_at_ms)
-            .push(", ")
-            .bind(cursor.id.0)
-            .push(")");
-    }
-}
-
-/// Appends `AND …` for every filter that is set.
-fn push_filter(sql: &mut Sql, filter: &EventFilter) {
-    if let Some(server) = filter.server {
-        sql.push(" AND server_id = ").bind(server.to_string());
-    }
-    if let Some(jail) = &filter.jail {
-        sql.push(" AND jail = ").bind(jail.as_str().to_owned());
-    } else {
-        // The end-to-end probe's events only when asked for by their jail (gaps have no jail).
-        sql.push(" AND (jail IS NULL OR jail <> ")
-            .bind(banhub_proto::rules::PROBE_JAIL.to_owned())
-            .push(")");
-    }
-    match &filter.ip {
-        Some(ip @ IpOrCidr::Ip(_)) => {
-            sql.push(" AND ip_key = ").bind(ip_key(ip).to_vec());
-        }
-        Some(net @ IpOrCidr::Net(_)) => {
-            let (lo, hi) = ip_key_range(net);
-            sql.push(" AND ip_key BETWEEN ")
-                .bind(lo.to_vec())
-                .push(" AND ")
-                .bind(hi.to_vec());
-        }
-        None => {}
-    }
-    if !filter.kinds.is_empty() {
-        // Literals, not bound values: only then can the database see that `kind = 'gap'` selects
-        // the rows of the partial index made for it (M0008). The values are the enum's own names.
-        let kinds: Vec<String> = filter
-            .kinds
-            .iter()
-            .map(|k| format!("'{}'", k.as_str()))
-            .collect();
-        match kinds.as_slice() {
-            [one] => sql.push(&format!(" AND kind = {one}")),
-            many => sql.push(&format!(" AND kind IN ({})", many.join(", "))),
-        };
-    }
-    if !filter.sources.is_empty() {
-        sql.push(" AND source IN ")
-            .tuple(filter.sources.iter().map(|s| s.as_str().into()));
-    }
-    if let Some(from) = filter.from {
-        sql.push(" AND occurred_at >= ")
-            .bind(from.timestamp_millis());
-    }
-    if let Some(to) = filter.to {
-        sql.push(" AND occurred_at < ").bind(to.timestamp_millis());
-    }
-    if let Some(text) = &filter.text {
-        // Logs are stored as a JSON list, so the text is searched in its JSON-escaped form.
-        let json = serde_json::Value::String(text.as_str().to_owned()).to_string();
-        let inner = json
-            .get(1..json.len().saturating_sub(1))
-            .unwrap_or_default();
-        let mut pattern = String::with_capacity(inner.len() + 2);
-        pattern.push('%');
-        for c in inner.chars() {
-            if matches!(c, '\\' | '%' | '_') {
-                pattern.push('\\');
-            }
-            pattern.push(c);
-        }
-        pattern.push('%');
-        // LIKE ignores ASCII case on SQLite; ILIKE ignores all case on PostgreSQL.
-        let op = if sql.backend == DbBackend::Postgres {
-            " AND logs ILIKE "
-        } else {
-            " AND logs LIKE "
-        };
-        sql.push(op).bind(pattern).push(" ESCAPE '\\'");
-    }
-}
-
-fn kind_of(raw: &str) -> Result<EventKind, StoreError> {
-    EventKind::parse(raw).ok_or_else(|| StoreError::Corrupt(format!("rollup kind {raw:?}")))
-}
-
-fn ip_summary(row: &QueryResult) -> Result<IpSummary, StoreError> {
-    let last_server: String = get(row, 6)?;
-    Ok(IpSummary {
-        ip: get(row, 0)?,
-        bans: to_u64(get(row, 1)?),
-        servers: to_u64(get(row, 2)?),
-        first_seen: to_time(get(row, 3)?),
-        last_seen: to_time(get(row, 4)?),
-        last_jail: Some(get::<String>(row, 5)?).filter(|j| !j.is_empty()),
-        last_server: ServerId::parse(&last_server).ok(),
-    })
-}
-
-const IP_SUMMARY_COLUMNS: &str =
-    "ip, bans, servers, first_seen, last_seen, last_jail, last_server_id";
-
 impl Store {
-    fn backend(&self) -> DbBackend {
+    pub(super) fn backend(&self) -> DbBackend {
         self.db.get_database_backend()
     }
 
@@ -1045,357 +945,6 @@ impl Store {
             .one(&self.db)
             .await?;
         Ok(row.map_or(0, |r| to_u64(r.last_seq)))
-    }
-
-    /// One page of events matching `filter`, newest first, strictly older than `after`.
-    pub async fn list_events(
-        &self,
-        filter: &EventFilter,
-        after: Option<Cursor>,
-        limit: usize,
-    ) -> Result<EventPage, StoreError> {
-        // One more than asked tells whether there is a next page.
-        let wanted = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
-        let mut events = None;
-        if let Some(net @ IpOrCidr::Net(_)) = &filter.ip {
-            // A network filter read through the address index collects every event of every
-            // address in the network before it can sort them by time: seconds for a busy /8 or
-            // an IPv6 /32 over millions of events. So the newest events matching the other
-            // filters are read first, a bounded window in time order, and the network is
-            // applied to those; when the window holds a full page, that page is exact (every
-            // match outside the window is older). A network with fewer matches than a page in it
-            // gets one larger window sized from what the first found; only a sparse one, for
-            // which the address index is the fast plan, falls back to that.
-            let rest = EventFilter {
-                ip: None,
-                ..filter.clone()
-            };
-            let (lo, hi) = ip_key_range(net);
-            let mut window = NETWORK_WINDOW;
-            loop {
-                let mut sql = Sql::new(
-                    self.backend(),
-                    &format!(
-                        "SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT id FROM (SELECT \
-                         id, occurred_at, ip_key FROM events WHERE 1 = 1"
-                    ),
-                );
-                push_filter(&mut sql, &rest);
-                push_cursor(&mut sql, after);
-                sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
-                    .bind(window)
-                    .push(") w WHERE w.ip_key BETWEEN ")
-                    .bind(lo.to_vec())
-                    .push(" AND ")
-                    .bind(hi.to_vec())
-                    .push(" ORDER BY w.occurred_at DESC, w.id DESC LIMIT ")
-                    .bind(wanted)
-                    .push(") ORDER BY occurred_at DESC, id DESC");
-                let found = read_events(self.db.query_all_raw(sql.build()).await?)?;
-                let matched = i64::try_from(found.len()).unwrap_or(i64::MAX);
-                if matched >= wanted {
-                    events = Some(found);
-                    break;
-                }
-                // Once more with a window sized from the density just seen (half again for
-                // luck), if that stays bounded; otherwise the address index.
-                if window > NETWORK_WINDOW || matched == 0 {
-                    break;
-                }
-                let next = window.saturating_mul(wanted).saturating_mul(3) / (2 * matched);
-                if next > NETWORK_WINDOW_MAX {
-                    break;
-                }
-                window = next.max(window + 1);
-            }
-        }
-        let mut events = match events {
-            Some(events) => events,
-            None => {
-                let mut sql = Sql::new(
-                    self.backend(),
-                    &format!("SELECT {EVENT_COLUMNS} FROM events WHERE 1 = 1"),
-                );
-                push_filter(&mut sql, filter);
-                push_cursor(&mut sql, after);
-                sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
-                    .bind(wanted);
-                read_events(self.db.query_all_raw(sql.build()).await?)?
-            }
-        };
-        let next = if events.len() > limit {
-            events.truncate(limit);
-            events.last().map(Cursor::after)
-        } else {
-            None
-        };
-        Ok(EventPage { events, next })
-    }
-
-    /// Events stored after `after` in id order, for a live stream catching up.
-    pub async fn events_after(
-        &self,
-        after: EventId,
-        limit: usize,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
-        let mut sql = Sql::new(
-            self.backend(),
-            &format!("SELECT {EVENT_COLUMNS} FROM events WHERE id > "),
-        );
-        sql.bind(after.0)
-            .push(" ORDER BY id LIMIT ")
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX));
-        read_events(self.db.query_all_raw(sql.build()).await?)
-    }
-
-    /// The newest event id, if any.
-    pub async fn last_event_id(&self) -> Result<Option<EventId>, StoreError> {
-        let sql = Sql::new(self.backend(), "SELECT MAX(id) FROM events");
-        match self.db.query_one_raw(sql.build()).await? {
-            Some(row) => Ok(get::<Option<i64>>(&row, 0)?.map(EventId)),
-            None => Ok(None),
-        }
-    }
-
-    /// Counts per bucket and kind for one server (or all) and one jail (or all), buckets in
-    /// `[from_ms, to_ms)`.
-    pub async fn count_series(
-        &self,
-        grain: Grain,
-        server: Option<ServerId>,
-        jail: Option<&JailName>,
-        from_ms: i64,
-        to_ms: i64,
-    ) -> Result<Vec<CountRow<i64>>, StoreError> {
-        let mut sql = Sql::new(
-            self.backend(),
-            &format!(
-                "SELECT bucket, kind, count FROM {} WHERE server_id = ",
-                grain.table()
-            ),
-        );
-        sql.bind(server.map(|s| s.to_string()).unwrap_or_default())
-            .push(" AND jail = ")
-            .bind(jail.map(|j| j.as_str().to_owned()).unwrap_or_default())
-            .push(" AND bucket >= ")
-            .bind(from_ms)
-            .push(" AND bucket < ")
-            .bind(to_ms);
-        self.db
-            .query_all_raw(sql.build())
-            .await?
-            .iter()
-            .map(|row| {
-                Ok(CountRow {
-                    key: get(row, 0)?,
-                    kind: kind_of(&get::<String>(row, 1)?)?,
-                    count: to_u64(get(row, 2)?),
-                })
-            })
-            .collect()
-    }
-
-    /// Counts per server and kind in `[from_ms, to_ms)`, of one jail (or all), of one server (or
-    /// every server).
-    pub async fn count_by_server(
-        &self,
-        grain: Grain,
-        jail: Option<&JailName>,
-        server: Option<ServerId>,
-        from_ms: i64,
-        to_ms: i64,
-    ) -> Result<Vec<CountRow<String>>, StoreError> {
-        let mut sql = Sql::new(
-            self.backend(),
-            &format!(
-                "SELECT server_id, kind, CAST(SUM(count) AS BIGINT) FROM {} WHERE jail = ",
-                grain.table()
-            ),
-        );
-        sql.bind(jail.map(|j| j.as_str().to_owned()).unwrap_or_default());
-        match server {
-            Some(server) => sql.push(" AND server_id = ").bind(server.to_string()),
-            None => sql.push(" AND server_id <> ''"),
-        };
-        sql.push(" AND bucket >= ")
-            .bind(from_ms)
-            .push(" AND bucket < ")
-            .bind(to_ms)
-            .push(" GROUP BY server_id, kind");
-        self.grouped_counts(sql).await
-    }
-
-    /// Counts per jail and kind in `[from_ms, to_ms)`, on one server (or all), of one jail (or
-    /// every jail).
-    pub async fn count_by_jail(
-        &self,
-        grain: Grain,
-        server: Option<ServerId>,
-        jail: Option<&JailName>,
-        from_ms: i64,
-        to_ms: i64,
-    ) -> Result<Vec<CountRow<String>>, StoreError> {
-        let mut sql = Sql::new(
-            self.backend(),
-            &format!(
-                "SELECT jail, kind, CAST(SUM(count) AS BIGINT) FROM {} WHERE server_id = ",
-                grain.table()
-            ),
-        );
-        sql.bind(server.map(|s| s.to_string()).unwrap_or_default());
-        match jail {
-            Some(jail) => sql.push(" AND jail = ").bind(jail.as_str().to_owned()),
-            None => sql.push(" AND jail <> ''"),
-        };
-        sql.push(" AND bucket >= ")
-            .bind(from_ms)
-            .push(" AND bucket < ")
-            .bind(to_ms)
-            .push(" GROUP BY jail, kind");
-        self.grouped_counts(sql).await
-    }
-
-    async fn grouped_counts(&self, sql: Sql) -> Result<Vec<CountRow<String>>, StoreError> {
-        self.db
-            .query_all_raw(sql.build())
-            .await?
-            .iter()
-            .map(|row| {
-                Ok(CountRow {
-                    key: get(row, 0)?,
-                    kind: kind_of(&get::<String>(row, 1)?)?,
-                    count: to_u64(get(row, 2)?),
-                })
-            })
-            .collect()
-    }
-
-    /// The most banned addresses, over every server or on one. Read from the partial index of
-    /// often-banned addresses; only when it holds fewer than `limit` (a young or very spread
-    /// history) is the whole table ranked.
-    pub async fn top_ips(
-        &self,
-        server: Option<ServerId>,
-        limit: usize,
-    ) -> Result<Vec<IpSummary>, StoreError> {
-        let hot = self.ranked_ips(server, limit, true).await?;
-        if hot.len() >= limit {
-            return Ok(hot);
-        }
-        self.ranked_ips(server, limit, false).await
-    }
-
-    async fn ranked_ips(
-        &self,
-        server: Option<ServerId>,
-        limit: usize,
-        hot_only: bool,
-    ) -> Result<Vec<IpSummary>, StoreError> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let sql = match server {
-            None => {
-                let mut sql = Sql::new(
-                    self.backend(),
-                    &format!("SELECT {IP_SUMMARY_COLUMNS} FROM ip_stats WHERE 1 = 1"),
-                );
-                if hot_only {
-                    sql.push(&format!(" AND bans >= {HOT_IP_BANS}"));
-                }
-                sql.push(" ORDER BY bans DESC, ip DESC LIMIT ").bind(limit);
-                sql
-            }
-            Some(server) => {
-                let mut sql = Sql::new(
-                    self.backend(),
-                    "SELECT s.ip, s.bans, t.servers, s.first_seen, s.last_seen, t.last_jail, \
-                     t.last_server_id FROM ip_servers s JOIN ip_stats t ON t.ip = s.ip \
-                     WHERE s.server_id = ",
-                );
-                sql.bind(server.to_string());
-                if hot_only {
-                    sql.push(&format!(" AND s.bans >= {HOT_IP_SERVER_BANS}"));
-                }
-                sql.push(" ORDER BY s.bans DESC, s.ip DESC LIMIT ")
-                    .bind(limit);
-                sql
-            }
-        };
-        self.db
-            .query_all_raw(sql.build())
-            .await?
-            .iter()
-            .map(ip_summary)
-            .collect()
-    }
-
-    /// Addresses banned on more than one server, most servers first, then most bans.
-    pub async fn repeat_offenders(&self, limit: usize) -> Result<Vec<IpSummary>, StoreError> {
-        let mut sql = Sql::new(
-            self.backend(),
-            &format!(
-                "SELECT {IP_SUMMARY_COLUMNS} FROM ip_stats WHERE servers >= 2 \
-                 ORDER BY servers DESC, bans DESC, ip DESC LIMIT "
-            ),
-        );
-        sql.bind(i64::try_from(limit).unwrap_or(i64::MAX));
-        self.db
-            .query_all_raw(sql.build())
-            .await?
-            .iter()
-            .map(ip_summary)
-            .collect()
-    }
-
-    /// One address: its summary and its bans per server, if it was ever banned.
-    pub async fn ip_details(
-        &self,
-        ip: &IpOrCidr,
-    ) -> Result<Option<(IpSummary, Vec<IpOnServer>)>, StoreError> {
-        let text = ip.to_string();
-        let mut sql = Sql::new(
-            self.backend(),
-            &format!("SELECT {IP_SUMMARY_COLUMNS} FROM ip_stats WHERE ip = "),
-        );
-        sql.bind(text.clone());
-        let Some(row) = self.db.query_one_raw(sql.build()).await? else {
-            return Ok(None);
-        };
-        let summary = ip_summary(&row)?;
-        let mut sql = Sql::new(
-            self.backend(),
-            "SELECT server_id, bans, first_seen, last_seen FROM ip_servers WHERE ip = ",
-        );
-        sql.bind(text).push(" ORDER BY bans DESC, server_id");
-        let servers = self
-            .db
-            .query_all_raw(sql.build())
-            .await?
-            .iter()
-            .map(|row| {
-                let server: String = get(row, 0)?;
-                Ok(IpOnServer {
-                    server: ServerId::parse(&server)
-                        .map_err(|_| StoreError::Corrupt(format!("ip_servers: {server:?}")))?,
-                    bans: to_u64(get(row, 1)?),
-                    first_seen: to_time(get(row, 2)?),
-                    last_seen: to_time(get(row, 3)?),
-                })
-            })
-            .collect::<Result<_, StoreError>>()?;
-        Ok(Some((summary, servers)))
-    }
-
-    /// How many distinct addresses the per-address rollup holds.
-    pub async fn distinct_ips(&self) -> Result<u64, StoreError> {
-        let mut sql = Sql::new(
-            self.backend(),
-            "SELECT value FROM event_totals WHERE name = ",
-        );
-        sql.bind(DISTINCT_IPS);
-        Ok(match self.db.query_one_raw(sql.build()).await? {
-            Some(row) => to_u64(get(&row, 0)?),
-            None => 0,
-        })
     }
 
     /// Deletes up to `chunk` events that occurred before `cutoff_ms`, oldest first; returns how

@@ -7,6 +7,7 @@ mod alerts;
 mod auth;
 pub mod cluster;
 mod entities;
+mod event_reads;
 pub mod events;
 mod migration;
 mod places;
