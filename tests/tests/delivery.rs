@@ -224,7 +224,11 @@ async fn delivery_status_shows_attachments_relay_spool_and_last_event() {
     assert_eq!(report["lastEventReceivedAt"], last_event, "{report}");
 
     // A jail that loses the action shows, and what it bans is reported anyway: reconciliation
-    // stores it once as observed, with fail2ban's ban time and duration.
+    // stores it once as observed, with fail2ban's ban time and duration. That needs the agent's
+    // first pass to have recorded its baseline (bans present before it are not reported).
+    let state = host.state_dir().join("reconcile.json");
+    wait_until(DEADLINE, "the reconciliation baseline", || state.exists())
+        .unwrap_or_else(|e| panic!("{e}\n{}", host.agent.logs()));
     host.sandbox
         .client(&["set", "dummyjail", "delaction", "banhub"])
         .expect("delaction");

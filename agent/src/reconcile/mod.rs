@@ -137,10 +137,16 @@ impl Reconciler {
     pub async fn run(mut self, shutdown: CancellationToken) {
         // Start-up: compare as soon as fail2ban answers.
         let mut due = Some(tokio::time::Instant::now());
-        let mut last_jails = self.jail_names().await.ok().map(|mut jails| {
-            jails.sort();
-            jails
-        });
+        let mut last_jails = match self.jail_names().await {
+            Ok(mut jails) => {
+                jails.sort();
+                Some(jails)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "fail2ban does not answer at start; reconciling once it does");
+                None
+            }
+        };
         let mut up = last_jails.is_some();
         let mut next_periodic = self
             .config
@@ -167,7 +173,16 @@ impl Reconciler {
                                     restarted, jails_changed = changed,
                                     "fail2ban restarted or its jails changed; reconciling soon"
                                 );
-                                let at = tokio::time::Instant::now() + self.config.settle_delay;
+                                // Without a baseline there is nothing to compare yet: take it
+                                // at once, so that what fail2ban bans from now on (with or
+                                // without the action) is compared against it, even if the agent
+                                // stops again within the settle delay.
+                                let settle = if self.belief.has_baseline() {
+                                    self.config.settle_delay
+                                } else {
+                                    Duration::ZERO
+                                };
+                                let at = tokio::time::Instant::now() + settle;
                                 due = Some(due.map_or(at, |d| d.max(at)));
                             }
                             up = true;
