@@ -224,10 +224,15 @@ impl App {
         };
         tokio::spawn(forward);
 
-        // Jobs that run on one replica at a time (retention, scheduled probes, the sweeper), the
+        // Jobs that run on one replica at a time (retention, scheduled probes, the sweeper, alerts), the
         // fleet's background tasks, and on PostgreSQL the replica's listener, announcer and lease
         // keeper. Following the retention setting stays on every replica: it sets local state.
-        crate::cluster::spawn_background(&state.cluster, &state.fleet, &state.events);
+        crate::cluster::spawn_background(
+            &state.cluster,
+            &state.fleet,
+            &state.events,
+            &state.settings,
+        );
         {
             let events = state.events.clone();
             tokio::spawn(run_singleton(
@@ -251,8 +256,16 @@ impl App {
             std::time::Duration::from_secs(state.config.events.prune_interval_secs),
             shutdown.clone(),
         ));
-        // The alert worker reads committed events from the store, never from the ingest path.
-        let alert_worker = tokio::spawn(state.alerts.clone().run());
+        // The alert worker reads committed events from the store, never from the ingest path; one
+        // replica at a time runs it.
+        let alert_worker = {
+            let alerts = state.alerts.clone();
+            tokio::spawn(run_singleton(
+                state.cluster.clone(),
+                jobs::ALERTS,
+                move |_| alerts.clone().run(),
+            ))
+        };
         let fleet = state.fleet.clone();
         let grpc_task = {
             let shutdown = shutdown.clone();

@@ -1,7 +1,8 @@
 //! Two hub replicas on one PostgreSQL, behind a TCP balancer, with real agents and fail2ban servers
 //! spread over both: a ban asked of replica A for an agent that replica B holds reaches that agent's
 //! fail2ban; the live stream on A shows every agent's events; the singleton jobs run on one replica
-//! at a time; and when B is killed its agents move to A with no event lost or stored twice.
+//! at a time (the alert worker too, so every event is alerted on once, with the rules saved on
+//! either replica); and when B is killed its agents move to A with no event lost or stored twice.
 //!
 //! The replicas share the internal CA through one CA directory (`cluster.ca_dir`): the first replica
 //! creates it, the second loads it, and the database records its fingerprint so a replica with
@@ -19,6 +20,7 @@ use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubProcess;
 use banhub_tests::postgres::PostgresServer;
 use banhub_tests::wait::{wait_for_async, wait_until_async};
+use banhub_tests::webhook::WebhookReceiver;
 use futures::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -200,6 +202,62 @@ async fn job_runs(hub: &HubProcess) -> HashMap<String, HashMap<String, u64>> {
     runs
 }
 
+/// Job name → replica → terms as leader, from replica A.
+async fn job_terms(hub: &HubProcess) -> HashMap<String, HashMap<String, u64>> {
+    let view = get(hub, "/api/cluster").await;
+    let mut terms: HashMap<String, HashMap<String, u64>> = HashMap::new();
+    for job in view["jobs"].as_array().cloned().unwrap_or_default() {
+        terms
+            .entry(job["job"].as_str().unwrap_or_default().to_owned())
+            .or_default()
+            .insert(
+                job["replica"].as_str().unwrap_or_default().to_owned(),
+                job["terms"].as_u64().unwrap_or(0),
+            );
+    }
+    terms
+}
+
+/// The alert digests, through `hub`'s API: (events, first event id, last event id) of each.
+async fn digests(hub: &HubProcess) -> Vec<(u64, i64, i64)> {
+    let page = get(hub, "/api/alerts/digests?limit=500").await;
+    page["digests"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|d| {
+            (
+                d["events"].as_u64().expect("events"),
+                d["firstEventId"].as_i64().expect("first"),
+                d["lastEventId"].as_i64().expect("last"),
+            )
+        })
+        .collect()
+}
+
+/// Waits until the digests hold `total` events and checks that no two digests share an event.
+async fn alerted_once(cluster: &Cluster, total: u64) {
+    let found = wait_for_async(DEADLINE, "every event in a digest", || async {
+        let found = digests(&cluster.a).await;
+        (found.iter().map(|d| d.0).sum::<u64>() >= total).then_some(found)
+    })
+    .await;
+    let mut found = match found {
+        Ok(found) => found,
+        Err(e) => panic!("{e}\n{:?}\n{}", digests(&cluster.a).await, cluster.logs()),
+    };
+    assert_eq!(
+        found.iter().map(|d| d.0).sum::<u64>(),
+        total,
+        "events alerted on: {found:?}"
+    );
+    found.sort_by_key(|d| d.1);
+    for pair in found.windows(2) {
+        assert!(pair[0].2 < pair[1].1, "two digests share events: {found:?}");
+    }
+}
+
 /// Every event of `server` stored, through replica A's API.
 async fn stored_events(hub: &HubProcess, server: &str) -> Vec<Value> {
     let mut all = Vec::new();
@@ -280,6 +338,31 @@ async fn replicas_share_agents_commands_events_and_jobs() {
         .collect();
     assert_eq!(replicas, BTreeSet::from(["a", "b"]), "{cluster_view}");
 
+    // Alert rules saved on B are the ones A uses, and the other way round.
+    let receiver = WebhookReceiver::start().await.expect("webhook receiver");
+    let current = get(&cluster.b, "/api/settings").await;
+    let doc = json!({
+        "version": current["version"],
+        "alerts": {"digestWindowSecs": 1,
+            "webhooks": [{"name": "hook", "format": "json", "url": receiver.url("/h")}],
+            "rules": [{"name": "all", "email": false, "webhooks": ["hook"]}]}
+    });
+    let response = cluster
+        .b
+        .client()
+        .post(cluster.b.url("/api/settings"))
+        .json(&doc)
+        .send()
+        .await
+        .expect("settings");
+    assert_eq!(response.status(), StatusCode::OK);
+    let saved: Value = response.json().await.expect("json");
+    wait_until_async(DEADLINE, "the settings saved on B on A", || async {
+        get(&cluster.a, "/api/settings").await["version"] == saved["version"]
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+
     // A ban asked of replica A for an agent held by B reaches that agent's fail2ban only.
     let target = &cluster.hosts[on_b[0]];
     let response = cluster
@@ -352,6 +435,21 @@ async fn replicas_share_agents_commands_events_and_jobs() {
     if let Err(e) = seen_all {
         panic!("{e}\n{}\n{}", live.lock().await, cluster.logs());
     }
+    // One replica matches alerts; every agent's event is in exactly one digest.
+    alerted_once(&cluster, HOSTS as u64).await;
+    let alert_leaders: Vec<String> = job_terms(&cluster.a)
+        .await
+        .remove("alerts")
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, terms)| *terms > 0)
+        .map(|(replica, _)| replica)
+        .collect();
+    assert_eq!(
+        alert_leaders.len(),
+        1,
+        "one alert worker: {alert_leaders:?}"
+    );
 
     // The sweeper runs on one replica at a time: over a while, one count moves.
     let sweeper = |runs: &HashMap<String, HashMap<String, u64>>| {
@@ -457,6 +555,19 @@ async fn replicas_share_agents_commands_events_and_jobs() {
         .expect("ban");
     assert_eq!(response.status(), StatusCode::OK);
     assert!(banned_in(&moved_host.sandbox).contains("192.0.2.12"));
+
+    // Alerts go on, on A (it took over if B led them): every stored event alerted on once.
+    wait_until_async(DEADLINE, "A leads the alerts", || async {
+        job_terms(&cluster.a)
+            .await
+            .get("alerts")
+            .and_then(|terms| terms.get("a"))
+            .is_some_and(|terms| *terms > 0)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+    let stored: usize = acked.iter().map(BTreeSet::len).sum();
+    alerted_once(&cluster, stored as u64).await;
 
     // The sweeper goes on, on A alone (it took over if B led it).
     let runs_then = sweeper(&job_runs(&cluster.a).await);

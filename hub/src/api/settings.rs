@@ -165,6 +165,9 @@ async fn save_settings(
         .into());
     };
     let saved = state.settings.update(document, expected).await?;
+    // The other replicas read them again (retention, alert rules, the callback policy apply there
+    // too).
+    state.cluster.announce_settings().await;
     Ok(with_etag(saved))
 }
 

@@ -6,10 +6,14 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::{CLUSTER_CHANNEL, Cluster, EVENTS_CHANNEL, channel_of, jobs, leases, parse_ranges};
+use super::{
+    CLUSTER_CHANNEL, Cluster, EVENTS_CHANNEL, SETTINGS_NOTICE, channel_of, jobs, leases,
+    parse_ranges,
+};
 use crate::domain::ServerId;
 use crate::events::Events;
 use crate::fleet::Fleet;
+use crate::settings::SettingsService;
 use crate::store::cluster::Notice;
 
 /// Batches of other replicas' event ids waiting to be read and published here.
@@ -22,7 +26,12 @@ const RELISTEN_AFTER: Duration = Duration::from_secs(1);
 /// Starts every background task of this replica: the sweeper job and the fleet's own tasks, and on
 /// PostgreSQL the listener, the announcer and the lease keeper (on SQLite there is nobody to talk
 /// to). Other singleton jobs are started where they are defined, through `jobs::run_singleton`.
-pub fn spawn_background(cluster: &Cluster, fleet: &Fleet, events: &Events) {
+pub fn spawn_background(
+    cluster: &Cluster,
+    fleet: &Fleet,
+    events: &Events,
+    settings: &SettingsService,
+) {
     jobs::spawn_standard(cluster);
     crate::fleet::spawn_background(fleet.clone());
     if !cluster.is_shared() {
@@ -31,12 +40,22 @@ pub fn spawn_background(cluster: &Cluster, fleet: &Fleet, events: &Events) {
     events.attach_cluster(cluster.clone());
     let (feed, feed_rx) = mpsc::channel(FEED_QUEUE);
     tokio::spawn(events.clone().run_peer_feed(feed_rx));
-    tokio::spawn(listen(cluster.clone(), fleet.clone(), feed));
+    tokio::spawn(listen(
+        cluster.clone(),
+        fleet.clone(),
+        settings.clone(),
+        feed,
+    ));
     tokio::spawn(announce(cluster.clone()));
     tokio::spawn(leases::keep(cluster.clone(), fleet.clone()));
 }
 
-async fn listen(cluster: Cluster, fleet: Fleet, feed: mpsc::Sender<Vec<(i64, i64)>>) {
+async fn listen(
+    cluster: Cluster,
+    fleet: Fleet,
+    settings: SettingsService,
+    feed: mpsc::Sender<Vec<(i64, i64)>>,
+) {
     let shutdown = cluster.0.shutdown.clone();
     let mine = channel_of(cluster.replica());
     let channels = vec![
@@ -56,8 +75,9 @@ async fn listen(cluster: Cluster, fleet: Fleet, feed: mpsc::Sender<Vec<(i64, i64
                 }
             }
         };
-        // Whatever was sent while nobody listened: commands waiting here, answers waited for.
-        resync(&cluster, &fleet);
+        // Whatever was sent while nobody listened: commands waiting here, answers waited for,
+        // settings saved elsewhere.
+        resync(&cluster, &fleet, &settings);
         loop {
             let notice = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -69,15 +89,17 @@ async fn listen(cluster: Cluster, fleet: Fleet, feed: mpsc::Sender<Vec<(i64, i64
                         direct(&cluster, &fleet, &payload);
                     } else if channel == EVENTS_CHANNEL {
                         peer_events(&cluster, &feed, &payload);
-                    } else if channel == CLUSTER_CHANNEL
-                        && let Some(serial) = payload.strip_prefix("revoke ")
-                    {
-                        fleet.revoke_here(serial);
+                    } else if channel == CLUSTER_CHANNEL {
+                        if let Some(serial) = payload.strip_prefix("revoke ") {
+                            fleet.revoke_here(serial);
+                        } else if payload == SETTINGS_NOTICE {
+                            reload_settings(&settings);
+                        }
                     }
                 }
                 Ok(Notice::Reconnected) => {
                     tracing::warn!("the notification connection was lost and is back; catching up");
-                    resync(&cluster, &fleet);
+                    resync(&cluster, &fleet, &settings);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "the notification connection failed; listening again");
@@ -132,7 +154,18 @@ fn peer_events(cluster: &Cluster, feed: &mpsc::Sender<Vec<(i64, i64)>>, payload:
     }
 }
 
-fn resync(cluster: &Cluster, fleet: &Fleet) {
+/// Takes the settings another replica saved (a no-op when this one has them already).
+fn reload_settings(settings: &SettingsService) {
+    let settings = settings.clone();
+    tokio::spawn(async move {
+        if let Err(e) = settings.reload().await {
+            tracing::warn!(error = %e, "cannot read the settings another replica saved");
+        }
+    });
+}
+
+fn resync(cluster: &Cluster, fleet: &Fleet, settings: &SettingsService) {
+    reload_settings(settings);
     cluster.wake_all();
     let cluster = cluster.clone();
     let fleet = fleet.clone();

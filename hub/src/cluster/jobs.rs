@@ -1,5 +1,5 @@
 //! Singleton jobs: work that must run on one replica at a time (event retention, scheduled delivery
-//! probes, the sweeper that expires fleet-action targets and purges leftovers). On PostgreSQL each
+//! probes, the alert worker, the sweeper that expires fleet-action targets and purges leftovers). On PostgreSQL each
 //! job is led by the replica whose dedicated connection holds the job's advisory lock; the others
 //! try again now and then, and take over when the leader's connection (and with it the lock) goes
 //! away. On SQLite jobs simply run. Each replica's terms as leader, and the passes of jobs that report
@@ -17,9 +17,16 @@ use crate::store::cluster::JobEvent;
 pub const RETENTION: &str = "retention";
 /// Scheduled delivery probes.
 pub const PROBES: &str = "probes";
+/// The alert worker: matching committed events against the rules, and sending the deliveries. On
+/// every replica at once, each would read every event back, they would keep taking the shared
+/// cursor from each other (and rebuild their spike windows each time), and a replica starting would
+/// put the others' deliveries in flight back to pending.
+pub const ALERTS: &str = "alerts";
 /// The sweeper: fleet-action deadlines, relayed-command leftovers, stale leases, old tokens.
 pub const SWEEPER: &str = "sweeper";
 
+/// How long a running job has to end by itself once the hub stops.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 /// How often a replica that does not lead a job checks whether it may.
 const TAKE_OVER_EVERY: Duration = Duration::from_secs(2);
 /// How often the leader checks that its lock connection is alive.
@@ -55,9 +62,11 @@ where
     let shutdown = cluster.0.shutdown.clone();
     if !cluster.is_shared() {
         record(&cluster, name, JobEvent::Leads).await;
+        let job = job(cluster.clone());
+        tokio::pin!(job);
         tokio::select! {
-            () = shutdown.cancelled() => {}
-            () = job(cluster.clone()) => {}
+            () = shutdown.cancelled() => finish(name, job).await,
+            () = &mut job => {}
         }
         return;
     }
@@ -88,9 +97,11 @@ where
                             }
                         }
                     };
+                    let job = job(cluster.clone());
+                    tokio::pin!(job);
                     tokio::select! {
-                        () = shutdown.cancelled() => return,
-                        () = job(cluster.clone()) => return,
+                        () = shutdown.cancelled() => return finish(name, job).await,
+                        () = &mut job => return,
                         () = watch => tracing::warn!(job = name, "lost the job's lock connection; another replica may take over"),
                     }
                     conn = None;
@@ -106,6 +117,15 @@ where
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(TAKE_OVER_EVERY) => {}
         }
+    }
+}
+
+/// Gives a job that was running when the hub began to stop [`STOP_GRACE`] to end by itself (the
+/// jobs watch the shutdown token too, and end after the step under way: an alert being sent is
+/// then recorded as sent rather than sent again at the next start).
+async fn finish(name: &str, job: std::pin::Pin<&mut impl Future<Output = ()>>) {
+    if tokio::time::timeout(STOP_GRACE, job).await.is_err() {
+        tracing::warn!(job = name, "the job did not end in time; stopping it");
     }
 }
 
@@ -128,7 +148,10 @@ async fn sweeper(cluster: Cluster) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut pass: u64 = 0;
     loop {
-        ticker.tick().await;
+        tokio::select! {
+            () = cluster.0.shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
         let store = cluster.store();
         match store.expire_targets().await {
             Ok(0) => {}

@@ -33,8 +33,10 @@ pub use bus::spawn_background;
 
 /// The channel every replica listens to for committed events.
 const EVENTS_CHANNEL: &str = "banhub_events";
-/// The channel every replica listens to for fleet-wide facts (revocations).
+/// The channel every replica listens to for fleet-wide facts (revocations, new settings).
 const CLUSTER_CHANNEL: &str = "banhub_cluster";
+/// The notice on [`CLUSTER_CHANNEL`] that the settings changed.
+const SETTINGS_NOTICE: &str = "settings";
 /// PostgreSQL refuses payloads of 8000 bytes or more; event id lists are split below this.
 const MAX_PAYLOAD: usize = 7000;
 /// Extra time a relayed command is waited for beyond its own deadline (two notifications and a few
@@ -262,6 +264,16 @@ impl Cluster {
         let payload = format!("drop:{server}:{generation}:{}", u8::from(reconnect));
         if let Err(e) = self.0.store.notify(&channel_of(replica), &payload).await {
             tracing::warn!(%server, %replica, error = %e, "could not tell a replica to drop a session; its lease check will");
+        }
+    }
+
+    /// Tells every replica that the settings changed (each reads them again).
+    pub async fn announce_settings(&self) {
+        if !self.0.shared {
+            return;
+        }
+        if let Err(e) = self.0.store.notify(CLUSTER_CHANNEL, SETTINGS_NOTICE).await {
+            tracing::warn!(error = %e, "could not announce new settings to the other replicas; they take them at their next resync");
         }
     }
 

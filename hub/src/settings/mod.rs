@@ -121,6 +121,23 @@ impl SettingsService {
         document
     }
 
+    /// Reads the stored settings again and takes them if another hub saved a newer version (it
+    /// announces that; see `cluster`). Returns whether they changed.
+    pub async fn reload(&self) -> Result<bool, SettingsError> {
+        let _guard = self.0.write.lock().await;
+        let stored = self.0.store.load_settings().await?;
+        if stored.version <= self.current().version {
+            return Ok(false);
+        }
+        let snapshot = snapshot_of(&stored)?;
+        tracing::info!(
+            version = snapshot.version,
+            "took the settings another hub saved"
+        );
+        self.0.current.send_replace(Arc::new(snapshot));
+        Ok(true)
+    }
+
     /// Replaces the settings with `doc`, edited from version `expected`. Secrets omitted from
     /// `doc` keep their stored values.
     #[tracing::instrument(skip_all, fields(expected), err(Display))]
