@@ -224,9 +224,9 @@ impl App {
         };
         tokio::spawn(forward);
 
-        // Jobs that run on one replica at a time (retention, scheduled probes, the sweeper, alerts), the
-        // fleet's background tasks, and on PostgreSQL the replica's listener, announcer and lease
-        // keeper. Following the retention setting stays on every replica: it sets local state.
+        // Jobs that run on one replica at a time (retention, scheduled probes, the sweeper, alerts),
+        // the fleet's background tasks, and on PostgreSQL the replica's listener, announcer and
+        // lease keeper. Following the retention setting stays on every replica: it sets local state.
         crate::cluster::spawn_background(
             &state.cluster,
             &state.fleet,
