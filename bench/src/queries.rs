@@ -48,6 +48,10 @@ pub struct QueryArgs {
     /// SQLite files and check that both hold the same events and rollups.
     #[arg(long)]
     pub check_seed: Option<u64>,
+    /// Seed the history in `--data` (when missing) and stop, without timing queries: seeding
+    /// needs no quiet machine, the queries do.
+    #[arg(long)]
+    pub seed_only: bool,
 }
 
 /// What a seeded database holds, written next to it once seeding finished.
@@ -142,6 +146,10 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
         {
             let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
             println!("database file: {:.0} MiB", size as f64 / 1_048_576.0);
+        }
+        index_text(&url).await?;
+        if args.seed_only {
+            continue;
         }
         queries(&url, &seeded, &args, &hub_bin).await?;
     }
@@ -477,6 +485,50 @@ fn ipnet_of(addr: std::net::IpAddr, prefix: u8) -> anyhow::Result<String> {
     }
 }
 
+/// Brings the text index of log lines (SQLite) up to date before the hub starts, as the hub's
+/// background indexer would after an upgrade, and reports how long that took: the searches are
+/// then timed on a caught-up index, with a tail of only what the hub ingests meanwhile (nothing).
+async fn index_text(url: &str) -> anyhow::Result<()> {
+    let store = Store::connect(url, 2).await?;
+    let Some(before) = store.event_text_indexed_to().await? else {
+        println!("text index: none on this backend (text search scans)");
+        return Ok(());
+    };
+    let started = Instant::now();
+    let mut indexed = 0u64;
+    const BATCH: usize = 50_000;
+    loop {
+        let n = store.index_event_text(BATCH).await?;
+        indexed += n;
+        if n < BATCH as u64 {
+            break;
+        }
+        if indexed % 1_000_000 < BATCH as u64 {
+            println!(
+                "text index: {indexed} events in {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "text index: {indexed} events added in {secs:.1} s ({:.0} events/s; was complete up to id \
+         {before})",
+        indexed as f64 / secs.max(1e-9)
+    );
+    if let Some(path) = url
+        .strip_prefix("sqlite://")
+        .and_then(|u| u.split('?').next())
+    {
+        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        println!(
+            "database file with the text index: {:.0} MiB",
+            size as f64 / 1_048_576.0
+        );
+    }
+    Ok(())
+}
+
 async fn queries(
     url: &str,
     seeded: &Seeded,
@@ -498,6 +550,42 @@ async fn queries(
     );
     let client = hub.client();
     let end = seeded.end_ms;
+    // Countries and networks of the insights: the first request finds no tally and must not wait
+    // for the count over every address; how long the count behind it takes.
+    {
+        let url = hub.url(&format!(
+            "/api/events/bans/insights?from={}&to={}",
+            end - 30 * DAY_MS,
+            end + 1
+        ));
+        let t = Instant::now();
+        let body = get(&client, &url).await?;
+        let first = t.elapsed();
+        let waited = !body["placesCountedAt"].is_null();
+        let deadline = Instant::now() + Duration::from_secs(600);
+        let mut counted = None;
+        while counted.is_none() && Instant::now() < deadline {
+            let body = get(&client, &url).await?;
+            if !body["placesCountedAt"].is_null() {
+                counted = Some(t.elapsed());
+            } else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        println!(
+            "insights, first request (no places tally yet): {:.1} ms{}; places counted after {}",
+            ms(first),
+            if waited {
+                " (waited for the count)"
+            } else {
+                ""
+            },
+            counted.map_or("— (not within 600 s)".to_owned(), |d| format!(
+                "{:.1} s",
+                d.as_secs_f64()
+            ))
+        );
+    }
     let busy = seeded.servers.first().context("no servers")?;
     let quiet = seeded.servers.last().context("no servers")?;
     let hot = workload::address(0);

@@ -10,10 +10,11 @@ use std::time::Duration;
 use banhub::app::{App, AppState};
 use banhub::config::Config;
 use banhub::domain::events::{
-    BanDuration, BanFacts, EventBody, EventSource, GapFacts, GapReason, IpOrCidr, JailName, Logs,
-    NewEvent, SeqRange,
+    BanDuration, BanFacts, EventBody, EventFilter, EventSource, GapFacts, GapReason, IpOrCidr,
+    JailName, Logs, NewEvent, SearchText, SeqRange,
 };
-use banhub::domain::{AgentId, ServerId};
+use banhub::domain::{AgentId, Labels, NewServer, ServerId, ServerName};
+use banhub::store::Store;
 use banhub_tests::PostgresServer;
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
@@ -337,6 +338,7 @@ on_both_backends!(
     direct_callbacks_need_the_servers_secret,
     retention_prunes_old_events,
     often_banned_addresses_rank_first,
+    text_search_finds_rare_lines_in_the_index_and_the_unindexed_tail,
 );
 
 async fn ingest_is_idempotent_and_moves_the_cursor(backend: Backend) {
@@ -1259,4 +1261,195 @@ async fn often_banned_addresses_rank_first(backend: Backend) {
         .await;
     assert_eq!(ranking(&one), [("192.0.2.1".to_owned(), 12)]);
     hub.shutdown().await;
+}
+
+/// A store on its own (no hub, so no background indexer): the test decides what is indexed.
+async fn bare_store(backend: Backend) -> (Store, tempfile::TempDir, Option<PostgresServer>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (url, postgres) = match backend {
+        Backend::Sqlite => (
+            format!(
+                "sqlite://{}?mode=rwc",
+                dir.path().join("events.db").display()
+            ),
+            None,
+        ),
+        Backend::Postgres => {
+            let server = PostgresServer::start()
+                .unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e:#}"));
+            let url = server
+                .create_database("banhub_text")
+                .unwrap_or_else(|e| panic!("{e:#}\n{}", server.logs()));
+            (url, Some(server))
+        }
+    };
+    let store = Store::connect(&url, 4).await.expect("store");
+    (store, dir, postgres)
+}
+
+/// Every event matching `filter`, walking pages of `page`.
+async fn store_pages(store: &Store, filter: &EventFilter, page: usize) -> Vec<(i64, i64)> {
+    let mut out = Vec::new();
+    let mut after = None;
+    loop {
+        let got = store.list_events(filter, after, page).await.expect("page");
+        out.extend(
+            got.events
+                .iter()
+                .map(|e| (e.occurred_at.timestamp_millis(), e.id.0)),
+        );
+        match got.next {
+            Some(next) => after = Some(next),
+            None => return out,
+        }
+    }
+}
+
+async fn text_search_finds_rare_lines_in_the_index_and_the_unindexed_tail(backend: Backend) {
+    let (store, _dir, _postgres) = bare_store(backend).await;
+    let server = store
+        .create_server(NewServer {
+            name: ServerName::parse("text-1").expect("name"),
+            description: String::new(),
+            labels: Labels::default(),
+        })
+        .await
+        .expect("server")
+        .id;
+    let agent = AgentId::new();
+    let base = now_ms() - 5 * DAY;
+    // Events out of time order across batches (a late spool), the rare line in a few of them,
+    // in lines of other case, with quotes.
+    let rare = [3u64, 1_700, 2_950, 3_990];
+    let make = |i: u64| {
+        let ip = format!("198.51.100.{}", i % 200);
+        let ms = base + ((i * 7_919) % 4_000) as i64 * 60_000;
+        let mut event = ban(&ip, if i % 3 == 0 { "nginx" } else { "sshd" }, ms);
+        if let EventBody::Ban(f) = &mut event.body {
+            let line = if rare.contains(&i) {
+                format!("kernel: Oops \"XZ-Backdoor-Probe\" {i} from {ip}")
+            } else {
+                format!("sshd: Failed password for root from {ip} port {i}")
+            };
+            f.logs = Logs::capped([line]);
+        }
+        event
+    };
+    // The first 3,000 are indexed, the last 1,000 are not.
+    let first: Vec<NewEvent> = (0..3_000).map(make).collect();
+    for (n, chunk) in first.chunks(500).enumerate() {
+        store
+            .ingest_batch(
+                server,
+                agent,
+                1,
+                numbered(n as u64 * 500 + 1, chunk.to_vec()),
+            )
+            .await
+            .expect("ingest");
+    }
+    let mut indexed = 0;
+    loop {
+        let n = store.index_event_text(700).await.expect("index");
+        indexed += n;
+        if n < 700 {
+            break;
+        }
+    }
+    let covered = store.event_text_indexed_to().await.expect("mark");
+    match backend {
+        Backend::Sqlite => {
+            assert_eq!(indexed, 3_000);
+            let last = store.last_event_id().await.expect("last").expect("some");
+            assert_eq!(covered, Some(last.0), "everything so far is indexed");
+        }
+        Backend::Postgres => assert_eq!((indexed, covered), (0, None), "no index"),
+    }
+    let rest: Vec<NewEvent> = (3_000..4_000).map(make).collect();
+    store
+        .ingest_batch(server, agent, 1, numbered(3_001, rest))
+        .await
+        .expect("ingest");
+    assert_eq!(store.event_text_indexed_to().await.expect("mark"), covered);
+
+    let all = store_pages(&store, &EventFilter::default(), 1000).await;
+    assert_eq!(all.len(), 4_000);
+    let by_text = |text: &str| EventFilter {
+        text: Some(SearchText::parse(text).expect("text")),
+        ..EventFilter::default()
+    };
+    // The rare line: two matches in the indexed part and two in the tail, newest first, found in
+    // one page and page by page; the case of the text does not matter (ASCII).
+    let rare_ids: BTreeSet<i64> = all
+        .iter()
+        .map(|(_, id)| *id)
+        .filter(|id| {
+            rare.contains(&((*id - all.iter().map(|(_, i)| *i).min().unwrap_or(1)) as u64))
+        })
+        .collect();
+    assert_eq!(rare_ids.len(), 4, "ids are consecutive from the first");
+    let expected: Vec<(i64, i64)> = all
+        .iter()
+        .filter(|(_, id)| rare_ids.contains(id))
+        .copied()
+        .collect();
+    for text in [
+        "xz-backdoor-probe",
+        "XZ-BACKDOOR-PROBE",
+        "Oops \"xz-",
+        "oPROBE\" 29",
+    ] {
+        let want: Vec<(i64, i64)> = if text == "oPROBE\" 29" {
+            Vec::new()
+        } else {
+            expected.clone()
+        };
+        assert_eq!(
+            store_pages(&store, &by_text(text), 50).await,
+            want,
+            "{text}"
+        );
+        assert_eq!(store_pages(&store, &by_text(text), 1).await, want, "{text}");
+    }
+    assert_eq!(
+        store_pages(&store, &by_text("Probe\" 2950 from"), 10).await,
+        expected
+            .iter()
+            .filter(|(_, id)| *id == *rare_ids.iter().nth(2).expect("third"))
+            .copied()
+            .collect::<Vec<_>>()
+    );
+    // Nothing matches: an empty page, not an error, whatever the text.
+    assert!(
+        store_pages(&store, &by_text("no such line anywhere"), 50)
+            .await
+            .is_empty()
+    );
+    assert!(store_pages(&store, &by_text("%_\\"), 50).await.is_empty());
+    // Combined with other filters: the index only narrows, the filters still apply.
+    let nginx = EventFilter {
+        jail: Some(JailName::parse("nginx").expect("jail")),
+        ..by_text("XZ-backdoor")
+    };
+    let nginx_rare: Vec<(i64, i64)> = expected
+        .iter()
+        .filter(|(_, id)| {
+            let i = (*id - all.iter().map(|(_, i)| *i).min().unwrap_or(1)) as u64;
+            i % 3 == 0
+        })
+        .copied()
+        .collect();
+    assert_eq!(nginx_rare.len(), 2);
+    assert_eq!(store_pages(&store, &nginx, 1).await, nginx_rare);
+    // A common text fills pages from the newest rows: the same as the scan would give.
+    let common = store_pages(&store, &by_text("FAILED password"), 333).await;
+    assert_eq!(common.len(), 4_000 - 4);
+    let walk_all: Vec<(i64, i64)> = all
+        .iter()
+        .filter(|(_, id)| !rare_ids.contains(id))
+        .copied()
+        .collect();
+    assert_eq!(common, walk_all);
+    // Two characters cannot use the index: a scan, same answer.
+    assert_eq!(store_pages(&store, &by_text("XZ"), 2).await, expected);
 }

@@ -57,7 +57,7 @@ struct Inner {
     deliveries_due: Notify,
     geoip: geoip::GeoIpCache,
     /// Bans per country and network, for the insights.
-    places: places::PlacesCache,
+    places: Arc<places::PlacesCache>,
     shutdown: CancellationToken,
 }
 
@@ -85,7 +85,7 @@ impl Alerts {
             http: webhook::client(),
             deliveries_due: Notify::new(),
             geoip: geoip::GeoIpCache::default(),
-            places: places::PlacesCache::default(),
+            places: Arc::default(),
             shutdown,
         }))
     }
@@ -275,22 +275,7 @@ impl Alerts {
     ) -> Result<(places::Places, Option<chrono::DateTime<Utc>>), StoreError> {
         let snapshot = self.0.settings.current();
         let geoip = self.geoip(snapshot.settings.geoip_path.as_deref());
-        let path = geoip.as_ref().map(|db| db.path().to_owned());
-        let tally = match self.0.places.fresh(path.as_ref()).await {
-            Ok(tally) => Some(tally),
-            // Stale but counted with the same database: answer with it, count again behind.
-            Err(Some(stale)) if stale.geoip_path == path => {
-                let this = self.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = this.0.places.recount(&this.0.store, geoip, false).await {
-                        tracing::warn!(error = %e, "cannot count bans per country and network");
-                    }
-                });
-                Some(stale)
-            }
-            // None yet, or another database: count now.
-            Err(_) => self.0.places.recount(&self.0.store, geoip, true).await?,
-        };
+        let tally = self.0.places.get(&self.0.store, geoip).await?;
         Ok(tally.map_or_else(Default::default, |t| (t.scope(server), t.counted_at)))
     }
 

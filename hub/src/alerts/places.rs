@@ -4,8 +4,11 @@
 //!
 //! Counting needs every address of the history once, so it is a scan of the per-address rollup,
 //! not a query per request: the tally is kept in memory and redone in the background when a
-//! request finds it older than [`MAX_AGE`] (the request gets the previous tally meanwhile; only the
-//! very first request waits). A changed GeoIP path redoes it at once.
+//! request finds it older than [`MAX_AGE`] (the request gets the previous tally meanwhile). Without
+//! a usable tally (the first request, or a changed GeoIP path) a request waits for the count only
+//! when the history is small ([`WAIT_MAX_IPS`] addresses); on a large one it is answered at once
+//! without places (`countedAt` absent) and the count runs behind it: over millions of addresses
+//! it takes seconds.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -23,6 +26,9 @@ use crate::store::{IpBans, Store, StoreError};
 pub const MAX_AGE: Duration = Duration::from_secs(30);
 /// Rows read per page of the scan.
 const PAGE: u64 = 20_000;
+/// Distinct banned addresses up to which a request without a tally waits for the count (tens of
+/// milliseconds); above, it never waits.
+pub const WAIT_MAX_IPS: u64 = 50_000;
 
 /// Bans and distinct addresses of one place (a country code or a network).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -230,6 +236,42 @@ impl PlacesCache {
         let tally = Arc::new(count(store, geoip, KEEP).await?);
         *self.tally.write().await = Some(Arc::clone(&tally));
         Ok(Some(tally))
+    }
+}
+
+impl PlacesCache {
+    /// The tally to answer with: the fresh one; a stale one while a recount runs behind; without
+    /// either, a count now on a small history, or `None` while it runs behind on a large one.
+    pub(super) async fn get(
+        self: &Arc<Self>,
+        store: &Store,
+        geoip: Option<Arc<GeoIp>>,
+    ) -> Result<Option<Arc<Tally>>, StoreError> {
+        let path = geoip.as_ref().map(|db| db.path().to_owned());
+        let behind = |cache: Arc<Self>, store: Store, geoip: Option<Arc<GeoIp>>| {
+            tokio::spawn(async move {
+                if let Err(e) = cache.recount(&store, geoip, false).await {
+                    tracing::warn!(error = %e, "cannot count bans per country and network");
+                }
+            });
+        };
+        match self.fresh(path.as_ref()).await {
+            Ok(tally) => Ok(Some(tally)),
+            // Stale but counted with the same database: answer with it, count again behind.
+            Err(Some(stale)) if stale.geoip_path == path => {
+                behind(Arc::clone(self), store.clone(), geoip);
+                Ok(Some(stale))
+            }
+            // None yet, or another database.
+            Err(_) => {
+                if store.distinct_ips().await? <= WAIT_MAX_IPS {
+                    self.recount(store, geoip, true).await
+                } else {
+                    behind(Arc::clone(self), store.clone(), geoip);
+                    Ok(None)
+                }
+            }
+        }
     }
 }
 

@@ -36,6 +36,12 @@ const LIVE_CAPACITY: usize = 4096;
 pub const MAX_PAGE: usize = 1000;
 /// Largest number of entries per insights list.
 pub const MAX_TOP: usize = 100;
+/// Events added to the text index per transaction: small, so ingest waits little for the lock.
+const TEXT_INDEX_BATCH: usize = 2_000;
+/// Pause of the text indexer once it has caught up (what a search then scans is about this much
+/// ingest), and between batches while it catches up (to let ingest in).
+const TEXT_INDEX_IDLE: Duration = Duration::from_secs(1);
+const TEXT_INDEX_BUSY: Duration = Duration::from_millis(5);
 
 /// Why an events operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +74,9 @@ struct Inner {
     cluster: std::sync::OnceLock<crate::cluster::Cluster>,
     /// Live streams open on this replica; other replicas' events are only read back for them.
     live_clients: std::sync::atomic::AtomicUsize,
+    /// Stats and insights reads of past days; `None` where other replicas may store events this
+    /// one does not see (PostgreSQL).
+    day_cache: Option<stats::DayCache>,
 }
 
 /// The event service; cheap to clone.
@@ -87,6 +96,7 @@ impl Events {
     /// `shutdown` ends live streams (so HTTP can drain) and the retention task.
     pub fn new(store: Store, config: &EventsConfig, shutdown: CancellationToken) -> Self {
         let (live, _) = broadcast::channel(LIVE_CAPACITY);
+        let store_is_sqlite = store.backend_name() == "sqlite";
         let retention = (config.retention_days > 0)
             .then(|| Duration::from_secs(u64::from(config.retention_days) * 24 * 3600));
         Self(Arc::new(Inner {
@@ -97,6 +107,7 @@ impl Events {
             shutdown,
             cluster: std::sync::OnceLock::new(),
             live_clients: std::sync::atomic::AtomicUsize::new(0),
+            day_cache: (store_is_sqlite).then(stats::DayCache::default),
         }))
     }
 
@@ -147,6 +158,15 @@ impl Events {
     }
 
     fn publish(&self, events: Vec<StoredEvent>) {
+        if let (Some(cache), Some(oldest)) = (
+            &self.0.day_cache,
+            events
+                .iter()
+                .map(|e| e.occurred_at.timestamp_millis())
+                .min(),
+        ) {
+            cache.stored(oldest, Utc::now().timestamp_millis());
+        }
         if let Some(cluster) = self.0.cluster.get() {
             cluster.announce_events(events.iter().map(|e| e.id.0).collect());
         }
@@ -253,7 +273,7 @@ impl Events {
         query: &StatsQuery,
         now: DateTime<Utc>,
     ) -> Result<Stats, EventsError> {
-        stats::stats(self.store(), query, now).await
+        stats::stats(self.store(), self.0.day_cache.as_ref(), query, now).await
     }
 
     /// Top addresses, jails and servers and repeat offenders.
@@ -269,7 +289,7 @@ impl Events {
                 format!("must be between 1 and {MAX_TOP}"),
             ));
         }
-        stats::insights(self.store(), query, now).await
+        stats::insights(self.store(), self.0.day_cache.as_ref(), query, now).await
     }
 
     /// Events older than this are pruned; `None` keeps them forever.
@@ -289,9 +309,40 @@ impl Events {
         retention::prune(self, now).await
     }
 
-    /// Prunes every `events.prune_interval_secs` until shutdown. Spawn it once.
+    /// Keeps the text index of log lines (SQLite) caught up with the stored events, in batches off
+    /// the ingest path, until shutdown. Runs with the retention job; returns at once on PostgreSQL.
+    async fn run_text_index(self) {
+        if self
+            .store()
+            .event_text_indexed_to()
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+        {
+            return;
+        }
+        let shutdown = self.0.shutdown.clone();
+        loop {
+            let wait = match self.store().index_event_text(TEXT_INDEX_BATCH).await {
+                Ok(n) if n >= TEXT_INDEX_BATCH as u64 => TEXT_INDEX_BUSY,
+                Ok(_) => TEXT_INDEX_IDLE,
+                Err(e) => {
+                    tracing::warn!(error = %e, "indexing log lines failed; trying again");
+                    TEXT_INDEX_IDLE * 5
+                }
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Prunes every `events.prune_interval_secs` until shutdown, and keeps the text index of log
+    /// lines caught up (SQLite). Spawn it once.
     pub async fn run_retention(self) {
-        retention::run(self).await;
+        tokio::join!(retention::run(self.clone()), self.run_text_index());
     }
 }
 

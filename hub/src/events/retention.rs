@@ -54,6 +54,9 @@ pub(super) async fn prune(events: &Events, now: DateTime<Utc>) -> Result<PruneRe
         tokio::task::yield_now().await;
     }
     let (buckets, addresses) = store.prune_rollups_before(cutoff).await?;
+    if let Some(cache) = &events.0.day_cache {
+        cache.clear();
+    }
     report.buckets = buckets;
     report.addresses = addresses;
     if report.events > 0 || buckets > 0 || addresses > 0 {

@@ -1,9 +1,15 @@
 //! Stats and insights from the rollups: choosing buckets for a range, and reading a range as whole
 //! days from the daily table plus the hours at its edges from the hourly one, so the number of rows
 //! read stays small however many events there are.
+//!
+//! What is read for days before today is kept in a [`DayCache`]: over 90 days that is tens of
+//! thousands of rollup rows per request (≈ 100 ms over a large fleet), and those days change only
+//! when an event of a past day arrives late (an agent's spool replayed), which empties the cache,
+//! or retention drops them. Today's part is always read.
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 
@@ -33,6 +39,224 @@ const MAX_RANGE_MS: i64 = 20 * 365 * DAY_MS;
 /// Default ranges when `from` is not given.
 const STATS_DEFAULT_MS: i64 = DAY_MS;
 const INSIGHTS_DEFAULT_MS: i64 = 30 * DAY_MS;
+
+/// Cached reads at most; beyond, the cache starts again empty (a few dozen are in use at a time).
+const CACHE_ENTRIES: usize = 512;
+
+/// Which rollup read a cache entry holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Read {
+    Series,
+    ByServer,
+    ByJail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    read: Read,
+    grain: Grain,
+    server: Option<String>,
+    jail: Option<String>,
+    from: i64,
+    to: i64,
+}
+
+#[derive(Debug, Default)]
+struct CacheState {
+    /// Moves on every change that empties the cache, so a read that started before it is not
+    /// stored after it.
+    generation: u64,
+    series: HashMap<Key, Arc<Vec<CountRow<i64>>>>,
+    grouped: HashMap<Key, Arc<Vec<CountRow<String>>>>,
+}
+
+/// Rollup reads of ranges that end before today, kept until an event of a day before today is
+/// stored or the rollups are pruned. Only for a hub that sees every stored event itself (SQLite):
+/// with several replicas the others' events would not empty it.
+#[derive(Debug, Default)]
+pub(super) struct DayCache {
+    state: Mutex<CacheState>,
+}
+
+impl DayCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Events were stored, the oldest of them at `oldest_ms`: one of a day before today's (by
+    /// `now_ms`) changes cached days.
+    pub(super) fn stored(&self, oldest_ms: i64, now_ms: i64) {
+        if oldest_ms < floor(now_ms, DAY_MS) {
+            self.clear();
+        }
+    }
+
+    /// Forgets everything (retention pruned rollups).
+    pub(super) fn clear(&self) {
+        let mut state = self.lock();
+        state.generation += 1;
+        state.series.clear();
+        state.grouped.clear();
+    }
+
+    fn generation(&self) -> u64 {
+        self.lock().generation
+    }
+
+    fn put<T>(
+        map: impl FnOnce(&mut CacheState) -> &mut HashMap<Key, Arc<Vec<T>>>,
+        state: &mut CacheState,
+        key: Key,
+        rows: Arc<Vec<T>>,
+    ) {
+        let m = map(state);
+        if m.len() >= CACHE_ENTRIES {
+            m.clear();
+        }
+        m.insert(key, rows);
+    }
+}
+
+/// Where the cached part of a read ends: the start of today (UTC).
+fn today(now_ms: i64) -> i64 {
+    floor(now_ms, DAY_MS)
+}
+
+/// `[from, to)` cut at `edge`: the part before it and the part from it, each when not empty.
+fn cut(from: i64, to: i64, edge: i64) -> (Option<(i64, i64)>, Option<(i64, i64)>) {
+    let before = (from < edge.min(to)).then(|| (from, edge.min(to)));
+    let after = (edge.max(from) < to).then(|| (edge.max(from), to));
+    (before, after)
+}
+
+/// The rollup reads of stats and insights, through the cache for days before today.
+struct Reader<'a> {
+    store: &'a Store,
+    cache: Option<&'a DayCache>,
+    today: i64,
+}
+
+impl Reader<'_> {
+    fn key(
+        read: Read,
+        grain: Grain,
+        server: Option<ServerId>,
+        jail: Option<&JailName>,
+        (from, to): (i64, i64),
+    ) -> Key {
+        Key {
+            read,
+            grain,
+            server: server.map(|s| s.to_string()),
+            jail: jail.map(|j| j.as_str().to_owned()),
+            from,
+            to,
+        }
+    }
+
+    async fn series(
+        &self,
+        grain: Grain,
+        server: Option<ServerId>,
+        jail: Option<&JailName>,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<CountRow<i64>>, EventsError> {
+        let (past, live) = match self.cache {
+            Some(_) => cut(from, to, self.today),
+            None => (None, Some((from, to))),
+        };
+        let mut rows = Vec::new();
+        if let (Some(range), Some(cache)) = (past, self.cache) {
+            let key = Self::key(Read::Series, grain, server, jail, range);
+            let hit = cache.lock().series.get(&key).cloned();
+            let part = match hit {
+                Some(part) => part,
+                None => {
+                    let generation = cache.generation();
+                    let part = Arc::new(
+                        self.store
+                            .count_series(grain, server, jail, range.0, range.1)
+                            .await?,
+                    );
+                    let mut state = cache.lock();
+                    if state.generation == generation {
+                        DayCache::put(|s| &mut s.series, &mut state, key, Arc::clone(&part));
+                    }
+                    part
+                }
+            };
+            rows.extend(part.iter().cloned());
+        }
+        if let Some((a, b)) = live {
+            rows.extend(self.store.count_series(grain, server, jail, a, b).await?);
+        }
+        Ok(rows)
+    }
+
+    /// Rows per server (`Read::ByServer`) or per jail (`Read::ByJail`) over `[from, to)`, read as
+    /// days and edge hours.
+    async fn grouped(
+        &self,
+        read: Read,
+        server: Option<ServerId>,
+        jail: Option<&JailName>,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<CountRow<String>>, EventsError> {
+        let mut rows = Vec::new();
+        for (grain, a, b) in spans(from, to) {
+            let (past, live) = match self.cache {
+                Some(_) => cut(a, b, self.today),
+                None => (None, Some((a, b))),
+            };
+            if let (Some(range), Some(cache)) = (past, self.cache) {
+                let key = Self::key(read, grain, server, jail, range);
+                let hit = cache.lock().grouped.get(&key).cloned();
+                let part = match hit {
+                    Some(part) => part,
+                    None => {
+                        let generation = cache.generation();
+                        let part =
+                            Arc::new(self.read_grouped(read, grain, server, jail, range).await?);
+                        let mut state = cache.lock();
+                        if state.generation == generation {
+                            DayCache::put(|s| &mut s.grouped, &mut state, key, Arc::clone(&part));
+                        }
+                        part
+                    }
+                };
+                rows.extend(part.iter().cloned());
+            }
+            if let Some(range) = live {
+                rows.extend(self.read_grouped(read, grain, server, jail, range).await?);
+            }
+        }
+        Ok(rows)
+    }
+
+    async fn read_grouped(
+        &self,
+        read: Read,
+        grain: Grain,
+        server: Option<ServerId>,
+        jail: Option<&JailName>,
+        (from, to): (i64, i64),
+    ) -> Result<Vec<CountRow<String>>, EventsError> {
+        Ok(match read {
+            Read::ByJail => {
+                self.store
+                    .count_by_jail(grain, server, jail, from, to)
+                    .await?
+            }
+            _ => {
+                self.store
+                    .count_by_server(grain, jail, server, from, to)
+                    .await?
+            }
+        })
+    }
+}
 
 /// A range widened to whole buckets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,16 +348,15 @@ fn ranked<K: Hash + Eq + Ord + Clone>(
 }
 
 async fn by_server(
-    store: &Store,
+    reader: &Reader<'_>,
     server: Option<ServerId>,
     jail: Option<&JailName>,
     from: i64,
     to: i64,
 ) -> Result<Vec<(ServerId, Counts)>, EventsError> {
-    let mut rows = Vec::new();
-    for (grain, a, b) in spans(from, to) {
-        rows.extend(store.count_by_server(grain, jail, server, a, b).await?);
-    }
+    let rows = reader
+        .grouped(Read::ByServer, server, jail, from, to)
+        .await?;
     // Rows of a server id that does not parse cannot come from this hub's writes; skip them.
     Ok(ranked(rows.into_iter().filter_map(|r| {
         ServerId::parse(&r.key).ok().map(|key| CountRow {
@@ -145,24 +368,28 @@ async fn by_server(
 }
 
 async fn by_jail(
-    store: &Store,
+    reader: &Reader<'_>,
     server: Option<ServerId>,
     jail: Option<&JailName>,
     from: i64,
     to: i64,
 ) -> Result<Vec<(String, Counts)>, EventsError> {
-    let mut rows = Vec::new();
-    for (grain, a, b) in spans(from, to) {
-        rows.extend(store.count_by_jail(grain, server, jail, a, b).await?);
-    }
-    Ok(ranked(rows))
+    Ok(ranked(
+        reader.grouped(Read::ByJail, server, jail, from, to).await?,
+    ))
 }
 
 pub(super) async fn stats(
     store: &Store,
+    cache: Option<&DayCache>,
     query: &StatsQuery,
     now: DateTime<Utc>,
 ) -> Result<Stats, EventsError> {
+    let reader = Reader {
+        store,
+        cache,
+        today: today(now.timestamp_millis()),
+    };
     let (from, to) = range(query.from, query.to, now, STATS_DEFAULT_MS)?;
     let plan = plan(from, to);
     let jail = query.jail.as_ref();
@@ -171,14 +398,10 @@ pub(super) async fn stats(
     } else {
         Grain::Day
     };
-    let series_rows = store.count_series(grain, query.server, jail, plan.from, plan.to);
-    let servers = by_server(store, query.server, jail, plan.from, plan.to);
-    let jails = by_jail(store, query.server, jail, plan.from, plan.to);
-    let (series_rows, servers, jails) = tokio::try_join!(
-        async { series_rows.await.map_err(EventsError::from) },
-        servers,
-        jails
-    )?;
+    let series_rows = reader.series(grain, query.server, jail, plan.from, plan.to);
+    let servers = by_server(&reader, query.server, jail, plan.from, plan.to);
+    let jails = by_jail(&reader, query.server, jail, plan.from, plan.to);
+    let (series_rows, servers, jails) = tokio::try_join!(series_rows, servers, jails)?;
 
     let points = usize::try_from((plan.to - plan.from) / plan.bucket).unwrap_or(0);
     let mut series: Vec<SeriesPoint> = (0..points)
@@ -208,9 +431,15 @@ pub(super) async fn stats(
 
 pub(super) async fn insights(
     store: &Store,
+    cache: Option<&DayCache>,
     query: &InsightsQuery,
     now: DateTime<Utc>,
 ) -> Result<Insights, EventsError> {
+    let reader = Reader {
+        store,
+        cache,
+        today: today(now.timestamp_millis()),
+    };
     let (from, to) = range(query.from, query.to, now, INSIGHTS_DEFAULT_MS)?;
     let (from, to) = (floor(from, HOUR_MS), ceil(to, HOUR_MS));
     let jail = query.jail.as_ref();
@@ -228,8 +457,8 @@ pub(super) async fn insights(
                 .await
                 .map_err(EventsError::from)
         },
-        by_jail(store, query.server, jail, from, to),
-        by_server(store, query.server, jail, from, to),
+        by_jail(&reader, query.server, jail, from, to),
+        by_server(&reader, query.server, jail, from, to),
         async { store.distinct_ips().await.map_err(EventsError::from) },
         async {
             match &query.ip {
@@ -278,6 +507,15 @@ mod tests {
         check_plan(180 * 24, 24);
         check_plan(365 * 24, 7 * 24);
         check_plan(20 * 365 * 24, 28 * 24);
+    }
+
+    #[test]
+    fn ranges_are_cut_at_today() {
+        assert_eq!(cut(0, 10, 5), (Some((0, 5)), Some((5, 10))));
+        assert_eq!(cut(0, 10, 10), (Some((0, 10)), None));
+        assert_eq!(cut(0, 10, 20), (Some((0, 10)), None));
+        assert_eq!(cut(5, 10, 0), (None, Some((5, 10))));
+        assert_eq!(cut(5, 10, 5), (None, Some((5, 10))));
     }
 
     #[test]

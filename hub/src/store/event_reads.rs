@@ -3,6 +3,7 @@
 
 use sea_orm::{ConnectionTrait, DbBackend, QueryResult};
 
+use super::event_text::{self, TEXT_WINDOW};
 use super::events::{
     CountRow, DISTINCT_IPS, EVENT_COLUMNS, Grain, HOT_IP_BANS, HOT_IP_SERVER_BANS, NETWORK_WINDOW,
     NETWORK_WINDOW_MAX, Sql, get, read_events, to_u64,
@@ -75,28 +76,30 @@ fn push_filter(sql: &mut Sql, filter: &EventFilter) {
         sql.push(" AND occurred_at < ").bind(to.timestamp_millis());
     }
     if let Some(text) = &filter.text {
-        // Logs are stored as a JSON list, so the text is searched in its JSON-escaped form.
-        let json = serde_json::Value::String(text.as_str().to_owned()).to_string();
-        let inner = json
-            .get(1..json.len().saturating_sub(1))
-            .unwrap_or_default();
-        let mut pattern = String::with_capacity(inner.len() + 2);
-        pattern.push('%');
-        for c in inner.chars() {
-            if matches!(c, '\\' | '%' | '_') {
-                pattern.push('\\');
-            }
-            pattern.push(c);
-        }
-        pattern.push('%');
-        // LIKE ignores ASCII case on SQLite; ILIKE ignores all case on PostgreSQL.
-        let op = if sql.backend() == DbBackend::Postgres {
-            " AND logs ILIKE "
-        } else {
-            " AND logs LIKE "
-        };
-        sql.push(op).bind(pattern).push(" ESCAPE '\\'");
+        push_text(sql, text.as_str());
     }
+}
+
+/// ` AND logs LIKE '%text%'`: the text anywhere in an event's log lines, ASCII case ignored
+/// (SQLite's `LIKE`; PostgreSQL's `ILIKE` ignores all case).
+fn push_text(sql: &mut Sql, text: &str) {
+    // Logs are stored as a JSON list, so the text is searched in its JSON-escaped form.
+    let inner = event_text::stored_form(text);
+    let mut pattern = String::with_capacity(inner.len() + 2);
+    pattern.push('%');
+    for c in inner.chars() {
+        if matches!(c, '\\' | '%' | '_') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    let op = if sql.backend() == DbBackend::Postgres {
+        " AND logs ILIKE "
+    } else {
+        " AND logs LIKE "
+    };
+    sql.push(op).bind(pattern).push(" ESCAPE '\\'");
 }
 
 fn kind_of(raw: &str) -> Result<EventKind, StoreError> {
@@ -130,7 +133,17 @@ impl Store {
         // One more than asked tells whether there is a next page.
         let wanted = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
         let mut events = None;
-        if let Some(net @ IpOrCidr::Net(_)) = &filter.ip {
+        if let Some(query) = event_text::indexable(filter, self.backend())
+            && let Some(indexed_to) = self.event_text_indexed_to().await?
+        {
+            events = Some(
+                self.text_page(filter, after, wanted, &query, indexed_to)
+                    .await?,
+            );
+        }
+        if events.is_none()
+            && let Some(net @ IpOrCidr::Net(_)) = &filter.ip
+        {
             // A network filter read through the address index collects every event of every
             // address in the network before it can sort them by time: seconds for a busy /8 or
             // an IPv6 /32 over millions of events. So the newest events matching the other
@@ -203,6 +216,48 @@ impl Store {
             None
         };
         Ok(EventPage { events, next })
+    }
+
+    /// A page of a text search with the trigram index (SQLite). The newest rows matching the other
+    /// filters are read first and searched directly: a common text fills the page from them, and
+    /// that page is exact (every other match is older). Otherwise the index names the candidate
+    /// rows up to `indexed_to` and the rows after it are scanned.
+    async fn text_page(
+        &self,
+        filter: &EventFilter,
+        after: Option<Cursor>,
+        wanted: i64,
+        query: &str,
+        indexed_to: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let Some(text) = &filter.text else {
+            return Ok(Vec::new());
+        };
+        let rest = EventFilter {
+            text: None,
+            ..filter.clone()
+        };
+        let mut sql = Sql::new(
+            self.backend(),
+            &format!("SELECT {EVENT_COLUMNS} FROM (SELECT {EVENT_COLUMNS} FROM events WHERE 1 = 1"),
+        );
+        push_filter(&mut sql, &rest);
+        push_cursor(&mut sql, after);
+        sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
+            .bind(TEXT_WINDOW)
+            .push(") w WHERE 1 = 1");
+        push_text(&mut sql, text.as_str());
+        sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
+            .bind(wanted);
+        let found = read_events(self.db.query_all_raw(sql.build()).await?)?;
+        if i64::try_from(found.len()).unwrap_or(i64::MAX) >= wanted {
+            return Ok(found);
+        }
+        self.text_search_indexed(query, indexed_to, wanted, |sql| {
+            push_filter(sql, filter);
+            push_cursor(sql, after);
+        })
+        .await
     }
 
     /// Events stored after `after` in id order, for a live stream catching up.

@@ -9,6 +9,7 @@ mod m0004_settings;
 mod m0005_cluster;
 mod m0007_callback_secrets;
 mod m0008_event_perf;
+mod m0009_event_text;
 
 pub struct Migrator;
 
@@ -51,6 +52,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0005_cluster::M0005Cluster),
             Box::new(m0007_callback_secrets::M0007CallbackSecrets),
             Box::new(m0008_event_perf::M0008EventPerf),
+            Box::new(m0009_event_text::M0009EventText),
         ]
     }
 }

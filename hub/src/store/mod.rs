@@ -8,6 +8,7 @@ mod auth;
 pub mod cluster;
 mod entities;
 mod event_reads;
+mod event_text;
 pub mod events;
 mod migration;
 mod places;

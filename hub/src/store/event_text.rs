@@ -1,0 +1,201 @@
+//! Text search over the events' log lines on a long history: the trigram index of M0009 (SQLite),
+//! filled in the background by [`Store::index_event_text`], and the search that uses it.
+//!
+//! The index is only a way to find candidate rows: every row it names is checked again with the
+//! same `LIKE` as a plain scan, so the results (and the case rules: ASCII case ignored) are exactly
+//! those of the scan. It folds case more widely than `LIKE` and is asked for every three-character
+//! sequence of the text, so it names a superset of the matching rows, never fewer.
+//!
+//! Ingest never writes it: the indexer catches up in batches and records the highest event id it
+//! covers (`event_text_index.indexed_to`); a search asks the index for the rows up to there and
+//! scans the rows after it, which are the last second or so of ingest.
+
+use std::collections::HashSet;
+
+use sea_orm::{ConnectionTrait, DbBackend, TransactionTrait};
+
+use super::events::{EVENT_COLUMNS, Sql, get, read_events};
+use super::{Store, StoreError};
+use crate::domain::events::{EventFilter, StoredEvent};
+
+/// Newest rows (matching every other filter) a text search reads before it asks the index: a text
+/// in at least ≈ 1 % of them fills a page from these alone, and then the index, which would name
+/// a large share of the history, is not needed.
+pub(super) const TEXT_WINDOW: i64 = 5_000;
+/// Trigrams asked of the index at most: a longer text gets this many spread over it. Each one
+/// only narrows the candidates; the `LIKE` decides.
+const MAX_TRIGRAMS: usize = 12;
+
+/// The index query (FTS5 syntax) for `needle`, the text as stored in `logs` (JSON-escaped): every
+/// distinct three-character sequence of it, each quoted, joined with AND. `None` when the text is
+/// shorter than three characters, which the trigram index cannot look up.
+pub(super) fn trigram_query(needle: &str) -> Option<String> {
+    let chars: Vec<char> = needle.chars().collect();
+    if chars.len() < 3 {
+        return None;
+    }
+    let mut seen = HashSet::new();
+    let mut grams: Vec<String> = Vec::new();
+    for window in chars.windows(3) {
+        // Case is folded by the index itself; lower-casing here only avoids asking twice.
+        let gram: String = window.iter().flat_map(|c| c.to_lowercase()).collect();
+        if seen.insert(gram.clone()) {
+            grams.push(window.iter().collect());
+        }
+    }
+    if grams.len() > MAX_TRIGRAMS {
+        // Spread over the text, first and last included.
+        let last = grams.len() - 1;
+        grams = (0..MAX_TRIGRAMS)
+            .map(|i| grams[i * last / (MAX_TRIGRAMS - 1)].clone())
+            .collect();
+    }
+    let terms: Vec<String> = grams
+        .iter()
+        .map(|g| format!("\"{}\"", g.replace('"', "\"\"")))
+        .collect();
+    Some(terms.join(" AND "))
+}
+
+impl Store {
+    /// Adds up to `batch` events not yet in the text index (SQLite; nothing to do elsewhere).
+    /// Returns how many it indexed: fewer than `batch` means it has caught up. Entries of events
+    /// retention removed stay in the index (ids are never reused, and a search reads only rows
+    /// that still exist); they cost space, not results.
+    pub async fn index_event_text(&self, batch: usize) -> Result<u64, StoreError> {
+        if self.backend() != DbBackend::Sqlite {
+            return Ok(0);
+        }
+        let batch = i64::try_from(batch.max(1)).unwrap_or(i64::MAX);
+        let txn = self.db.begin().await?;
+        // The insert comes first so the transaction holds the write lock before it reads anything:
+        // what it indexes and the mark it moves to are then read from the same state.
+        let mut sql = Sql::new(
+            DbBackend::Sqlite,
+            "INSERT INTO event_text (rowid, logs) SELECT id, logs FROM events WHERE id > \
+             (SELECT indexed_to FROM event_text_index WHERE id = 1) ORDER BY id LIMIT ",
+        );
+        sql.bind(batch);
+        let indexed = txn.execute_raw(sql.build()).await?.rows_affected();
+        if indexed > 0 {
+            let mut sql = Sql::new(
+                DbBackend::Sqlite,
+                "UPDATE event_text_index SET indexed_to = (SELECT MAX(id) FROM (SELECT id FROM \
+                 events WHERE id > (SELECT indexed_to FROM event_text_index WHERE id = 1) \
+                 ORDER BY id LIMIT ",
+            );
+            sql.bind(batch).push(")) WHERE id = 1");
+            txn.execute_raw(sql.build()).await?;
+        }
+        txn.commit().await?;
+        Ok(indexed)
+    }
+
+    /// The highest event id the text index covers; `None` where there is no index (PostgreSQL).
+    pub async fn event_text_indexed_to(&self) -> Result<Option<i64>, StoreError> {
+        if self.backend() != DbBackend::Sqlite {
+            return Ok(None);
+        }
+        let sql = Sql::new(
+            DbBackend::Sqlite,
+            "SELECT indexed_to FROM event_text_index WHERE id = 1",
+        );
+        Ok(match self.db.query_one_raw(sql.build()).await? {
+            Some(row) => Some(get::<i64>(&row, 0)?),
+            None => None,
+        })
+    }
+
+    /// Up to `wanted` events matching `filter` (its text included) and the cursor, newest first,
+    /// found through the text index for ids up to `indexed_to` and by a scan of the rows after it.
+    /// `push_rest` appends every filter and the cursor to a `WHERE`.
+    pub(super) async fn text_search_indexed(
+        &self,
+        query: &str,
+        indexed_to: i64,
+        wanted: i64,
+        push_rest: impl Fn(&mut Sql),
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        // `NOT INDEXED`: only the id (the rowid) may be used to find rows, never an index in time
+        // order, which with a `LIMIT` the planner may prefer and then read the whole table.
+        let mut indexed = Sql::new(
+            DbBackend::Sqlite,
+            &format!(
+                "SELECT {EVENT_COLUMNS} FROM events NOT INDEXED WHERE id IN (SELECT rowid FROM \
+                 event_text WHERE event_text MATCH "
+            ),
+        );
+        indexed.bind(query.to_owned()).push(" AND rowid <= ");
+        indexed.bind(indexed_to).push(")");
+        push_rest(&mut indexed);
+        indexed
+            .push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
+            .bind(wanted);
+        let mut tail = Sql::new(
+            DbBackend::Sqlite,
+            &format!("SELECT {EVENT_COLUMNS} FROM events NOT INDEXED WHERE id > "),
+        );
+        tail.bind(indexed_to);
+        push_rest(&mut tail);
+        tail.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
+            .bind(wanted);
+        let mut events = read_events(self.db.query_all_raw(indexed.build()).await?)?;
+        events.extend(read_events(self.db.query_all_raw(tail.build()).await?)?);
+        events.sort_by(|a, b| (b.occurred_at, b.id.0).cmp(&(a.occurred_at, a.id.0)));
+        events.dedup_by_key(|e| e.id);
+        events.truncate(usize::try_from(wanted).unwrap_or(usize::MAX));
+        Ok(events)
+    }
+}
+
+/// Whether a text search can use the index: SQLite, and at least three characters.
+pub(super) fn indexable(filter: &EventFilter, backend: DbBackend) -> Option<String> {
+    if backend != DbBackend::Sqlite {
+        return None;
+    }
+    let text = filter.text.as_ref()?;
+    trigram_query(&stored_form(text.as_str()))
+}
+
+/// The text as it appears inside the JSON-encoded `logs` column (quotes and backslashes escaped).
+pub(super) fn stored_form(text: &str) -> String {
+    let json = serde_json::Value::String(text.to_owned()).to_string();
+    json.get(1..json.len().saturating_sub(1))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_texts_have_no_trigram_query() {
+        assert_eq!(trigram_query("ab"), None);
+        assert_eq!(trigram_query(""), None);
+        assert_eq!(trigram_query("abc").as_deref(), Some("\"abc\""));
+    }
+
+    #[test]
+    fn trigrams_are_distinct_quoted_and_bounded() {
+        assert_eq!(
+            trigram_query("abcab").as_deref(),
+            Some("\"abc\" AND \"bca\" AND \"cab\"")
+        );
+        // Case-insensitive duplicates are asked once.
+        assert_eq!(trigram_query("aaaAAA").as_deref(), Some("\"aaa\""));
+        assert_eq!(
+            trigram_query("a\"bc").as_deref(),
+            Some("\"a\"\"b\" AND \"\"\"bc\"")
+        );
+        let long = trigram_query("0123456789abcdefghijklmnopqrstuvwxyz").unwrap_or_default();
+        assert_eq!(long.matches(" AND ").count(), MAX_TRIGRAMS - 1);
+        assert!(long.starts_with("\"012\"") && long.ends_with("\"xyz\""));
+    }
+
+    #[test]
+    fn the_stored_form_is_json_escaped() {
+        assert_eq!(stored_form(r#"say "hi"\"#), r#"say \"hi\"\\"#);
+        assert_eq!(stored_form("école"), "école");
+    }
+}
