@@ -33,6 +33,15 @@ impl CallbackJails {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         Arc::clone(servers.entry(server).or_default())
     }
+
+    /// Drops what was remembered of a deleted server. (Another replica keeps its small entry until
+    /// it restarts; a deleted server's callbacks are refused before their jail is looked at.)
+    pub(super) fn forget(&self, server: ServerId) {
+        self.servers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&server);
+    }
 }
 
 impl Fleet {
@@ -58,5 +67,22 @@ impl Fleet {
                 names.unreachable(Instant::now())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deleted_server_is_forgotten() {
+        let jails = CallbackJails::default();
+        let (kept, deleted) = (ServerId::new(), ServerId::new());
+        let _ = jails.of(kept);
+        let _ = jails.of(deleted);
+        jails.forget(deleted);
+        let servers = jails.servers.lock().expect("lock");
+        assert!(servers.contains_key(&kept));
+        assert!(!servers.contains_key(&deleted));
     }
 }

@@ -391,6 +391,7 @@ impl Fleet {
         self.revoke_everywhere(&revoked).await;
         self.cut_off(id, None, "this server was removed from the hub")
             .await;
+        self.0.callback_jails.forget(id);
         tracing::info!(server_id = %id, certificates = revoked.len(), "server deleted and its agent revoked");
         Ok(())
     }
