@@ -63,6 +63,21 @@ async fn changes_are_recorded_with_who_what_and_where() {
     let viewer = hub.client_as("viewer").await.expect("viewer");
     let (status, _) = call(viewer.delete(hub.url(&format!("/api/servers/{id}")))).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
+    // A refused call names the server of its header (the handler that resolves it never ran).
+    let (status, _) = call(
+        viewer
+            .post(hub.url("/api/jails/sshd/ban/192.0.2.8"))
+            .header("X-BanDaemon-Server", &id),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = call(
+        viewer
+            .post(hub.url("/api/jails/sshd/unban/192.0.2.8"))
+            .header("X-BanDaemon-Server", "web-1"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
     let (status, body) = call(hub.client().delete(hub.url(&format!("/api/servers/{id}")))).await;
     assert!(status.is_success(), "{status} {body}");
 
@@ -82,11 +97,30 @@ async fn changes_are_recorded_with_who_what_and_where() {
         "POST /api/jails/{jail}/unban/{ip}",
         "POST /api/jails/{jail}/config",
     ] {
-        let found = find(&entries, action);
+        let found: Vec<_> = find(&entries, action)
+            .into_iter()
+            .filter(|e| e["outcome"] != "denied")
+            .collect();
         assert_eq!(found.len(), 1, "{action}: {entries:#?}");
         assert_eq!(found[0]["serverId"], id.as_str(), "{action}");
         assert_eq!(found[0]["outcome"], "failed", "{action}");
     }
+    let refused_ban = find(&entries, "POST /api/jails/{jail}/ban/{ip}");
+    let refused_ban: Vec<_> = refused_ban
+        .iter()
+        .filter(|e| e["outcome"] == "denied")
+        .collect();
+    assert_eq!(refused_ban.len(), 1, "{entries:#?}");
+    assert_eq!(refused_ban[0]["serverId"], id.as_str());
+    assert_eq!(refused_ban[0]["status"], 403);
+    let refused_unban = find(&entries, "POST /api/jails/{jail}/unban/{ip}");
+    let refused_unban: Vec<_> = refused_unban
+        .iter()
+        .filter(|e| e["outcome"] == "denied")
+        .collect();
+    assert_eq!(refused_unban.len(), 1, "{entries:#?}");
+    assert!(refused_unban[0]["serverId"].is_null(), "{entries:#?}");
+    assert_eq!(refused_unban[0]["detail"]["serverHeader"], "web-1");
 
     let deletes = find(&entries, "DELETE /api/servers/{id}");
     assert_eq!(deletes.len(), 2, "{entries:#?}");

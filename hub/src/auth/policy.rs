@@ -212,6 +212,11 @@ impl AuditHandle {
     }
 }
 
+/// The header naming the server a request is for (by id or name).
+const SERVER_HEADER: &str = "x-bandaemon-server";
+/// At most this many characters of a server header that is not an id go into a refusal's audit row.
+const MAX_NOTED_HEADER: usize = 64;
+
 /// Methods that change state (everything but GET, HEAD, OPTIONS).
 pub fn changes_state(method: &Method) -> bool {
     !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
@@ -389,6 +394,21 @@ pub async fn authorize(
         }
     };
     if principal.role < required {
+        // The handler, which resolves the target server of the `X-BanDaemon-Server` header, does
+        // not run: the refusal names the server the header gave.
+        if let Some(target) = request
+            .headers()
+            .get(SERVER_HEADER)
+            .and_then(|v| v.to_str().ok())
+        {
+            match crate::domain::ServerId::parse(target) {
+                Ok(id) => handle.server(id),
+                Err(_) => handle.note(
+                    "serverHeader",
+                    target.chars().take(MAX_NOTED_HEADER).collect::<String>(),
+                ),
+            }
+        }
         let response = ApiError::from(AuthError::Forbidden(format!(
             "{method} {template} needs the {required} role; {} has the {} role",
             principal.name, principal.role
