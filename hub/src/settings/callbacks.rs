@@ -70,20 +70,31 @@ pub fn check_chosen_secret(secret: &str, min_length: usize) -> Result<(), String
     Ok(())
 }
 
+/// Whether a secret set at `set_at` is older than the policy's `max_age` at `now` (a secret whose
+/// time is unknown is due; without a secret or a maximum age nothing is).
+fn rotation_due(
+    set: bool,
+    set_at: Option<DateTime<Utc>>,
+    max_age: Option<Duration>,
+    now: DateTime<Utc>,
+) -> bool {
+    match (set, max_age) {
+        (true, Some(max)) => set_at.is_none_or(|at| {
+            now.signed_duration_since(at)
+                .to_std()
+                .unwrap_or(Duration::ZERO)
+                > max
+        }),
+        _ => false,
+    }
+}
+
 impl SettingsService {
     fn status_of(&self, row: CallbackSecretRow, now: DateTime<Utc>) -> SecretStatus {
         let policy = self.current().settings.callbacks;
         let set_at = row.set_at.and_then(time);
         let previous_valid_until = row.previous_until.and_then(time).filter(|t| *t > now);
-        let rotation_due = match (row.set, policy.max_age) {
-            (true, Some(max)) => set_at.is_none_or(|at| {
-                now.signed_duration_since(at)
-                    .to_std()
-                    .unwrap_or(Duration::ZERO)
-                    > max
-            }),
-            _ => false,
-        };
+        let rotation_due = rotation_due(row.set, set_at, policy.max_age, now);
         SecretStatus {
             set: row.set,
             set_at,
@@ -200,5 +211,19 @@ mod tests {
         assert!(check_chosen_secret(&format!("{} b", "a".repeat(40)), 32).is_err());
         assert!(check_chosen_secret(&"é".repeat(40), 32).is_err());
         assert!(check_chosen_secret(&"a".repeat(257), 32).is_err());
+    }
+
+    #[test]
+    fn a_secret_is_due_for_rotation_once_older_than_the_maximum_age() {
+        let now = Utc::now();
+        let max = Some(Duration::from_secs(30 * 86_400));
+        let days = |d: i64| Some(now - chrono::Duration::days(d));
+        assert!(!rotation_due(true, days(29), max, now));
+        assert!(rotation_due(true, days(31), max, now));
+        assert!(rotation_due(true, None, max, now), "unknown age");
+        assert!(!rotation_due(false, days(400), max, now), "no secret");
+        assert!(!rotation_due(true, days(400), None, now), "no maximum");
+        // A clock that went back does not make a secret due.
+        assert!(!rotation_due(true, days(-1), max, now));
     }
 }
