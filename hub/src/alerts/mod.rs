@@ -131,7 +131,9 @@ impl Alerts {
             tokio::select! {
                 () = self.0.shutdown.cancelled() => return,
                 // Only a hint that something was committed; what it carried is read from the store.
-                _ = wake.recv() => {}
+                // The broadcast carries one message per event: the hints already queued are
+                // dropped with this one, or a batch of 1,000 events would cost 1,000 empty reads.
+                _ = wake.recv() => drain_hints(&mut wake),
                 () = tokio::time::sleep(TICK) => {}
             }
         }
@@ -505,4 +507,14 @@ impl Alerts {
     pub async fn digest(&self, id: i64) -> Result<Option<Digest>, StoreError> {
         self.0.store.digest(id).await
     }
+}
+
+/// Drops the wake-up hints already queued (one per committed event; lagging is fine, the store is
+/// read anyway).
+fn drain_hints<T: Clone>(wake: &mut tokio::sync::broadcast::Receiver<T>) {
+    use tokio::sync::broadcast::error::TryRecvError;
+    while !matches!(
+        wake.try_recv(),
+        Err(TryRecvError::Empty | TryRecvError::Closed)
+    ) {}
 }

@@ -13,7 +13,7 @@ use banhub_proto::v1::{
     Ack, AgentFrame, CommandResult, Drain, EventBatch, Heartbeat, Hello, HubFrame, Welcome,
     agent_frame, hub_frame,
 };
-use futures::{Stream, StreamExt};
+use futures::{FutureExt as _, Stream, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -30,6 +30,18 @@ const HELLO_DEADLINE: Duration = Duration::from_secs(10);
 const SEEN_WRITE_INTERVAL: Duration = Duration::from_secs(30);
 /// Servers per "last seen" statement.
 const SEEN_CHUNK: usize = 500;
+/// Most events stored in one transaction when an agent's batches queue up behind a commit (four
+/// batches of the agent's largest).
+const COALESCE_EVENTS: usize = 4_000;
+
+/// What was read after the batches gathered for one transaction.
+enum After {
+    Nothing,
+    /// Another frame, handled after the commit.
+    Frame(Option<agent_frame::Body>),
+    /// The stream ended (the reason); the gathered batches are still stored and acknowledged.
+    End(String),
+}
 
 /// The tonic service; a thin shell around [`Fleet`].
 #[derive(Debug, Clone)]
@@ -246,21 +258,8 @@ impl SessionTask {
                 message = self.inbound.message() => match message {
                     Ok(Some(frame)) => {
                         last_heard = Instant::now();
-                        match frame.body {
-                            Some(agent_frame::Body::Heartbeat(_)) => {}
-                            Some(agent_frame::Body::Result(result)) => {
-                                match pending.remove(&result.id) {
-                                    Some(reply) => { let _ = reply.send(result); }
-                                    None => tracing::debug!(command = %result.id, "result for a command nobody waits for"),
-                                }
-                            }
-                            Some(agent_frame::Body::Hello(_)) => return "protocol error: a second hello".to_owned(),
-                            Some(agent_frame::Body::Events(batch)) => {
-                                if let Err(reason) = self.ingest(batch).await {
-                                    return reason;
-                                }
-                            }
-                            None => return "protocol error: an empty frame".to_owned(),
+                        if let Err(reason) = self.on_frame(frame.body, &mut pending).await {
+                            return reason;
                         }
                     }
                     Ok(None) => return "the agent closed the session".to_owned(),
@@ -289,14 +288,88 @@ impl SessionTask {
         }
     }
 
-    /// Stores a batch and acknowledges it once committed. Events that break the rules cannot be fixed
-    /// by sending them again, so they are logged, counted and acknowledged with the rest rather than
-    /// blocking the agent's spool forever. A store failure ends the session: the agent resends.
-    async fn ingest(&self, batch: EventBatch) -> Result<(), String> {
-        let epoch = batch.epoch;
-        let mut events = Vec::with_capacity(batch.events.len());
+    /// Handles one frame from the agent; `Err` ends the session with the reason. A frame read while
+    /// gathering queued event batches is handled after their commit, in arrival order.
+    async fn on_frame(
+        &mut self,
+        body: Option<agent_frame::Body>,
+        pending: &mut HashMap<String, oneshot::Sender<CommandResult>>,
+    ) -> Result<(), String> {
+        let mut next = Some(body);
+        while let Some(body) = next.take() {
+            match body {
+                Some(agent_frame::Body::Heartbeat(_)) => {}
+                Some(agent_frame::Body::Result(result)) => match pending.remove(&result.id) {
+                    Some(reply) => {
+                        let _ = reply.send(result);
+                    }
+                    None => {
+                        tracing::debug!(command = %result.id, "result for a command nobody waits for");
+                    }
+                },
+                Some(agent_frame::Body::Hello(_)) => {
+                    return Err("protocol error: a second hello".to_owned());
+                }
+                Some(agent_frame::Body::Events(batch)) => {
+                    let (batches, after) = self.queued_batches(batch);
+                    self.ingest(batches).await?;
+                    match after {
+                        After::Nothing => {}
+                        After::Frame(body) => next = Some(body),
+                        After::End(reason) => return Err(reason),
+                    }
+                }
+                None => return Err("protocol error: an empty frame".to_owned()),
+            }
+        }
+        Ok(())
+    }
+
+    /// `first` and the batches of the same spool epoch that already arrived behind it (the agent
+    /// keeps several in flight), up to [`COALESCE_EVENTS`] events: they are stored in one
+    /// transaction, so while one commits the next ones queue up and share the following commit.
+    /// Never waits for a frame; what else was read is returned to be handled after the commit.
+    fn queued_batches(&mut self, first: EventBatch) -> (Vec<EventBatch>, After) {
+        let epoch = first.epoch;
+        let mut count = first.events.len();
+        let mut batches = vec![first];
+        while count < COALESCE_EVENTS {
+            // `message` is cancel-safe: a frame not complete yet stays buffered in the stream.
+            match self.inbound.message().now_or_never() {
+                None => break,
+                Some(Ok(Some(frame))) => match frame.body {
+                    Some(agent_frame::Body::Events(batch)) if batch.epoch == epoch => {
+                        count += batch.events.len();
+                        batches.push(batch);
+                    }
+                    other => return (batches, After::Frame(other)),
+                },
+                Some(Ok(None)) => {
+                    return (
+                        batches,
+                        After::End("the agent closed the session".to_owned()),
+                    );
+                }
+                Some(Err(status)) => {
+                    return (
+                        batches,
+                        After::End(format!("the stream failed: {}", status.message())),
+                    );
+                }
+            }
+        }
+        (batches, After::Nothing)
+    }
+
+    /// Stores batches of one spool epoch in one transaction and acknowledges them (one cumulative
+    /// ack) once committed. Events that break the rules cannot be fixed by sending them again, so
+    /// they are logged, counted and acknowledged with the rest rather than blocking the agent's
+    /// spool forever. A store failure ends the session: the agent resends.
+    async fn ingest(&self, batches: Vec<EventBatch>) -> Result<(), String> {
+        let epoch = batches.first().map_or(0, |b| b.epoch);
+        let mut events = Vec::with_capacity(batches.iter().map(|b| b.events.len()).sum());
         let mut last_seq = 0;
-        for event in batch.events {
+        for event in batches.into_iter().flat_map(|b| b.events) {
             last_seq = last_seq.max(event.seq);
             match ingest::to_new_event(event) {
                 Ok(pair) => events.push(pair),
