@@ -105,19 +105,17 @@ async fn changes_are_recorded_with_who_what_and_where() {
         assert_eq!(found[0]["serverId"], id.as_str(), "{action}");
         assert_eq!(found[0]["outcome"], "failed", "{action}");
     }
-    let refused_ban = find(&entries, "POST /api/jails/{jail}/ban/{ip}");
-    let refused_ban: Vec<_> = refused_ban
-        .iter()
-        .filter(|e| e["outcome"] == "denied")
-        .collect();
+    let denied_of = |action: &str| -> Vec<&Value> {
+        find(&entries, action)
+            .into_iter()
+            .filter(|e| e["outcome"] == "denied")
+            .collect()
+    };
+    let refused_ban = denied_of("POST /api/jails/{jail}/ban/{ip}");
     assert_eq!(refused_ban.len(), 1, "{entries:#?}");
     assert_eq!(refused_ban[0]["serverId"], id.as_str());
     assert_eq!(refused_ban[0]["status"], 403);
-    let refused_unban = find(&entries, "POST /api/jails/{jail}/unban/{ip}");
-    let refused_unban: Vec<_> = refused_unban
-        .iter()
-        .filter(|e| e["outcome"] == "denied")
-        .collect();
+    let refused_unban = denied_of("POST /api/jails/{jail}/unban/{ip}");
     assert_eq!(refused_unban.len(), 1, "{entries:#?}");
     assert!(refused_unban[0]["serverId"].is_null(), "{entries:#?}");
     assert_eq!(refused_unban[0]["detail"]["serverHeader"], "web-1");
