@@ -339,6 +339,7 @@ on_both_backends!(
     retention_prunes_old_events,
     often_banned_addresses_rank_first,
     text_search_finds_rare_lines_in_the_index_and_the_unindexed_tail,
+    stats_of_past_days_follow_late_events,
 );
 
 async fn ingest_is_idempotent_and_moves_the_cursor(backend: Backend) {
@@ -1452,4 +1453,107 @@ async fn text_search_finds_rare_lines_in_the_index_and_the_unindexed_tail(backen
     assert_eq!(common, walk_all);
     // Two characters cannot use the index: a scan, same answer.
     assert_eq!(store_pages(&store, &by_text("XZ"), 2).await, expected);
+}
+
+/// Stats and insights over past days are kept between requests (SQLite); an event of a past day
+/// that arrives late (a replayed spool) must show in the next answer, like a fresh read.
+async fn stats_of_past_days_follow_late_events(backend: Backend) {
+    let hub = TestHub::start(backend).await;
+    let (a, b) = (hub.server("late-a").await, hub.server("late-b").await);
+    let (agent_a, agent_b) = (AgentId::new(), AgentId::new());
+    let day0 = now_ms().div_euclid(DAY) * DAY;
+    let t = |days_ago: i64, hour: i64| day0 - days_ago * DAY + hour * HOUR + 60_000;
+    hub.ingest(
+        a,
+        agent_a,
+        1,
+        numbered(
+            1,
+            vec![
+                ban("198.51.100.1", "sshd", t(5, 3)),
+                ban("198.51.100.2", "sshd", t(3, 10)),
+                ban("198.51.100.3", "nginx", t(2, 23)),
+            ],
+        ),
+    )
+    .await;
+    let from = at(day0 - 7 * DAY).to_rfc3339();
+    let stats_path = format!("/api/events/bans/stats?from={}", urlencode(&from));
+    let insights_path = format!("/api/events/bans/insights?from={}", urlencode(&from));
+    let bans_of = |v: &Value, list: &str, key: &str, name: &str| -> u64 {
+        v[list]
+            .as_array()
+            .expect("list")
+            .iter()
+            .find(|e| e[key] == name)
+            .map_or(0, |e| e["bans"].as_u64().expect("bans"))
+    };
+    let read = || async {
+        let (status, stats) = hub.get(&stats_path).await;
+        assert_eq!(status, StatusCode::OK, "{stats}");
+        let (status, insights) = hub.get(&insights_path).await;
+        assert_eq!(status, StatusCode::OK, "{insights}");
+        (stats, insights)
+    };
+    // Twice: the second answer may come from what the first read.
+    for _ in 0..2 {
+        let (stats, insights) = read().await;
+        assert_eq!(stats["totals"]["bans"], 3, "{stats}");
+        assert_eq!(bans_of(&stats, "jails", "jail", "nginx"), 1, "{stats}");
+        assert_eq!(
+            bans_of(&insights, "topJails", "jail", "sshd"),
+            2,
+            "{insights}"
+        );
+    }
+    // Late events of past days, on another server and on the first, and one of today.
+    hub.ingest(
+        b,
+        agent_b,
+        1,
+        numbered(1, vec![ban("203.0.113.7", "nginx", t(4, 1))]),
+    )
+    .await;
+    let (stats, insights) = read().await;
+    assert_eq!(stats["totals"]["bans"], 4, "{stats}");
+    assert_eq!(bans_of(&stats, "jails", "jail", "nginx"), 2, "{stats}");
+    assert_eq!(
+        bans_of(&insights, "topJails", "jail", "nginx"),
+        2,
+        "{insights}"
+    );
+    assert_eq!(
+        bans_of(&insights, "topServers", "serverId", &b.to_string()),
+        1,
+        "{insights}"
+    );
+    hub.ingest(
+        a,
+        agent_a,
+        1,
+        numbered(
+            4,
+            vec![
+                ban("198.51.100.4", "sshd", t(6, 0)),
+                ban("198.51.100.5", "sshd", t(0, 0)),
+            ],
+        ),
+    )
+    .await;
+    let (stats, insights) = read().await;
+    assert_eq!(stats["totals"]["bans"], 6, "{stats}");
+    assert_eq!(bans_of(&stats, "jails", "jail", "sshd"), 4, "{stats}");
+    assert_eq!(
+        bans_of(&insights, "topJails", "jail", "sshd"),
+        4,
+        "{insights}"
+    );
+    let points: u64 = stats["series"]
+        .as_array()
+        .expect("series")
+        .iter()
+        .map(|p| p["bans"].as_u64().expect("bans"))
+        .sum();
+    assert_eq!(points, 6, "{stats}");
+    hub.shutdown().await;
 }
