@@ -555,7 +555,9 @@ pub struct InsightsDto {
     /// The same per network: IPv4 /24, IPv6 /48, or a banned network wider than that.
     networks: Vec<NetworkCountDto>,
     /// When `countries` and `networks` were counted; they are recounted in the background when a
-    /// request finds them older than 30 s.
+    /// request finds them older than 30 s. Absent, with both lists empty, while the first count
+    /// over a large history (more than 50,000 banned addresses) runs in the background: a request
+    /// never waits for it; ask again shortly.
     places_counted_at: Option<DateTime<Utc>>,
 }
 

@@ -1713,7 +1713,9 @@ export interface components {
             /**
              * Format: date-time
              * @description When `countries` and `networks` were counted; they are recounted in the background when a
-             *     request finds them older than 30 s.
+             *     request finds them older than 30 s. Absent, with both lists empty, while the first count
+             *     over a large history (more than 50,000 banned addresses) runs in the background: a request
+             *     never waits for it; ask again shortly.
              */
             placesCountedAt?: string | null;
             /** @description Addresses banned on more than one server, most servers first. */
