@@ -29,12 +29,15 @@ impl Store {
             "SELECT ip, server_id, bans FROM ip_servers",
         );
         if let Some(last) = after {
-            // Spelled out rather than as a row-value comparison, which not every SQLite has.
-            sql.push(" WHERE ip > ")
+            // Spelled out rather than as a row-value comparison, which not every SQLite has. The
+            // leading `ip >= ?` is what lets both databases start the page in the primary key:
+            // with only the `OR` SQLite scanned the table from its start for every page, which
+            // over millions of addresses made the count quadratic (minutes over 10M events).
+            sql.push(" WHERE ip >= ")
                 .bind(last.ip.clone())
-                .push(" OR (ip = ")
+                .push(" AND (ip > ")
                 .bind(last.ip.clone())
-                .push(" AND server_id > ")
+                .push(" OR server_id > ")
                 .bind(last.server.to_string())
                 .push(")");
         }
