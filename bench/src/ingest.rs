@@ -140,6 +140,43 @@ async fn ceiling(databases: &Databases, args: &IngestArgs) -> anyhow::Result<()>
     );
     drop(store);
 
+    // The same through the store without the rollups (`Store::import_batch`): what the per-event
+    // rollups cost, as the difference.
+    let url = databases.fresh("ceiling_store_no_rollups")?;
+    let store = Store::connect(&url, 4).await?;
+    let server = store
+        .create_server(NewServer {
+            name: ServerName::parse("ceiling")?,
+            description: String::new(),
+            labels: Labels::default(),
+        })
+        .await?;
+    let cpu = measure::cpu_seconds("self");
+    let db_cpu = databases.server_cpu();
+    let started = Instant::now();
+    let mut seq = 0u64;
+    for chunk in events.chunks(args.batch) {
+        let batch: Vec<(u64, NewEvent)> = chunk
+            .iter()
+            .map(|e| {
+                seq += 1;
+                (seq, e.clone())
+            })
+            .collect();
+        store.import_batch(server.id, agent, 1, batch).await?;
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "database only, through the store without rollups (Store::import_batch): {} events in \
+         {:.2} s = {:.0} events/s; CPU {:.1} s in this process{}",
+        events.len(),
+        elapsed.as_secs_f64(),
+        events.len() as f64 / elapsed.as_secs_f64(),
+        measure::cpu_seconds("self") - cpu,
+        databases.server_cpu_note(db_cpu),
+    );
+    drop(store);
+
     // A bare table shaped like `events`, no index, no rollup: what the database takes at best.
     let url = databases.fresh("ceiling_bare")?;
     let db = connect(&url, false).await?;

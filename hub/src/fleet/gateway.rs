@@ -37,8 +37,8 @@ const COALESCE_EVENTS: usize = 4_000;
 /// What was read after the batches gathered for one transaction.
 enum After {
     Nothing,
-    /// Another frame, handled after the commit.
-    Frame(Option<agent_frame::Body>),
+    /// Another frame, handled after the commit (boxed: a body is large, and rare here).
+    Frame(Box<Option<agent_frame::Body>>),
     /// The stream ended (the reason); the gathered batches are still stored and acknowledged.
     End(String),
 }
@@ -315,7 +315,7 @@ impl SessionTask {
                     self.ingest(batches).await?;
                     match after {
                         After::Nothing => {}
-                        After::Frame(body) => next = Some(body),
+                        After::Frame(body) => next = Some(*body),
                         After::End(reason) => return Err(reason),
                     }
                 }
@@ -342,7 +342,7 @@ impl SessionTask {
                         count += batch.events.len();
                         batches.push(batch);
                     }
-                    other => return (batches, After::Frame(other)),
+                    other => return (batches, After::Frame(Box::new(other))),
                 },
                 Some(Ok(None)) => {
                     return (
