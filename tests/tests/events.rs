@@ -1325,7 +1325,7 @@ async fn text_search_finds_rare_lines_in_the_index_and_the_unindexed_tail(backen
     let make = |i: u64| {
         let ip = format!("198.51.100.{}", i % 200);
         let ms = base + ((i * 7_919) % 4_000) as i64 * 60_000;
-        let mut event = ban(&ip, if i % 3 == 0 { "nginx" } else { "sshd" }, ms);
+        let mut event = ban(&ip, if i.is_multiple_of(3) { "nginx" } else { "sshd" }, ms);
         if let EventBody::Ban(f) = &mut event.body {
             let line = if rare.contains(&i) {
                 format!("kernel: Oops \"XZ-Backdoor-Probe\" {i} from {ip}")
@@ -1436,7 +1436,7 @@ async fn text_search_finds_rare_lines_in_the_index_and_the_unindexed_tail(backen
         .iter()
         .filter(|(_, id)| {
             let i = (*id - all.iter().map(|(_, i)| *i).min().unwrap_or(1)) as u64;
-            i % 3 == 0
+            i.is_multiple_of(3)
         })
         .copied()
         .collect();

@@ -122,8 +122,11 @@ fn today(now_ms: i64) -> i64 {
     floor(now_ms, DAY_MS)
 }
 
+/// A range of bucket starts, `[from, to)` in ms.
+type Range = (i64, i64);
+
 /// `[from, to)` cut at `edge`: the part before it and the part from it, each when not empty.
-fn cut(from: i64, to: i64, edge: i64) -> (Option<(i64, i64)>, Option<(i64, i64)>) {
+fn cut(from: i64, to: i64, edge: i64) -> (Option<Range>, Option<Range>) {
     let before = (from < edge.min(to)).then(|| (from, edge.min(to)));
     let after = (edge.max(from) < to).then(|| (edge.max(from), to));
     (before, after)

@@ -141,7 +141,7 @@ impl Store {
             .bind(wanted);
         let mut events = read_events(self.db.query_all_raw(indexed.build()).await?)?;
         events.extend(read_events(self.db.query_all_raw(tail.build()).await?)?);
-        events.sort_by(|a, b| (b.occurred_at, b.id.0).cmp(&(a.occurred_at, a.id.0)));
+        events.sort_by_key(|e| std::cmp::Reverse((e.occurred_at, e.id.0)));
         events.dedup_by_key(|e| e.id);
         events.truncate(usize::try_from(wanted).unwrap_or(usize::MAX));
         Ok(events)
