@@ -309,18 +309,7 @@ impl Store {
             .bind(from_ms)
             .push(" AND bucket < ")
             .bind(to_ms);
-        self.db
-            .query_all_raw(sql.build())
-            .await?
-            .iter()
-            .map(|row| {
-                Ok(CountRow {
-                    key: get(row, 0)?,
-                    kind: kind_of(&get::<String>(row, 1)?)?,
-                    count: to_u64(get(row, 2)?),
-                })
-            })
-            .collect()
+        self.count_rows(sql).await
     }
 
     /// Counts per server and kind in `[from_ms, to_ms)`, of one jail (or all), of one server (or
@@ -333,24 +322,15 @@ impl Store {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<CountRow<String>>, StoreError> {
-        let mut sql = Sql::new(
-            self.backend(),
-            &format!(
-                "SELECT server_id, kind, CAST(SUM(count) AS BIGINT) FROM {} WHERE jail = ",
-                grain.table()
-            ),
-        );
-        sql.bind(jail.map(|j| j.as_str().to_owned()).unwrap_or_default());
-        match server {
-            Some(server) => sql.push(" AND server_id = ").bind(server.to_string()),
-            None => sql.push(" AND server_id <> ''"),
-        };
-        sql.push(" AND bucket >= ")
-            .bind(from_ms)
-            .push(" AND bucket < ")
-            .bind(to_ms)
-            .push(" GROUP BY server_id, kind");
-        self.grouped_counts(sql).await
+        let jail = jail.map(|j| j.as_str().to_owned()).unwrap_or_default();
+        let server = server.map(|s| s.to_string());
+        self.count_by(
+            grain,
+            ("server_id", server),
+            ("jail", jail),
+            (from_ms, to_ms),
+        )
+        .await
     }
 
     /// Counts per jail and kind in `[from_ms, to_ms)`, on one server (or all), of one jail (or
@@ -363,27 +343,52 @@ impl Store {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<CountRow<String>>, StoreError> {
+        let server = server.map(|s| s.to_string()).unwrap_or_default();
+        let jail = jail.map(|j| j.as_str().to_owned());
+        self.count_by(
+            grain,
+            ("jail", jail),
+            ("server_id", server),
+            (from_ms, to_ms),
+        )
+        .await
+    }
+
+    /// Counts per value of the `group` column and kind in `[from, to)`: of one value (`Some`) or
+    /// of every value but the all-values rows (`''`), within the rows of `fixed`'s column whose
+    /// value is given (`''`: all of them). The columns are this module's literals, never input.
+    async fn count_by(
+        &self,
+        grain: Grain,
+        (group, only): (&'static str, Option<String>),
+        (fixed, value): (&'static str, String),
+        (from, to): (i64, i64),
+    ) -> Result<Vec<CountRow<String>>, StoreError> {
         let mut sql = Sql::new(
             self.backend(),
             &format!(
-                "SELECT jail, kind, CAST(SUM(count) AS BIGINT) FROM {} WHERE server_id = ",
+                "SELECT {group}, kind, CAST(SUM(count) AS BIGINT) FROM {} WHERE {fixed} = ",
                 grain.table()
             ),
         );
-        sql.bind(server.map(|s| s.to_string()).unwrap_or_default());
-        match jail {
-            Some(jail) => sql.push(" AND jail = ").bind(jail.as_str().to_owned()),
-            None => sql.push(" AND jail <> ''"),
+        sql.bind(value);
+        match only {
+            Some(only) => sql.push(&format!(" AND {group} = ")).bind(only),
+            None => sql.push(&format!(" AND {group} <> ''")),
         };
         sql.push(" AND bucket >= ")
-            .bind(from_ms)
+            .bind(from)
             .push(" AND bucket < ")
-            .bind(to_ms)
-            .push(" GROUP BY jail, kind");
-        self.grouped_counts(sql).await
+            .bind(to)
+            .push(&format!(" GROUP BY {group}, kind"));
+        self.count_rows(sql).await
     }
 
-    async fn grouped_counts(&self, sql: Sql) -> Result<Vec<CountRow<String>>, StoreError> {
+    /// `(key, kind, count)` rows.
+    async fn count_rows<K: sea_orm::TryGetable>(
+        &self,
+        sql: Sql,
+    ) -> Result<Vec<CountRow<K>>, StoreError> {
         self.db
             .query_all_raw(sql.build())
             .await?
