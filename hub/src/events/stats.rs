@@ -115,6 +115,29 @@ impl DayCache {
         }
         m.insert(key, rows);
     }
+
+    /// The rows cached under `key` in `map`, or `read`'s, kept unless the cache was emptied
+    /// while they were read.
+    async fn through<T, F>(
+        &self,
+        map: fn(&mut CacheState) -> &mut HashMap<Key, Arc<Vec<T>>>,
+        key: Key,
+        read: F,
+    ) -> Result<Arc<Vec<T>>, EventsError>
+    where
+        F: Future<Output = Result<Vec<T>, EventsError>>,
+    {
+        if let Some(hit) = map(&mut self.lock()).get(&key).cloned() {
+            return Ok(hit);
+        }
+        let generation = self.generation();
+        let rows = Arc::new(read.await?);
+        let mut state = self.lock();
+        if state.generation == generation {
+            Self::put(map, &mut state, key, Arc::clone(&rows));
+        }
+        Ok(rows)
+    }
 }
 
 /// Where the cached part of a read ends: the start of today (UTC).
@@ -172,23 +195,13 @@ impl Reader<'_> {
         let mut rows = Vec::new();
         if let (Some(range), Some(cache)) = (past, self.cache) {
             let key = Self::key(Read::Series, grain, server, jail, range);
-            let hit = cache.lock().series.get(&key).cloned();
-            let part = match hit {
-                Some(part) => part,
-                None => {
-                    let generation = cache.generation();
-                    let part = Arc::new(
-                        self.store
-                            .count_series(grain, server, jail, range.0, range.1)
-                            .await?,
-                    );
-                    let mut state = cache.lock();
-                    if state.generation == generation {
-                        DayCache::put(|s| &mut s.series, &mut state, key, Arc::clone(&part));
-                    }
-                    part
-                }
+            let read = async {
+                Ok(self
+                    .store
+                    .count_series(grain, server, jail, range.0, range.1)
+                    .await?)
             };
+            let part = cache.through(|s| &mut s.series, key, read).await?;
             rows.extend(part.iter().cloned());
         }
         if let Some((a, b)) = live {
@@ -215,20 +228,13 @@ impl Reader<'_> {
             };
             if let (Some(range), Some(cache)) = (past, self.cache) {
                 let key = Self::key(read, grain, server, jail, range);
-                let hit = cache.lock().grouped.get(&key).cloned();
-                let part = match hit {
-                    Some(part) => part,
-                    None => {
-                        let generation = cache.generation();
-                        let part =
-                            Arc::new(self.read_grouped(read, grain, server, jail, range).await?);
-                        let mut state = cache.lock();
-                        if state.generation == generation {
-                            DayCache::put(|s| &mut s.grouped, &mut state, key, Arc::clone(&part));
-                        }
-                        part
-                    }
-                };
+                let part = cache
+                    .through(
+                        |s| &mut s.grouped,
+                        key,
+                        self.read_grouped(read, grain, server, jail, range),
+                    )
+                    .await?;
                 rows.extend(part.iter().cloned());
             }
             if let Some(range) = live {
