@@ -112,15 +112,8 @@ async fn ceiling(databases: &Databases, args: &IngestArgs) -> anyhow::Result<()>
     let cpu = measure::cpu_seconds("self");
     let db_cpu = databases.server_cpu();
     let started = Instant::now();
-    let mut seq = 0u64;
-    for chunk in events.chunks(args.batch) {
-        let batch: Vec<(u64, NewEvent)> = chunk
-            .iter()
-            .map(|e| {
-                seq += 1;
-                (seq, e.clone())
-            })
-            .collect();
+    for batch in numbered_batches(&events, args.batch) {
+        let seq = batch.last().map_or(0, |(seq, _)| *seq);
         let outcome = store.ingest_batch(server.id, agent, 1, batch).await?;
         if outcome.committed_seq != seq {
             bail!("the store committed {} of {seq}", outcome.committed_seq);
@@ -154,15 +147,7 @@ async fn ceiling(databases: &Databases, args: &IngestArgs) -> anyhow::Result<()>
     let cpu = measure::cpu_seconds("self");
     let db_cpu = databases.server_cpu();
     let started = Instant::now();
-    let mut seq = 0u64;
-    for chunk in events.chunks(args.batch) {
-        let batch: Vec<(u64, NewEvent)> = chunk
-            .iter()
-            .map(|e| {
-                seq += 1;
-                (seq, e.clone())
-            })
-            .collect();
+    for batch in numbered_batches(&events, args.batch) {
         store.import_batch(server.id, agent, 1, batch).await?;
     }
     let elapsed = started.elapsed();
@@ -662,4 +647,19 @@ async fn check_stored(host: &Host, expected: usize) -> anyhow::Result<()> {
         bail!("the hub holds {stored} events, {expected} were posted");
     }
     Ok(())
+}
+
+/// `events` in batches of `size`, numbered 1, 2, … across the batches as one spool would.
+fn numbered_batches(
+    events: &[NewEvent],
+    size: usize,
+) -> impl Iterator<Item = Vec<(u64, NewEvent)>> + '_ {
+    events.chunks(size).enumerate().map(move |(i, chunk)| {
+        let first = (i * size) as u64;
+        chunk
+            .iter()
+            .enumerate()
+            .map(|(j, e)| (first + j as u64 + 1, e.clone()))
+            .collect()
+    })
 }
