@@ -16,7 +16,7 @@ mod health;
 mod jails;
 mod servers;
 mod settings;
-mod target;
+pub(crate) mod target;
 
 use std::sync::Arc;
 

@@ -29,6 +29,7 @@ use utoipa::openapi::{OpenApi, PathItem};
 use super::cookie::SESSION_COOKIE;
 use super::{AuditRecord, Auth, AuthError, Authn, Credential, Outcome, Principal, Role};
 use crate::api::ApiError;
+use crate::api::target::SERVER_HEADER;
 
 /// The OpenAPI extension naming the role a route needs.
 pub const ROLE_EXTENSION: &str = "x-required-role";
@@ -212,8 +213,6 @@ impl AuditHandle {
     }
 }
 
-/// The header naming the server a request is for (by id or name).
-const SERVER_HEADER: &str = "x-bandaemon-server";
 /// At most this many characters of a server header that is not an id go into a refusal's audit row.
 const MAX_NOTED_HEADER: usize = 64;
 
