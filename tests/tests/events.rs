@@ -10,8 +10,8 @@ use std::time::Duration;
 use banhub::app::{App, AppState};
 use banhub::config::Config;
 use banhub::domain::events::{
-    BanDuration, BanFacts, EventBody, EventFilter, EventSource, GapFacts, GapReason, IpOrCidr,
-    JailName, Logs, NewEvent, SearchText, SeqRange,
+    BanDuration, BanFacts, EventBody, EventFilter, EventKind, EventSource, GapFacts, GapReason,
+    IpOrCidr, JailName, Logs, NewEvent, SearchText, SeqRange,
 };
 use banhub::domain::{AgentId, Labels, NewServer, ServerId, ServerName};
 use banhub::store::Store;
@@ -339,6 +339,7 @@ on_both_backends!(
     retention_prunes_old_events,
     often_banned_addresses_rank_first,
     text_search_finds_rare_lines_in_the_index_and_the_unindexed_tail,
+    network_pages_are_those_of_the_plain_filter,
     stats_of_past_days_follow_late_events,
 );
 
@@ -1453,6 +1454,151 @@ async fn text_search_finds_rare_lines_in_the_index_and_the_unindexed_tail(backen
     assert_eq!(common, walk_all);
     // Two characters cannot use the index: a scan, same answer.
     assert_eq!(store_pages(&store, &by_text("XZ"), 2).await, expected);
+}
+
+/// A network filter reads a network of few addresses as the newest page of each address, merged,
+/// and a network of many through a window of the newest events: both must give, page by page,
+/// exactly the events the filter's own rule (`EventFilter::matches`) picks out of everything
+/// stored, in the same order, with every other filter and across late (out of order) batches.
+async fn network_pages_are_those_of_the_plain_filter(backend: Backend) {
+    let (store, _dir, _postgres) = bare_store(backend).await;
+    let mut servers = Vec::new();
+    for name in ["net-1", "net-2"] {
+        let server = store
+            .create_server(NewServer {
+                name: ServerName::parse(name).expect("name"),
+                description: String::new(),
+                labels: Labels::default(),
+            })
+            .await
+            .expect("server")
+            .id;
+        servers.push(server);
+    }
+    let base = now_ms() - 3 * DAY;
+    // A busy address and a few quiet ones in 192.0.2.0/24, 300 addresses in 198.51.0.0/16 (more
+    // than the merge takes), IPv6 in 2001:db8::/32, probe events of the busy address, unbans;
+    // times scattered so that ids and times are in different orders.
+    let address = |i: u64| match i % 10 {
+        0..=3 => "192.0.2.7".to_owned(),
+        4 => format!("192.0.2.{}", 100 + i % 9),
+        5..=7 => format!("198.51.{}.{}", (i / 10) % 3, (i / 30) % 100 + 1),
+        8 => format!("2001:db8:{:x}::{:x}", i % 5, i % 37 + 1),
+        _ => format!("203.0.113.{}", i % 50 + 1),
+    };
+    let make = |i: u64| {
+        let ip = address(i);
+        let ms = base + ((i * 7_919) % 3_000) as i64 * 60_000;
+        let jail = match i % 7 {
+            0 => banhub_proto::rules::PROBE_JAIL,
+            1 | 2 => "nginx",
+            _ => "sshd",
+        };
+        if i % 3 == 2 {
+            unban(&ip, jail, ms)
+        } else {
+            ban(&ip, jail, ms)
+        }
+    };
+    let agents = [AgentId::new(), AgentId::new()];
+    for (n, first) in (0..3_000u64).step_by(250).enumerate() {
+        let s = n % 2;
+        store
+            .ingest_batch(
+                servers[s],
+                agents[s],
+                1,
+                numbered(
+                    (n / 2) as u64 * 250 + 1,
+                    (first..first + 250).map(make).collect::<Vec<_>>(),
+                ),
+            )
+            .await
+            .expect("ingest");
+    }
+    // Everything stored, probe events included, newest first.
+    let mut stored = Vec::new();
+    for jail in [None, Some(banhub_proto::rules::PROBE_JAIL)] {
+        let filter = EventFilter {
+            jail: jail.map(|j| JailName::parse(j).expect("jail")),
+            ..EventFilter::default()
+        };
+        let mut after = None;
+        loop {
+            let page = store.list_events(&filter, after, 1_000).await.expect("page");
+            stored.extend(page.events);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+    }
+    assert_eq!(stored.len(), 3_000);
+    stored.sort_by_key(|e| std::cmp::Reverse((e.occurred_at, e.id.0)));
+    let net = |text: &str| Some(IpOrCidr::parse(text).expect("network"));
+    let range_from = at(base + DAY);
+    let filters = [
+        EventFilter {
+            ip: net("192.0.2.0/24"),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            ip: net("192.0.0.0/16"),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            ip: net("198.51.0.0/16"),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            ip: net("2001:db8::/32"),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            ip: net("192.0.2.0/24"),
+            jail: Some(JailName::parse("nginx").expect("jail")),
+            server: Some(servers[1]),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            ip: net("192.0.2.0/24"),
+            jail: Some(JailName::parse(banhub_proto::rules::PROBE_JAIL).expect("jail")),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            ip: net("192.0.2.96/28"),
+            kinds: vec![EventKind::Unban],
+            from: Some(range_from),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            ip: net("198.51.0.0/16"),
+            kinds: vec![EventKind::Ban],
+            from: Some(range_from),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            ip: net("10.0.0.0/8"),
+            ..EventFilter::default()
+        },
+    ];
+    for filter in &filters {
+        let want: Vec<(i64, i64)> = stored
+            .iter()
+            .filter(|e| filter.matches(e))
+            .map(|e| (e.occurred_at.timestamp_millis(), e.id.0))
+            .collect();
+        if filter.ip != net("10.0.0.0/8") {
+            assert!(!want.is_empty(), "{filter:?} selects something");
+        }
+        for page in [1, 7, 50, 1_000] {
+            assert_eq!(
+                store_pages(&store, filter, page).await,
+                want,
+                "{filter:?}, pages of {page}"
+            );
+        }
+    }
 }
 
 /// Stats and insights over past days are kept between requests (SQLite); an event of a past day

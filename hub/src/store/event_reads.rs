@@ -3,11 +3,16 @@
 
 use sea_orm::{ConnectionTrait, DbBackend, QueryResult};
 
-use super::event_text::{self, TEXT_WINDOW};
+use super::event_text::{self, RARE_TRIGRAM_DOCS, TEXT_WINDOW};
 use super::events::{
     CountRow, DISTINCT_IPS, EVENT_COLUMNS, Grain, HOT_IP_BANS, HOT_IP_SERVER_BANS, NETWORK_WINDOW,
     NETWORK_WINDOW_MAX, Sql, get, read_events, to_u64,
 };
+
+/// Distinct addresses of a network filter up to which each address's newest page is read and the
+/// pages merged (one index seek per address); a network holding more (a busy /8, an IPv6 /32) is
+/// read through a window of the newest events instead.
+const NETWORK_ADDRESSES_MAX: i64 = 256;
 use super::{Store, StoreError, to_time};
 use crate::domain::ServerId;
 use crate::domain::events::{
@@ -144,6 +149,16 @@ impl Store {
         if events.is_none()
             && let Some(net @ IpOrCidr::Net(_)) = &filter.ip
         {
+            // A network of a few addresses (a /24 or /16 around a busy one): the newest page of
+            // each address, from the address index in time order, merged.
+            let (lo, hi) = ip_key_range(net);
+            if let Some(keys) = self.addresses_in(&lo, &hi, NETWORK_ADDRESSES_MAX).await? {
+                events = Some(self.network_merge(filter, after, wanted, &keys).await?);
+            }
+        }
+        if events.is_none()
+            && let Some(net @ IpOrCidr::Net(_)) = &filter.ip
+        {
             // A network filter read through the address index collects every event of every
             // address in the network before it can sort them by time: seconds for a busy /8 or
             // an IPv6 /32 over millions of events. So the newest events matching the other
@@ -218,10 +233,87 @@ impl Store {
         Ok(EventPage { events, next })
     }
 
-    /// A page of a text search with the trigram index (SQLite). The newest rows matching the other
+    /// The distinct address keys stored in `[lo, hi]`, lowest first, when there are at most
+    /// `max`; `None` when there are more. One index seek per address (a loose index scan), so a
+    /// busy address costs no more than a quiet one.
+    async fn addresses_in(
+        &self,
+        lo: &[u8; 16],
+        hi: &[u8; 16],
+        max: i64,
+    ) -> Result<Option<Vec<Vec<u8>>>, StoreError> {
+        let mut sql = Sql::new(
+            self.backend(),
+            // `ORDER BY … LIMIT 1`, not `MIN`: PostgreSQL has no `MIN` of bytes.
+            "WITH RECURSIVE k(ip_key, n) AS (SELECT (SELECT ip_key FROM events WHERE ip_key >= ",
+        );
+        sql.bind(lo.to_vec())
+            .push(" AND ip_key <= ")
+            .bind(hi.to_vec())
+            .push(
+                " ORDER BY ip_key LIMIT 1), 1 UNION ALL SELECT (SELECT e.ip_key FROM events e \
+                 WHERE e.ip_key > k.ip_key AND e.ip_key <= ",
+            )
+            .bind(hi.to_vec())
+            // One more than `max` tells that there are more.
+            .push(" ORDER BY e.ip_key LIMIT 1), k.n + 1 FROM k WHERE k.ip_key IS NOT NULL AND k.n <= ")
+            .bind(max)
+            .push(") SELECT ip_key FROM k WHERE ip_key IS NOT NULL");
+        let keys = self
+            .db
+            .query_all_raw(sql.build())
+            .await?
+            .iter()
+            .map(|row| get::<Vec<u8>>(row, 0))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((i64::try_from(keys.len()).unwrap_or(i64::MAX) <= max).then_some(keys))
+    }
+
+    /// A page of a network filter over the addresses `keys` (every stored address of the
+    /// network): the newest `wanted` events of each address that match the other filters, merged
+    /// newest first. Exact: the page's events are each among the newest `wanted` of their address.
+    async fn network_merge(
+        &self,
+        filter: &EventFilter,
+        after: Option<Cursor>,
+        wanted: i64,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rest = EventFilter {
+            ip: None,
+            ..filter.clone()
+        };
+        let mut sql = Sql::new(
+            self.backend(),
+            &format!("SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT id FROM ("),
+        );
+        for (i, key) in keys.iter().enumerate() {
+            if i > 0 {
+                sql.push(" UNION ALL ");
+            }
+            sql.push("SELECT id, occurred_at FROM (SELECT id, occurred_at FROM events WHERE ip_key = ")
+                .bind(key.clone());
+            push_filter(&mut sql, &rest);
+            push_cursor(&mut sql, after);
+            sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
+                .bind(wanted)
+                .push(&format!(") a{i}"));
+        }
+        sql.push(") m ORDER BY occurred_at DESC, id DESC LIMIT ")
+            .bind(wanted)
+            .push(") ORDER BY occurred_at DESC, id DESC");
+        read_events(self.db.query_all_raw(sql.build()).await?)
+    }
+
+    /// A page of a text search with the trigram index (SQLite). When a trigram of the text is in
+    /// few events, the index is asked for the rarest trigrams only and names the candidates up to
+    /// `indexed_to`; the rows after it are scanned. Otherwise the newest rows matching the other
     /// filters are read first and searched directly: a common text fills the page from them, and
-    /// that page is exact (every other match is older). Otherwise the index names the candidate
-    /// rows up to `indexed_to` and the rows after it are scanned.
+    /// that page is exact (every other match is older); if they do not, the index (`query`) names
+    /// the candidates. Every candidate is checked with the plain `LIKE`.
     async fn text_page(
         &self,
         filter: &EventFilter,
@@ -233,6 +325,20 @@ impl Store {
         let Some(text) = &filter.text else {
             return Ok(Vec::new());
         };
+        let push_rest = |sql: &mut Sql| {
+            push_filter(sql, filter);
+            push_cursor(sql, after);
+        };
+        // A text with a rare trigram: the index, asked for the rarest few only, names fewer
+        // candidates than the window below would read, and is not slowed by common trigrams
+        // (whose lists of events are long).
+        let grams = event_text::trigrams(&event_text::stored_form(text.as_str()));
+        let counted = self.trigram_docs(&grams, RARE_TRIGRAM_DOCS).await?;
+        if let Some(rare) = event_text::rarest_trigrams(&counted, to_u64(RARE_TRIGRAM_DOCS)) {
+            return self
+                .text_search_indexed(&event_text::match_all(&rare), indexed_to, wanted, push_rest)
+                .await;
+        }
         let rest = EventFilter {
             text: None,
             ..filter.clone()
@@ -253,11 +359,8 @@ impl Store {
         if i64::try_from(found.len()).unwrap_or(i64::MAX) >= wanted {
             return Ok(found);
         }
-        self.text_search_indexed(query, indexed_to, wanted, |sql| {
-            push_filter(sql, filter);
-            push_cursor(sql, after);
-        })
-        .await
+        self.text_search_indexed(query, indexed_to, wanted, push_rest)
+            .await
     }
 
     /// Events stored after `after` in id order, for a live stream catching up.
@@ -411,6 +514,8 @@ impl Store {
         server: Option<ServerId>,
         limit: usize,
     ) -> Result<Vec<IpSummary>, StoreError> {
+        // The per-address rollups may be pending (SQLite): written first (store::events).
+        self.flush_rollups().await?;
         let hot = self.ranked_ips(server, limit, true).await?;
         if hot.len() >= limit {
             return Ok(hot);
@@ -463,6 +568,8 @@ impl Store {
 
     /// Addresses banned on more than one server, most servers first, then most bans.
     pub async fn repeat_offenders(&self, limit: usize) -> Result<Vec<IpSummary>, StoreError> {
+        // The per-address rollups may be pending (SQLite): written first (store::events).
+        self.flush_rollups().await?;
         let mut sql = Sql::new(
             self.backend(),
             &format!(
@@ -484,6 +591,8 @@ impl Store {
         &self,
         ip: &IpOrCidr,
     ) -> Result<Option<(IpSummary, Vec<IpOnServer>)>, StoreError> {
+        // The per-address rollups may be pending (SQLite): written first (store::events).
+        self.flush_rollups().await?;
         let text = ip.to_string();
         let mut sql = Sql::new(
             self.backend(),
@@ -520,6 +629,8 @@ impl Store {
 
     /// How many distinct addresses the per-address rollup holds.
     pub async fn distinct_ips(&self) -> Result<u64, StoreError> {
+        // The per-address rollups may be pending (SQLite): written first (store::events).
+        self.flush_rollups().await?;
         let mut sql = Sql::new(
             self.backend(),
             "SELECT value FROM event_totals WHERE name = ",

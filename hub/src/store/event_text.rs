@@ -14,7 +14,7 @@ use std::collections::HashSet;
 
 use sea_orm::{ConnectionTrait, DbBackend, TransactionTrait};
 
-use super::events::{EVENT_COLUMNS, Sql, get, read_events};
+use super::events::{EVENT_COLUMNS, Sql, get, read_events, to_u64};
 use super::{Store, StoreError};
 use crate::domain::events::{EventFilter, StoredEvent};
 
@@ -26,35 +26,85 @@ pub(super) const TEXT_WINDOW: i64 = 5_000;
 /// only narrows the candidates; the `LIKE` decides.
 const MAX_TRIGRAMS: usize = 12;
 
-/// The index query (FTS5 syntax) for `needle`, the text as stored in `logs` (JSON-escaped): every
-/// distinct three-character sequence of it, each quoted, joined with AND. `None` when the text is
-/// shorter than three characters, which the trigram index cannot look up.
-pub(super) fn trigram_query(needle: &str) -> Option<String> {
+/// Documents (events) under which a trigram counts as rare: a search whose text has a trigram in
+/// fewer events asks the index first, for the rarest of them only, and checks at most this many
+/// candidates; otherwise (every trigram common) the newest rows are read first. Counting stops
+/// here, so asking costs at most this many index entries per trigram.
+pub(super) const RARE_TRIGRAM_DOCS: i64 = 2_000;
+/// Rare trigrams asked of the index together at most: each one more narrows the candidates a
+/// little and costs one more index lookup; the `LIKE` decides anyway.
+const RARE_TRIGRAMS: usize = 3;
+
+/// Every distinct three-character sequence of `needle` (the text as stored in `logs`, JSON-escaped),
+/// in the order they first appear. Empty when the text is shorter than three characters, which
+/// the trigram index cannot look up.
+pub(super) fn trigrams(needle: &str) -> Vec<String> {
     let chars: Vec<char> = needle.chars().collect();
-    if chars.len() < 3 {
-        return None;
-    }
     let mut seen = HashSet::new();
     let mut grams: Vec<String> = Vec::new();
     for window in chars.windows(3) {
         // Case is folded by the index itself; lower-casing here only avoids asking twice.
-        let gram: String = window.iter().flat_map(|c| c.to_lowercase()).collect();
-        if seen.insert(gram.clone()) {
+        let folded: String = window.iter().flat_map(|c| c.to_lowercase()).collect();
+        if seen.insert(folded) {
             grams.push(window.iter().collect());
         }
     }
+    grams
+}
+
+/// One trigram as an FTS5 query term: quoted, inner quotes doubled.
+pub(super) fn quoted(gram: &str) -> String {
+    format!("\"{}\"", gram.replace('"', "\"\""))
+}
+
+/// The index query (FTS5 syntax) for `grams`: each quoted, joined with AND. A row holding the
+/// text holds every one of them, so any subset names a superset of the matches.
+pub(super) fn match_all(grams: &[String]) -> String {
+    grams
+        .iter()
+        .map(|g| quoted(g))
+        .collect::<Vec<_>>()
+        .join(" AND ")
+}
+
+/// The index query for `needle` when nothing is known of its trigrams: every distinct trigram,
+/// at most [`MAX_TRIGRAMS`] spread over the text, first and last included. `None` when the text is
+/// shorter than three characters.
+pub(super) fn trigram_query(needle: &str) -> Option<String> {
+    let mut grams = trigrams(needle);
+    if grams.is_empty() {
+        return None;
+    }
     if grams.len() > MAX_TRIGRAMS {
-        // Spread over the text, first and last included.
         let last = grams.len() - 1;
         grams = (0..MAX_TRIGRAMS)
             .map(|i| grams[i * last / (MAX_TRIGRAMS - 1)].clone())
             .collect();
     }
-    let terms: Vec<String> = grams
+    Some(match_all(&grams))
+}
+
+/// The trigrams to ask the index for, given how many events each is in (counted up to `cap`):
+/// the rarest, and up to [`RARE_TRIGRAMS`] in all of those under `cap`, rarest first (the first in
+/// the text on a tie). `None` when every trigram is in `cap` events or more: the text is common,
+/// or made of common pieces, and the index would name too many candidates to check first.
+pub(super) fn rarest_trigrams(counted: &[(String, u64)], cap: u64) -> Option<Vec<String>> {
+    let mut rare: Vec<(usize, &(String, u64))> = counted
         .iter()
-        .map(|g| format!("\"{}\"", g.replace('"', "\"\"")))
+        .enumerate()
+        .filter(|(_, (_, docs))| *docs < cap)
         .collect();
-    Some(terms.join(" AND "))
+    // A stable order: fewest events first, then the earliest in the text.
+    rare.sort_by_key(|(i, (_, docs))| (*docs, *i));
+    if rare.is_empty() {
+        return None;
+    }
+    Some(
+        rare.into_iter()
+            .take(RARE_TRIGRAMS)
+            .map(|(_, (gram, _))| gram.clone())
+            .collect(),
+    )
 }
 
 impl Store {
@@ -89,6 +139,39 @@ impl Store {
         }
         txn.commit().await?;
         Ok(indexed)
+    }
+
+    /// In how many indexed events each of `grams` occurs, counted up to `cap` (a trigram in `cap`
+    /// or more events counts `cap`), in one statement: at most `cap` index entries read per
+    /// trigram, however common it is. Entries of events retention removed are counted too: the
+    /// figures only choose which trigrams to ask for, never what a search finds.
+    pub(super) async fn trigram_docs(
+        &self,
+        grams: &[String],
+        cap: i64,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        if grams.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut sql = Sql::new(DbBackend::Sqlite, "SELECT ");
+        for (i, gram) in grams.iter().enumerate() {
+            if i > 0 {
+                sql.push(", ");
+            }
+            sql.push("(SELECT COUNT(*) FROM (SELECT rowid FROM event_text WHERE event_text MATCH ")
+                .bind(quoted(gram))
+                .push(" LIMIT ")
+                .bind(cap)
+                .push("))");
+        }
+        let Some(row) = self.db.query_one_raw(sql.build()).await? else {
+            return Ok(grams.iter().map(|g| (g.clone(), to_u64(cap))).collect());
+        };
+        grams
+            .iter()
+            .enumerate()
+            .map(|(i, gram)| Ok((gram.clone(), to_u64(get::<i64>(&row, i)?))))
+            .collect()
     }
 
     /// The highest event id the text index covers; `None` where there is no index (PostgreSQL).
@@ -191,6 +274,61 @@ mod tests {
         let long = trigram_query("0123456789abcdefghijklmnopqrstuvwxyz").unwrap_or_default();
         assert_eq!(long.matches(" AND ").count(), MAX_TRIGRAMS - 1);
         assert!(long.starts_with("\"012\"") && long.ends_with("\"xyz\""));
+    }
+
+    fn counted(pairs: &[(&str, u64)]) -> Vec<(String, u64)> {
+        pairs.iter().map(|(g, n)| ((*g).to_owned(), *n)).collect()
+    }
+
+    #[test]
+    fn trigrams_are_distinct_in_text_order() {
+        assert_eq!(trigrams("abcab"), ["abc", "bca", "cab"]);
+        assert_eq!(trigrams("aaAAaa"), ["aaA"]);
+        assert_eq!(trigrams("ab"), Vec::<String>::new());
+        assert_eq!(trigrams("écol"), ["éco", "col"]);
+    }
+
+    #[test]
+    fn the_rarest_trigrams_under_the_cap_are_asked_for() {
+        let grams = counted(&[
+            ("xz-", 10),
+            ("pro", 2_000),
+            ("bac", 105),
+            ("ack", 7),
+            ("z-b", 10),
+        ]);
+        // Fewest first, ties in text order, at most RARE_TRIGRAMS, never one at the cap.
+        assert_eq!(
+            rarest_trigrams(&grams, 2_000),
+            Some(vec!["ack".to_owned(), "xz-".to_owned(), "z-b".to_owned()])
+        );
+        let two = counted(&[("pro", 5_000), ("obe", 40), ("rob", 1_999)]);
+        assert_eq!(
+            rarest_trigrams(&two, 2_000),
+            Some(vec!["obe".to_owned(), "rob".to_owned()])
+        );
+    }
+
+    #[test]
+    fn a_trigram_in_no_event_is_the_rarest() {
+        let grams = counted(&[("ext", 1_500), ("no-", 0), ("tex", 900)]);
+        assert_eq!(
+            rarest_trigrams(&grams, 2_000).and_then(|g| g.first().cloned()),
+            Some("no-".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_text_of_common_trigrams_has_no_rare_choice() {
+        let grams = counted(&[("fai", 2_000), ("ail", 2_000), ("ile", 2_000)]);
+        assert_eq!(rarest_trigrams(&grams, 2_000), None);
+        assert_eq!(rarest_trigrams(&[], 2_000), None);
+    }
+
+    #[test]
+    fn every_trigram_is_anded_and_quoted() {
+        let grams = vec!["a\"b".to_owned(), "xyz".to_owned()];
+        assert_eq!(match_all(&grams), "\"a\"\"b\" AND \"xyz\"");
     }
 
     #[test]
