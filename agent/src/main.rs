@@ -396,9 +396,12 @@ async fn start_relay(
         settings.fail2ban_timeout(),
     );
     tokio::spawn(jails.clone().keep_fresh(shutdown.clone()));
-    let relay = relay::Relay::new(spool, secret)
-        .with_belief(belief)
-        .with_jails(jails);
+    let mut relay = relay::Relay::new(spool, secret).with_jails(jails);
+    // The belief is only ever read by reconciliation; with it off, recording every callback in it
+    // is work for nothing (and its state file is not written anyway).
+    if settings.reconcile.interval_secs != 0 {
+        relay = relay.with_belief(belief);
+    }
     let handle = link::commands::RelayHandle {
         listen: bound,
         stats: relay.stats(),

@@ -8,8 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
+use banhub_proto::rules::IpOrCidr;
+
 use super::diff::Key;
-use crate::spool::Event;
+use crate::spool::{Event, JailName};
 
 /// The state file's name in the state directory.
 pub const STATE_FILE: &str = "reconcile.json";
@@ -50,7 +52,11 @@ struct StateFile {
 
 #[derive(Debug, Default)]
 struct State {
-    bans: BTreeSet<Key>,
+    /// jail → addresses. Nested rather than a set of `(jail, ip)` pairs so that recording an
+    /// event finds its jail without allocating and compares addresses only: the relay records
+    /// every event it stores, and a flat set of pairs cost ≈ 3 µs per event on a belief of 100k
+    /// bans (two allocations and a full jail comparison at every tree level).
+    bans: BTreeMap<String, BTreeSet<String>>,
     /// Whether a state file existed (or a baseline was taken): without one, the first
     /// reconciliation records a baseline instead of reporting.
     has_baseline: bool,
@@ -78,11 +84,8 @@ impl Belief {
                         path: path.clone(),
                         source,
                     })?;
-                let bans = file
-                    .bans
-                    .into_iter()
-                    .flat_map(|(jail, ips)| ips.into_iter().map(move |ip| (jail.clone(), ip)))
-                    .collect();
+                let mut bans = file.bans;
+                bans.retain(|_, ips| !ips.is_empty());
                 State {
                     bans,
                     has_baseline: true,
@@ -105,22 +108,50 @@ impl Belief {
     /// Takes an event the agent reported into account: a ban adds `(jail, ip)`, an unban removes
     /// it, a gap changes nothing.
     pub fn record(&self, event: &Event) {
+        match event {
+            Event::Ban(ban) => self.record_ban(true, &ban.jail, &ban.ip),
+            Event::Unban(ban) => self.record_ban(false, &ban.jail, &ban.ip),
+            Event::Gap(_) => {}
+        }
+    }
+
+    /// [`Belief::record`] for a ban (`banned`) or an unban of `ip` in `jail`, without the event:
+    /// the relay hands the event itself to the spool.
+    pub fn record_ban(&self, banned: bool, jail: &JailName, ip: &IpOrCidr) {
+        let ip = ip.to_string();
         let mut state = self.lock();
-        let changed = match event {
-            Event::Ban(ban) => state
-                .bans
-                .insert((ban.jail.to_string(), ban.ip.to_string())),
-            Event::Unban(ban) => state
-                .bans
-                .remove(&(ban.jail.to_string(), ban.ip.to_string())),
-            Event::Gap(_) => false,
+        let changed = if banned {
+            match state.bans.get_mut(jail.as_str()) {
+                Some(ips) => ips.insert(ip),
+                None => {
+                    state
+                        .bans
+                        .insert(jail.as_str().to_owned(), BTreeSet::from([ip]));
+                    true
+                }
+            }
+        } else {
+            match state.bans.get_mut(jail.as_str()) {
+                Some(ips) => {
+                    let removed = ips.remove(&ip);
+                    if ips.is_empty() {
+                        state.bans.remove(jail.as_str());
+                    }
+                    removed
+                }
+                None => false,
+            }
         };
         state.dirty |= changed;
     }
 
     /// The current belief.
     pub fn snapshot(&self) -> BTreeSet<Key> {
-        self.lock().bans.clone()
+        self.lock()
+            .bans
+            .iter()
+            .flat_map(|(jail, ips)| ips.iter().map(|ip| (jail.clone(), ip.clone())))
+            .collect()
     }
 
     /// Whether a baseline exists (a state file was found or [`Belief::set_baseline`] ran).
@@ -130,15 +161,19 @@ impl Belief {
 
     /// Replaces the belief with `bans` (the first run's baseline).
     pub fn set_baseline(&self, bans: BTreeSet<Key>) {
+        let mut nested: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (jail, ip) in bans {
+            nested.entry(jail).or_default().insert(ip);
+        }
         let mut state = self.lock();
-        state.bans = bans;
+        state.bans = nested;
         state.has_baseline = true;
         state.dirty = true;
     }
 
     /// How many bans the agent believes in.
     pub fn len(&self) -> usize {
-        self.lock().bans.len()
+        self.lock().bans.values().map(BTreeSet::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -153,16 +188,10 @@ impl Belief {
             if !state.dirty || !state.has_baseline {
                 return Ok(());
             }
-            let mut file = StateFile {
+            let file = StateFile {
                 version: 1,
-                bans: BTreeMap::new(),
+                bans: state.bans.clone(),
             };
-            for (jail, ip) in &state.bans {
-                file.bans
-                    .entry(jail.clone())
-                    .or_default()
-                    .insert(ip.clone());
-            }
             state.dirty = false;
             let text = serde_json::to_vec(&file).unwrap_or_default();
             (text, self.path.clone())
@@ -239,6 +268,32 @@ mod tests {
         assert_eq!(
             again.snapshot(),
             BTreeSet::from([("sshd".to_owned(), "192.0.2.2".to_owned())])
+        );
+    }
+
+    #[test]
+    fn record_ban_tracks_each_jail_apart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let belief = Belief::load(dir.path()).expect("load");
+        let ip = |s: &str| IpOrCidr::parse(s).expect("ip");
+        let jail = |s: &str| JailName::parse(s).expect("jail");
+        belief.record_ban(true, &jail("sshd"), &ip("192.0.2.1"));
+        belief.record_ban(true, &jail("sshd"), &ip("192.0.2.1"));
+        belief.record_ban(true, &jail("nginx"), &ip("192.0.2.1"));
+        belief.record_ban(true, &jail("sshd"), &ip("2001:db8::/64"));
+        belief.record_ban(false, &jail("nginx"), &ip("192.0.2.1"));
+        belief.record_ban(false, &jail("postfix"), &ip("192.0.2.9"));
+        assert_eq!(belief.len(), 2);
+        assert_eq!(
+            belief.snapshot(),
+            BTreeSet::from([
+                ("sshd".to_owned(), "192.0.2.1".to_owned()),
+                ("sshd".to_owned(), "2001:db8::/64".to_owned()),
+            ])
+        );
+        assert!(
+            !belief.lock().bans.contains_key("nginx"),
+            "emptied jails go"
         );
     }
 

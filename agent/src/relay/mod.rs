@@ -233,8 +233,13 @@ impl Relay {
         {
             return Err(Problem::unknown_jail(callback.jail.as_str()));
         }
+        // What the belief needs, taken before the event moves into the spool (cloning the whole
+        // event, log lines and all, cost more than recording it).
+        let recorded = self
+            .belief
+            .as_ref()
+            .map(|belief| (belief, callback.jail.clone(), callback.ip));
         let event = self.event(kind, callback);
-        let recorded = self.belief.as_ref().map(|belief| (belief, event.clone()));
         let position = self.spool.append(event).await.map_err(|e| {
             tracing::error!(error = %e, "could not store a callback in the spool");
             match e {
@@ -242,8 +247,8 @@ impl Relay {
                 _ => Problem::spool_unavailable(),
             }
         })?;
-        if let Some((belief, event)) = recorded {
-            belief.record(&event);
+        if let Some((belief, jail, ip)) = recorded {
+            belief.record_ban(matches!(kind, Kind::Ban), &jail, &ip);
         }
         Ok(position)
     }

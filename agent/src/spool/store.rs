@@ -38,6 +38,9 @@ const GAP_RESERVE: u64 = 1024;
 /// whatever the age): after a crash the events acked since the last mark are delivered again, and
 /// the hub stores each `(agent, epoch, seq)` once, so a stale mark re-sends but never loses.
 const ACK_PERSIST_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// Bytes of encoded records kept in memory for delivery (see [`Tail`]); a backlog beyond this is
+/// read back from the segments.
+const TAIL_BYTES: usize = 16 << 20;
 /// Epochs stay below 2^53 so that they survive JSON readers that use doubles and fit a signed
 /// 64-bit database column; 53 random bits are plenty to tell a spool from its predecessors.
 const EPOCH_LIMIT: u64 = 1 << 53;
@@ -117,6 +120,60 @@ struct Lost {
     last: u64,
 }
 
+/// The newest records, kept in memory as they were appended so that delivery does not read back
+/// and parse what was written a moment ago (reading back cost the writer thread as much as writing).
+/// The entries cover the consecutive numbers `first..first + entries.len()`, up to the last
+/// appended record; an entry is `None` once delivery took it, and the oldest go when they are
+/// acknowledged or past [`TAIL_BYTES`]. The segments stay the truth: whatever is not here is read
+/// from them, and the tail is lost with the store after a write error or a restart.
+#[derive(Debug, Default)]
+struct Tail {
+    first: u64,
+    entries: VecDeque<Option<(Event, usize)>>,
+    bytes: usize,
+}
+
+impl Tail {
+    /// Adds the record numbered `seq`, which must follow the last one (a tail that does not end
+    /// just before it starts afresh).
+    fn push(&mut self, seq: u64, event: Event, encoded: usize) {
+        if self.first + self.entries.len() as u64 != seq {
+            self.entries.clear();
+            self.bytes = 0;
+            self.first = seq;
+        }
+        self.entries.push_back(Some((event, encoded)));
+        self.bytes += encoded;
+        while self.bytes > TAIL_BYTES {
+            self.pop_front();
+        }
+    }
+
+    /// Forgets every record numbered `seq` or below.
+    fn forget_through(&mut self, seq: u64) {
+        while self.first <= seq && !self.entries.is_empty() {
+            self.pop_front();
+        }
+    }
+
+    fn pop_front(&mut self) {
+        if let Some(entry) = self.entries.pop_front() {
+            if let Some((_, encoded)) = entry {
+                self.bytes -= encoded;
+            }
+            self.first += 1;
+        }
+    }
+
+    /// Takes the record numbered `seq` out, if it is still here.
+    fn take(&mut self, seq: u64) -> Option<Event> {
+        let at = usize::try_from(seq.checked_sub(self.first)?).ok()?;
+        let (event, encoded) = self.entries.get_mut(at)?.take()?;
+        self.bytes -= encoded;
+        Some(event)
+    }
+}
+
 /// The open spool.
 #[derive(Debug)]
 pub(super) struct Store {
@@ -146,6 +203,8 @@ pub(super) struct Store {
     /// Receive time of the oldest unacknowledged record, by sequence number, so `head` reads it
     /// from disk once rather than on every call.
     oldest_cache: Option<(u64, i64)>,
+    /// The newest records in memory, for [`Store::pending`].
+    tail: Tail,
 }
 
 impl Store {
@@ -217,6 +276,7 @@ impl Store {
             ack_written_at: std::time::Instant::now(),
             bytes: 0,
             oldest_cache: None,
+            tail: Tail::default(),
         };
         let lost = store.load_segments(&seg_names)?;
         let last = store.segments.back().map_or(0, Segment::last_seq);
@@ -428,7 +488,10 @@ impl Store {
                     }));
                 }
                 Ok(json) => match self.push(&json, matches!(event, Event::Gap(_))) {
-                    Ok(seq) => results.push(Ok(seq)),
+                    Ok(seq) => {
+                        self.tail.push(seq, event, json.len());
+                        results.push(Ok(seq));
+                    }
                     Err(e) => {
                         failure = Some(e);
                         break;
@@ -443,7 +506,8 @@ impl Store {
         }
         if let Some(error) = failure {
             // Nothing of this batch may be reported durable; the caller drops the store and
-            // reopening recovers whatever made it to disk.
+            // reopening recovers whatever made it to disk. Nor may delivery see it.
+            self.tail = Tail::default();
             return vec![Err(error); count];
         }
         results
@@ -532,6 +596,7 @@ impl Store {
             let json = serde_json::to_vec(&gap).map_err(|e| SpoolError::Encode(Arc::new(e)))?;
             let need = frame::frame_len(json.len()) as u64;
             self.frame_record(&json, need, true)?;
+            self.tail.push(self.next_seq - 1, gap, json.len());
         }
         Ok(())
     }
@@ -652,6 +717,7 @@ impl Store {
             return Ok(());
         }
         self.acked = seq;
+        self.tail.forget_through(seq);
         if self.oldest_cache.is_some_and(|(s, _)| s <= seq) {
             self.oldest_cache = None;
         }
@@ -698,8 +764,14 @@ impl Store {
         Ok(())
     }
 
-    /// Up to `max` records with a sequence number above `after_seq`, oldest first.
-    pub(super) fn pending(&self, after_seq: u64, max: usize) -> Result<Vec<Record>, SpoolError> {
+    /// Up to `max` records with a sequence number above `after_seq`, oldest first. Records still
+    /// in the [`Tail`] are taken from memory (a later call for the same numbers reads them from
+    /// the segment); the others are read back from their segment in one read per segment.
+    pub(super) fn pending(
+        &mut self,
+        after_seq: u64,
+        max: usize,
+    ) -> Result<Vec<Record>, SpoolError> {
         let mut out = Vec::new();
         for segment in &self.segments {
             if out.len() >= max {
@@ -713,18 +785,40 @@ impl Store {
                 .saturating_add(max - out.len())
                 .min(segment.index.len());
             let take = &segment.index[start..stop];
-            let Some(&(_, from)) = take.first() else {
-                continue;
+            let mut from_memory: Vec<Option<Event>> =
+                take.iter().map(|&(seq, _)| self.tail.take(seq)).collect();
+            // The records memory no longer has, read back in one range.
+            let missing = from_memory.iter().position(Option::is_none);
+            let bytes = match missing {
+                None => None,
+                Some(first) => {
+                    let last = from_memory
+                        .iter()
+                        .rposition(Option::is_none)
+                        .unwrap_or(first);
+                    let from = take[first].1;
+                    let end = segment
+                        .index
+                        .get(start + last + 1)
+                        .map_or(segment.size, |&(_, off)| off);
+                    Some((from, read_range(&segment.path, from, end)?))
+                }
             };
-            let end = segment
-                .index
-                .get(stop)
-                .map_or(segment.size, |&(_, off)| off);
-            let bytes = read_range(&segment.path, from, end)?;
-            for &(seq, offset) in take {
-                let at = usize::try_from(offset - from).unwrap_or(usize::MAX);
-                let event =
-                    decode_event(&segment.path, offset, bytes.get(at..).unwrap_or_default())?;
+            for (&(seq, offset), cached) in take.iter().zip(from_memory.iter_mut()) {
+                let event = match (cached.take(), &bytes) {
+                    (Some(event), _) => event,
+                    (None, Some((from, bytes))) => {
+                        let at = usize::try_from(offset - from).unwrap_or(usize::MAX);
+                        decode_event(&segment.path, offset, bytes.get(at..).unwrap_or_default())?
+                    }
+                    // Unreachable: a record missing from memory is in `bytes`.
+                    (None, None) => {
+                        return Err(SpoolError::Unreadable {
+                            path: segment.path.clone(),
+                            offset,
+                        });
+                    }
+                };
                 out.push(Record { seq, event });
             }
         }

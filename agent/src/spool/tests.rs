@@ -470,3 +470,78 @@ async fn closed_spool_answers_closed() {
     let err = other.append(ban(1)).await.expect_err("closed");
     assert!(matches!(err, SpoolError::Closed), "{err}");
 }
+
+#[tokio::test]
+async fn records_delivered_from_memory_equal_what_the_segments_hold() {
+    let dir = TempDir::new().expect("tempdir");
+    let spool = open(&dir, small()).await;
+    let mut events: Vec<Event> = (1..=300).map(ban).collect();
+    // An unban with every optional field empty and one with long, capped log lines.
+    if let Event::Ban(mut sparse) = ban(301) {
+        sparse.ban_time = None;
+        sparse.ban_duration = None;
+        sparse.ban_count = None;
+        sparse.logs = Logs::default();
+        events.push(Event::Unban(sparse));
+    }
+    if let Event::Ban(mut long) = ban(302) {
+        long.logs = Logs::capped((0..80).map(|n| format!("line {n} {}", "x".repeat(400))));
+        long.ban_duration = Some(BanDuration::Permanent);
+        events.push(Event::Ban(long));
+    }
+    for event in &events {
+        spool.append(event.clone()).await.expect("append");
+    }
+    // Take a few from memory first, so the next read mixes memory and disk.
+    let early = spool.pending(100, 20).await.expect("pending");
+    assert_eq!(early.len(), 20);
+    let mixed = spool.pending(0, usize::MAX).await.expect("pending");
+    let from_disk = spool.pending(0, usize::MAX).await.expect("pending");
+    let expected: Vec<Record> = events
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(i, event)| Record {
+            seq: i as u64 + 1,
+            event,
+        })
+        .collect();
+    assert_eq!(&early[..], &expected[100..120]);
+    assert_eq!(mixed, expected);
+    assert_eq!(from_disk, expected);
+    // What a restart reads back is the same again.
+    spool.close().await;
+    let spool = open(&dir, small()).await;
+    assert_eq!(
+        spool.pending(0, usize::MAX).await.expect("pending"),
+        expected
+    );
+}
+
+#[tokio::test]
+async fn acknowledged_records_leave_memory_and_still_read_back() {
+    let dir = TempDir::new().expect("tempdir");
+    let spool = open(&dir, small()).await;
+    let positions = append_all(&spool, (1..=50).map(ban)).await;
+    let epoch = positions[0].epoch;
+    spool.ack(epoch, 30).await.expect("ack");
+    // 1..=30 left memory with the ack and come from the segment, 31..=50 from memory.
+    let all = spool.pending(0, usize::MAX).await.expect("pending");
+    assert_eq!(
+        all.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        (1..=50).collect::<Vec<_>>()
+    );
+    let mut failures: Vec<u32> = all.iter().map(|r| failures(&r.event)).collect();
+    failures.sort_unstable();
+    assert_eq!(failures, (1..=50).collect::<Vec<_>>());
+    // Appends after the ack continue the numbers in memory and on disk alike.
+    let more = append_all(&spool, (51..=60).map(ban)).await;
+    assert_eq!(more.iter().map(|p| p.seq).max(), Some(60));
+    let next = spool.pending(50, usize::MAX).await.expect("pending");
+    let again = spool.pending(50, usize::MAX).await.expect("pending");
+    assert_eq!(
+        next.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        (51..=60).collect::<Vec<_>>()
+    );
+    assert_eq!(next, again, "memory and disk agree");
+}
