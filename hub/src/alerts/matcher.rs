@@ -2,6 +2,7 @@
 //! (from the per-address rollup) and ban-rate spikes (a sliding window per rule). Pure functions
 //! over what the worker read; the worker persists the result.
 
+use std::borrow::Borrow;
 use std::collections::{HashMap, VecDeque};
 
 use super::geoip::GeoIp;
@@ -76,9 +77,15 @@ impl State {
 /// How many of `events` (ids after `cursor`, in order) can be matched now: all of them, unless a
 /// hole in the ids may still fill (a transaction that took a smaller id and has not committed). A
 /// hole is waited for until the event after it is `grace_ms` old.
-pub fn ready_prefix(cursor: i64, events: &[StoredEvent], now_ms: i64, grace_ms: i64) -> usize {
+pub fn ready_prefix<E: Borrow<StoredEvent>>(
+    cursor: i64,
+    events: &[E],
+    now_ms: i64,
+    grace_ms: i64,
+) -> usize {
     let mut previous = cursor;
     for (i, event) in events.iter().enumerate() {
+        let event = event.borrow();
         let hole = event.id.0 > previous + 1;
         if hole && now_ms - event.stored_at.timestamp_millis() < grace_ms {
             return i;
@@ -89,10 +96,10 @@ pub fn ready_prefix(cursor: i64, events: &[StoredEvent], now_ms: i64, grace_ms: 
 }
 
 /// The addresses of the bans among `events`.
-pub fn ban_ips(events: &[StoredEvent]) -> Vec<String> {
+pub fn ban_ips<E: Borrow<StoredEvent>>(events: &[E]) -> Vec<String> {
     let mut ips: Vec<String> = events
         .iter()
-        .filter_map(|e| match &e.body {
+        .filter_map(|e| match &e.borrow().body {
             EventBody::Ban(facts) => Some(facts.ip.to_string()),
             _ => None,
         })
@@ -109,9 +116,9 @@ fn in_scope(rule: &AlertRule, event: &StoredEvent, jail: &str, country: Option<&
 }
 
 /// The matches of every enabled rule among `events`, grouped by rule.
-pub fn evaluate(
+pub fn evaluate<E: Borrow<StoredEvent>>(
     alerts: &Alerts,
-    events: &[StoredEvent],
+    events: &[E],
     state: &mut State,
     geoip: Option<&GeoIp>,
     ban_counts: &HashMap<String, u64>,
@@ -140,6 +147,7 @@ pub fn evaluate(
     let rules: Vec<&AlertRule> = alerts.rules.iter().filter(|r| r.enabled).collect();
     let needs_country = rules.iter().any(|r| !r.countries.is_empty());
     for event in events {
+        let event = event.borrow();
         let EventBody::Ban(facts) = &event.body else {
             continue;
         };

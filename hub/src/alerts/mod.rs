@@ -1,12 +1,14 @@
-//! Alerts on ban events: rules matched by a background worker that reads committed events from the
-//! store by id (never in the ingest path), groups each rule's matches into digests, and delivers
-//! them by e-mail and webhooks with retries; delivery status is kept for the API.
+//! Alerts on ban events: rules matched by a background worker that follows committed events by id
+//! (never in the ingest path), groups each rule's matches into digests, and delivers them by e-mail
+//! and webhooks with retries; delivery status is kept for the API.
 //!
 //! Three steps, each durable in the store:
-//! 1. *Match*: events after the worker's cursor are read in id order and matched against the rules;
-//!    the matches go into each rule's open digest and the cursor moves past them in the same
-//!    transaction, so a restart neither loses nor repeats an alert. The live broadcast only wakes
-//!    the worker; it is never the source.
+//! 1. *Match*: events after the worker's cursor are matched against the rules in id order; the
+//!    matches go into each rule's open digest and the cursor moves past them in the same
+//!    transaction, so a restart neither loses nor repeats an alert. The events are those of the
+//!    live broadcast when it holds every id right after the cursor (the common case: no read back),
+//!    else they are read from the store; the cursor alone, while nothing matches, is written at
+//!    most once a second.
 //! 2. *Close*: a digest whose window has passed is closed and gets one delivery per channel.
 //! 3. *Deliver*: due deliveries are sent; a failure worth retrying is retried with exponential
 //!    backoff until `alerts.maxAttempts`, then reported failed.
@@ -28,7 +30,7 @@ use chrono::Utc;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::events::{EventFilter, EventId, EventKind};
+use crate::domain::events::{EventFilter, EventId, EventKind, StoredEvent};
 use crate::events::Events;
 use crate::settings::SettingsService;
 use crate::store::{Store, StoreError};
@@ -36,6 +38,12 @@ use model::{AttemptOutcome, Channel, Delivery, DeliveryFilter, Digest, NewDelive
 
 /// Events read per step.
 const BATCH: usize = 500;
+/// Events heard on the live broadcast matched per step.
+const HEARD_BATCH: usize = 5_000;
+/// Most events heard on the live broadcast kept while waiting to be matched.
+const HEARD_MAX: usize = 50_000;
+/// How often the cursor is written while events match nothing (it is written with every match).
+const CURSOR_WRITE_EVERY: Duration = Duration::from_secs(1);
 /// How often the worker looks even when nothing woke it.
 const TICK: Duration = Duration::from_millis(500);
 /// A hole in the event ids younger than this may be a transaction still committing (PostgreSQL
@@ -107,7 +115,7 @@ impl Alerts {
 
     async fn match_loop(self) {
         let mut wake = self.0.events.subscribe();
-        let mut cursor = loop {
+        let cursor = loop {
             match self.start_cursor().await {
                 Ok(cursor) => break cursor,
                 Err(e) => {
@@ -120,20 +128,24 @@ impl Alerts {
             }
         };
         let mut state = self.seeded_state(cursor).await;
+        let mut position = Position {
+            cursor,
+            stored: cursor,
+            written_at: tokio::time::Instant::now(),
+        };
+        let mut heard = Heard::new();
         loop {
-            match self.match_step(cursor, &mut state).await {
-                Ok(next) => cursor = next,
-                Err(e) => tracing::warn!(error = %e, "alerts: matching events failed; retrying"),
+            if let Err(e) = self.match_step(&mut position, &mut state, &mut heard).await {
+                tracing::warn!(error = %e, "alerts: matching events failed; retrying");
             }
             if let Err(e) = self.close_due().await {
                 tracing::warn!(error = %e, "alerts: closing digests failed; retrying");
             }
             tokio::select! {
                 () = self.0.shutdown.cancelled() => return,
-                // Only a hint that something was committed; what it carried is read from the store.
-                // The broadcast carries one message per event: the hints already queued are
-                // dropped with this one, or a batch of 1,000 events would cost 1,000 empty reads.
-                _ = wake.recv() => drain_hints(&mut wake),
+                // The broadcast carries one message per committed event: the ones already queued
+                // are taken with this one. A message lost to a lag is read from the store.
+                first = wake.recv() => hear(first, &mut wake, &mut heard),
                 () = tokio::time::sleep(TICK) => {}
             }
         }
@@ -204,24 +216,51 @@ impl Alerts {
         Ok(state)
     }
 
-    /// Matches every event after `cursor` that can be matched now; returns the new cursor.
+    /// Matches every event after the cursor that can be matched now. The events come from the
+    /// live broadcast when it holds the ones right after the cursor, without holes; otherwise
+    /// (a lag, a start, events another hub stored, PostgreSQL's ids committed out of order) they
+    /// are read from the store.
     async fn match_step(
         &self,
-        mut cursor: i64,
+        position: &mut Position,
         state: &mut matcher::State,
-    ) -> Result<i64, StoreError> {
+        heard: &mut Heard,
+    ) -> Result<(), StoreError> {
         loop {
-            let events = self.0.store.events_after(EventId(cursor), BATCH).await?;
-            if events.is_empty() {
-                return Ok(cursor);
+            // What was heard up to the cursor is matched already.
+            *heard = heard.split_off(&(position.cursor + 1));
+            let mut events: Vec<Arc<StoredEvent>> = Vec::new();
+            let mut next = position.cursor + 1;
+            while events.len() < HEARD_BATCH {
+                let Some(event) = heard.get(&next) else {
+                    break;
+                };
+                events.push(Arc::clone(event));
+                next += 1;
             }
-            let now = Utc::now().timestamp_millis();
-            let ready = matcher::ready_prefix(cursor, &events, now, GAP_GRACE_MS);
+            let from_store = events.is_empty();
+            let ready = if from_store {
+                events = self
+                    .0
+                    .store
+                    .events_after(EventId(position.cursor), BATCH)
+                    .await?
+                    .into_iter()
+                    .map(Arc::new)
+                    .collect();
+                if events.is_empty() {
+                    return Ok(());
+                }
+                let now = Utc::now().timestamp_millis();
+                matcher::ready_prefix(position.cursor, &events, now, GAP_GRACE_MS)
+            } else {
+                events.len()
+            };
             if ready == 0 {
-                return Ok(cursor);
+                return Ok(());
             }
             let batch = &events[..ready];
-            let upto = batch.last().map_or(cursor, |e| e.id.0);
+            let upto = batch.last().map_or(position.cursor, |e| e.id.0);
             let snapshot = self.0.settings.current();
             let geoip = self.geoip(snapshot.settings.geoip_path.as_deref());
             let alerts = &snapshot.settings.alerts;
@@ -234,24 +273,40 @@ impl Alerts {
                 };
             let matches = matcher::evaluate(alerts, batch, state, geoip.as_deref(), &counts);
             let found: usize = matches.iter().map(|m| m.matches.len()).sum();
-            if self
-                .0
-                .store
-                .record_alert_matches(cursor, upto, matches, now)
-                .await?
-            {
-                if found > 0 {
-                    tracing::debug!(matches = found, upto, "alert rules matched");
-                }
-                cursor = upto;
+            if found == 0 && position.written_at.elapsed() < CURSOR_WRITE_EVERY {
+                // Nothing to record: the cursor is written with the next match, or within a
+                // second. A stop meanwhile matches these events again after the start, which
+                // records nothing twice (they matched nothing, from the same windows: the windows
+                // are rebuilt from the stored bans up to the stored cursor).
+                position.cursor = upto;
             } else {
-                // Another hub moved the cursor: follow it, with the spike windows as that hub
-                // left them (it matched events this one never saw).
-                cursor = self.0.store.alert_cursor().await?.unwrap_or(upto);
-                *state = self.seeded_state(cursor).await;
+                let now = Utc::now().timestamp_millis();
+                if self
+                    .0
+                    .store
+                    .record_alert_matches(position.stored, upto, matches, now)
+                    .await?
+                {
+                    if found > 0 {
+                        tracing::debug!(matches = found, upto, "alert rules matched");
+                    }
+                    position.cursor = upto;
+                } else {
+                    // Another hub moved the cursor: follow it, with the spike windows as that hub
+                    // left them (it matched events this one never saw).
+                    position.cursor = self.0.store.alert_cursor().await?.unwrap_or(upto);
+                    *state = self.seeded_state(position.cursor).await;
+                }
+                position.stored = position.cursor;
+                position.written_at = tokio::time::Instant::now();
             }
-            if ready < events.len() || events.len() < BATCH {
-                return Ok(cursor);
+            if from_store && (ready < events.len() || events.len() < BATCH) {
+                return Ok(());
+            }
+            if !from_store && !heard.contains_key(&(position.cursor + 1)) {
+                // What the broadcast brought is matched; the store is read at the next tick if
+                // an event's message was lost.
+                return Ok(());
             }
         }
     }
@@ -511,10 +566,42 @@ impl Alerts {
 
 /// Drops the wake-up hints already queued (one per committed event; lagging is fine, the store is
 /// read anyway).
-fn drain_hints<T: Clone>(wake: &mut tokio::sync::broadcast::Receiver<T>) {
+/// Committed events heard on the live broadcast and not matched yet, by id.
+type Heard = std::collections::BTreeMap<i64, Arc<StoredEvent>>;
+
+/// Where matching stands.
+struct Position {
+    /// The last event matched.
+    cursor: i64,
+    /// The cursor as stored (behind `cursor` while only events without matches were matched).
+    stored: i64,
+    /// When the cursor was last written.
+    written_at: tokio::time::Instant,
+}
+
+/// Keeps the event received and those queued behind it. A lag loses messages, not events: the
+/// matching reads what is missing from the store.
+fn hear(
+    first: Result<Arc<StoredEvent>, tokio::sync::broadcast::error::RecvError>,
+    wake: &mut tokio::sync::broadcast::Receiver<Arc<StoredEvent>>,
+    heard: &mut Heard,
+) {
     use tokio::sync::broadcast::error::TryRecvError;
-    while !matches!(
-        wake.try_recv(),
-        Err(TryRecvError::Empty | TryRecvError::Closed)
-    ) {}
+    if let Ok(event) = first {
+        keep(heard, event);
+    }
+    loop {
+        match wake.try_recv() {
+            Ok(event) => keep(heard, event),
+            Err(TryRecvError::Lagged(_)) => {}
+            Err(TryRecvError::Empty | TryRecvError::Closed) => return,
+        }
+    }
+}
+
+fn keep(heard: &mut Heard, event: Arc<StoredEvent>) {
+    // Bounded: beyond this the worker is far behind and reads from the store anyway.
+    if heard.len() < HEARD_MAX {
+        heard.insert(event.id.0, event);
+    }
 }

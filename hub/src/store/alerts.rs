@@ -387,6 +387,15 @@ impl Store {
     /// How often each address was banned, from the per-address rollup (addresses never banned are
     /// left out).
     pub async fn ip_ban_counts(&self, ips: &[String]) -> Result<HashMap<String, u64>, StoreError> {
+        // Plus the bans not written to the rollup yet (SQLite), without writing them.
+        self.with_pending_bans(ips, self.stored_ip_ban_counts(ips))
+            .await
+    }
+
+    async fn stored_ip_ban_counts(
+        &self,
+        ips: &[String],
+    ) -> Result<HashMap<String, u64>, StoreError> {
         let mut counts = HashMap::new();
         let backend = self.db.get_database_backend();
         for chunk in ips.chunks(500) {

@@ -9,9 +9,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use sea_orm::{
-    ConnectionTrait, DatabaseTransaction, DbBackend, FromQueryResult, QueryResult, Statement,
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, FromQueryResult, QueryResult, Statement,
     TransactionTrait, Value,
 };
 use subtle::ConstantTimeEq;
@@ -52,6 +53,13 @@ pub(super) const NETWORK_WINDOW: i64 = 2_000;
 pub(super) const NETWORK_WINDOW_MAX: i64 = 80_000;
 /// `event_totals` row counting distinct banned addresses in `ip_stats`.
 pub(super) const DISTINCT_IPS: &str = "distinct_ips";
+/// SQLite: `event_totals` row holding the event id up to which the per-address rollups are written
+/// (see [`DeferredRollups`]).
+const ROLLUPS_APPLIED_TO: &str = "rollups_applied_to";
+/// How often SQLite's deferred per-address rollups are written.
+const DEFERRED_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// Events read per transaction when the per-address rollups are derived again at start.
+const REDERIVE_PAGE: i64 = 5_000;
 
 pub(super) const EVENT_COLUMNS: &str = "id, server_id, agent_id, epoch, seq, kind, source, ip, ip_key, jail, \
     hostname, failures, logs, ban_time, ban_duration, ban_count, lost, detail, occurred_at, stored_at";
@@ -351,6 +359,8 @@ struct Rollups {
     counts: BTreeMap<(Grain, String, String, i64, &'static str), i64>,
     /// (ip, server) → bans.
     ip_servers: BTreeMap<(String, String), IpAgg>,
+    /// The highest event id added (0 before the first).
+    upto: i64,
 }
 
 /// Rollups of events stored by [`Store::import_batch`], accumulated in memory and written once
@@ -380,6 +390,7 @@ impl Rollups {
     fn add(&mut self, events: &[StoredEvent]) {
         let rollups = self;
         for event in events {
+            rollups.upto = rollups.upto.max(event.id.0);
             // The end-to-end probe proves delivery; it is not traffic to count.
             if event.is_probe() {
                 continue;
@@ -417,6 +428,37 @@ impl Rollups {
                     .or_insert(agg);
             }
         }
+    }
+
+    /// Adds the per-address part of `other` (its counts are left out: those are written by the
+    /// ingest transaction itself) and its ids.
+    fn merge_addresses(&mut self, other: Rollups) {
+        for (key, agg) in other.ip_servers {
+            match self.ip_servers.entry(key) {
+                std::collections::btree_map::Entry::Vacant(slot) => {
+                    slot.insert(agg);
+                }
+                std::collections::btree_map::Entry::Occupied(mut slot) => slot.get_mut().add(&agg),
+            }
+        }
+        self.upto = self.upto.max(other.upto);
+    }
+
+    /// Writes the per-address rollups and moves the SQLite watermark to [`Rollups::upto`], in
+    /// `txn`: the bans of every event up to there are then in the tables, exactly once.
+    async fn apply_deferred(&self, txn: &DatabaseTransaction) -> Result<(), StoreError> {
+        let new_ips = self.apply_addresses(txn).await?;
+        if new_ips > 0 {
+            add_total(txn, DISTINCT_IPS, new_ips).await?;
+        }
+        let mut sql = Sql::new(
+            txn.get_database_backend(),
+            "INSERT INTO event_totals (name, value) VALUES ",
+        );
+        sql.tuple([ROLLUPS_APPLIED_TO.into(), self.upto.into()])
+            .push(" ON CONFLICT (name) DO UPDATE SET value = excluded.value");
+        txn.execute_raw(sql.build()).await?;
+        Ok(())
     }
 
     /// Adds the batch to the rollup tables. Only one row per statement chunk comes back (the
@@ -619,6 +661,45 @@ impl Rollups {
     }
 }
 
+/// SQLite: the per-address rollups (`ip_servers`, `ip_stats`, the distinct-address total) of
+/// committed events that are not written yet. Writing them in every ingest transaction was about
+/// half of the store's cost per event (an upsert into two tables keyed all over the address range,
+/// per batch); they are gathered here and written about once a second in one transaction by
+/// [`Store::flush_rollups`], and by any read of those tables first, so a read never sees them late.
+///
+/// The transaction that writes them also moves a watermark (`event_totals.rollups_applied_to`, an
+/// event id): the bans of every event up to it are in the tables, of none after it. A hub that stops
+/// with rollups pending loses only memory: at start the bans of the events after the watermark are
+/// read back from `events` and written (see [`Store::rederive_rollups`]). This holds because event
+/// ids on SQLite follow the commit order (one writer), and an ingest holds [`Self::pending`] from
+/// before its commit until its bans are in it, so a flush never takes a watermark past an event whose
+/// bans it does not have. PostgreSQL (several writers, several replicas) keeps them in the ingest
+/// transaction.
+#[derive(Debug)]
+pub(super) struct DeferredRollups {
+    /// The store's pool, for the task that flushes (which holds only a weak reference, so it ends
+    /// with the last handle on the store).
+    db: DatabaseConnection,
+    /// The bans of committed events not written yet; `upto` is the highest event id committed.
+    pending: tokio::sync::Mutex<Rollups>,
+    /// Held across a flush, so watermarks commit in order; holds the watermark last committed.
+    flushing: tokio::sync::Mutex<i64>,
+}
+
+impl DeferredRollups {
+    /// The deferred rollups of a SQLite store whose watermark is `applied`.
+    fn new(db: DatabaseConnection, applied: i64) -> Self {
+        Self {
+            db,
+            pending: tokio::sync::Mutex::new(Rollups {
+                upto: applied,
+                ..Rollups::default()
+            }),
+            flushing: tokio::sync::Mutex::new(applied),
+        }
+    }
+}
+
 async fn add_total(txn: &DatabaseTransaction, name: &str, delta: i64) -> Result<(), StoreError> {
     let mut sql = Sql::new(
         txn.get_database_backend(),
@@ -677,11 +758,39 @@ impl Store {
         self.store_batch(server, agent, epoch, events, false).await
     }
 
-    /// Writes rollups gathered over imported batches, in one transaction.
+    /// Writes rollups gathered over imported batches, in one transaction. On SQLite the pending
+    /// per-address rollups are written with them and the watermark moves past the imported events
+    /// (call it after the imports, not during them).
     pub async fn apply_rollups(&self, rollups: PendingRollups) -> Result<(), StoreError> {
+        let Some(deferred) = &self.deferred else {
+            let txn = self.begin_writer().await?;
+            rollups.0.apply(&txn).await?;
+            txn.commit().await?;
+            return Ok(());
+        };
+        let mut imported = rollups.0;
+        let mut applied = deferred.flushing.lock().await;
+        let mut all = {
+            let mut pending = deferred.pending.lock().await;
+            let upto = pending.upto.max(imported.upto);
+            std::mem::replace(
+                &mut *pending,
+                Rollups {
+                    upto,
+                    ..Rollups::default()
+                },
+            )
+        };
+        let counts = Rollups {
+            counts: std::mem::take(&mut imported.counts),
+            ..Rollups::default()
+        };
+        all.merge_addresses(imported);
         let txn = self.begin_writer().await?;
-        rollups.0.apply(&txn).await?;
+        counts.apply(&txn).await?;
+        all.apply_deferred(&txn).await?;
         txn.commit().await?;
+        *applied = all.upto;
         Ok(())
     }
 
@@ -781,13 +890,214 @@ impl Store {
             });
         }
         if rollups {
-            Rollups::of(&stored).apply(&txn).await?;
+            self.commit_with_rollups(txn, Rollups::of(&stored)).await?;
+        } else {
+            txn.commit().await?;
         }
-        txn.commit().await?;
         Ok(IngestOutcome {
             committed_seq: to_u64(committed),
             stored,
         })
+    }
+
+    /// Writes `rollups` in `txn` and commits it; on SQLite the per-address part is only added to
+    /// the pending rollups, once committed (see [`DeferredRollups`]).
+    async fn commit_with_rollups(
+        &self,
+        txn: DatabaseTransaction,
+        mut rollups: Rollups,
+    ) -> Result<(), StoreError> {
+        let Some(deferred) = &self.deferred else {
+            rollups.apply(&txn).await?;
+            txn.commit().await?;
+            return Ok(());
+        };
+        let addresses = Rollups {
+            ip_servers: std::mem::take(&mut rollups.ip_servers),
+            upto: rollups.upto,
+            ..Rollups::default()
+        };
+        rollups.apply(&txn).await?;
+        // The commit and the hand-over run in their own task: a caller that gives up (a session
+        // ending) must not leave a committed batch whose bans never reach the pending rollups,
+        // which a later watermark would then pass.
+        let deferred = Arc::clone(deferred);
+        tokio::spawn(async move {
+            let mut pending = deferred.pending.lock().await;
+            txn.commit().await?;
+            pending.merge_addresses(addresses);
+            Ok::<_, StoreError>(())
+        })
+        .await
+        .map_err(|e| StoreError::Corrupt(format!("the commit task failed: {e}")))?
+    }
+
+    /// Writes the pending per-address rollups (SQLite; on PostgreSQL they are always written).
+    /// Runs about once a second by itself; a read of `ip_stats`, `ip_servers` or the distinct
+    /// address total calls it first, so it sees every committed event.
+    pub async fn flush_rollups(&self) -> Result<(), StoreError> {
+        if self.deferred.is_none() {
+            return Ok(());
+        }
+        // In its own task, like the ingest's commit: a reader that gives up halfway must not drop
+        // the rollups it took out of the pending ones.
+        let store = self.clone();
+        tokio::spawn(async move { store.flush_pending().await })
+            .await
+            .map_err(|e| StoreError::Corrupt(format!("the rollup flush failed: {e}")))?
+    }
+
+    async fn flush_pending(&self) -> Result<(), StoreError> {
+        let Some(deferred) = &self.deferred else {
+            return Ok(());
+        };
+        let mut applied = deferred.flushing.lock().await;
+        let rollups = {
+            let mut pending = deferred.pending.lock().await;
+            if pending.upto <= *applied && pending.ip_servers.is_empty() {
+                return Ok(());
+            }
+            let upto = pending.upto;
+            std::mem::replace(
+                &mut *pending,
+                Rollups {
+                    upto,
+                    ..Rollups::default()
+                },
+            )
+        };
+        let result = async {
+            let txn = self.begin_writer().await?;
+            rollups.apply_deferred(&txn).await?;
+            txn.commit().await?;
+            Ok::<_, StoreError>(())
+        }
+        .await;
+        match result {
+            Ok(()) => {
+                *applied = rollups.upto;
+                Ok(())
+            }
+            Err(e) => {
+                deferred.pending.lock().await.merge_addresses(rollups);
+                Err(e)
+            }
+        }
+    }
+
+    /// The bans of `ips` still pending (SQLite), added to `counts` (read from `ip_stats` by
+    /// `read`) under the flush lock, so a flush cannot move them between the two reads.
+    pub(super) async fn with_pending_bans<F>(
+        &self,
+        ips: &[String],
+        read: F,
+    ) -> Result<HashMap<String, u64>, StoreError>
+    where
+        F: std::future::Future<Output = Result<HashMap<String, u64>, StoreError>>,
+    {
+        let Some(deferred) = &self.deferred else {
+            return read.await;
+        };
+        let _flushing = deferred.flushing.lock().await;
+        let mut counts = read.await?;
+        let pending = deferred.pending.lock().await;
+        for ip in ips {
+            let bans: i64 = pending
+                .ip_servers
+                .range((ip.clone(), String::new())..)
+                .take_while(|((pending_ip, _), _)| pending_ip == ip)
+                .map(|(_, agg)| agg.bans)
+                .sum();
+            if bans > 0 {
+                *counts.entry(ip.clone()).or_default() += to_u64(bans);
+            }
+        }
+        Ok(counts)
+    }
+
+    /// SQLite, at start: the deferred rollups, with the bans of events after the watermark that
+    /// a stop left unwritten written now (in pages, each with its watermark), and the task that
+    /// flushes them every second. A database without a watermark had its rollups written by
+    /// every ingest so far: its watermark is its newest event.
+    pub(super) async fn start_deferred_rollups(
+        &self,
+    ) -> Result<Arc<DeferredRollups>, StoreError> {
+        let mut sql = Sql::new(self.backend(), "SELECT value FROM event_totals WHERE name = ");
+        sql.bind(ROLLUPS_APPLIED_TO);
+        let stored: Option<i64> = match self.db.query_one_raw(sql.build()).await? {
+            Some(row) => Some(get(&row, 0)?),
+            None => None,
+        };
+        let mut applied = match stored {
+            Some(applied) => applied,
+            None => {
+                let newest: i64 = match self
+                    .db
+                    .query_one_raw(
+                        Sql::new(self.backend(), "SELECT COALESCE(MAX(id), 0) FROM events")
+                            .build(),
+                    )
+                    .await?
+                {
+                    Some(row) => get(&row, 0)?,
+                    None => 0,
+                };
+                let start = Rollups {
+                    upto: newest,
+                    ..Rollups::default()
+                };
+                let txn = self.db.begin().await?;
+                start.apply_deferred(&txn).await?;
+                txn.commit().await?;
+                newest
+            }
+        };
+        let mut rederived = 0usize;
+        loop {
+            let mut sql = Sql::new(
+                self.backend(),
+                &format!("SELECT {EVENT_COLUMNS} FROM events WHERE id > "),
+            );
+            sql.bind(applied)
+                .push(" ORDER BY id LIMIT ")
+                .bind(REDERIVE_PAGE);
+            let events = read_events(self.db.query_all_raw(sql.build()).await?)?;
+            if events.is_empty() {
+                break;
+            }
+            rederived += events.len();
+            let mut rollups = Rollups::of(&events);
+            rollups.counts.clear();
+            let txn = self.begin_writer().await?;
+            rollups.apply_deferred(&txn).await?;
+            txn.commit().await?;
+            applied = rollups.upto;
+        }
+        if rederived > 0 {
+            tracing::info!(
+                events = rederived,
+                upto = applied,
+                "per-address rollups written again for events a stop left unwritten"
+            );
+        }
+        let deferred = Arc::new(DeferredRollups::new(self.db.clone(), applied));
+        let weak = Arc::downgrade(&deferred);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(DEFERRED_FLUSH_EVERY).await;
+                let Some(deferred) = weak.upgrade() else {
+                    return;
+                };
+                let store = Store {
+                    db: deferred.db.clone(),
+                    deferred: Some(deferred),
+                };
+                if let Err(e) = store.flush_rollups().await {
+                    tracing::warn!(error = %e, "cannot write the per-address rollups; retrying");
+                }
+            }
+        });
+        Ok(deferred)
     }
 
     /// SQLite: inserts the batch's events that are not stored yet and returns their `(id, seq)`
@@ -931,10 +1241,8 @@ impl Store {
             source: event.source,
             body: event.body,
         };
-        Rollups::of(std::slice::from_ref(&stored))
-            .apply(&txn)
+        self.commit_with_rollups(txn, Rollups::of(std::slice::from_ref(&stored)))
             .await?;
-        txn.commit().await?;
         Ok(stored)
     }
 
@@ -954,6 +1262,9 @@ impl Store {
         cutoff_ms: i64,
         chunk: usize,
     ) -> Result<u64, StoreError> {
+        // The bans of the events going away are written first: after a stop they could not be
+        // read back from `events` any more.
+        self.flush_rollups().await?;
         let mut sql = Sql::new(
             self.backend(),
             "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE occurred_at < ",
@@ -969,6 +1280,7 @@ impl Store {
     /// `cutoff_ms` should be a whole day, so no bucket straddles it. Returns the buckets and
     /// addresses dropped.
     pub async fn prune_rollups_before(&self, cutoff_ms: i64) -> Result<(u64, u64), StoreError> {
+        self.flush_rollups().await?;
         let txn = self.db.begin().await?;
         let mut buckets = 0;
         for grain in [Grain::Hour, Grain::Day] {

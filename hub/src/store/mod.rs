@@ -66,6 +66,8 @@ pub enum EnrollOutcome<E> {
 #[derive(Debug, Clone)]
 pub struct Store {
     db: DatabaseConnection,
+    /// SQLite: the per-address rollups written behind ingest (see [`events::DeferredRollups`]).
+    deferred: Option<std::sync::Arc<events::DeferredRollups>>,
 }
 
 fn now_ms() -> i64 {
@@ -97,7 +99,11 @@ impl Store {
         });
         let db = Database::connect(options).await?;
         migration::Migrator::up(&db, None).await?;
-        Ok(Self { db })
+        let mut store = Self { db, deferred: None };
+        if store.backend() == DbBackend::Sqlite {
+            store.deferred = Some(store.start_deferred_rollups().await?);
+        }
+        Ok(store)
     }
 
     /// `sqlite` or `postgres`.

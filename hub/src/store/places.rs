@@ -24,6 +24,10 @@ impl Store {
         after: Option<&IpBans>,
         limit: u64,
     ) -> Result<Vec<IpBans>, StoreError> {
+        if after.is_none() {
+            // The per-address rollups may be pending (SQLite): written before a tally starts.
+            self.flush_rollups().await?;
+        }
         let mut sql = Sql::new(
             self.db.get_database_backend(),
             "SELECT ip, server_id, bans FROM ip_servers",
