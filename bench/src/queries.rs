@@ -52,6 +52,10 @@ pub struct QueryArgs {
     /// needs no quiet machine, the queries do.
     #[arg(long)]
     pub seed_only: bool,
+    /// Time only the queries whose label contains one of these (comma-separated, e.g.
+    /// `text,CIDR`), and skip the first insights request and its wait for the places count.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
 }
 
 /// What a seeded database holds, written next to it once seeding finished.
@@ -491,7 +495,10 @@ fn ipnet_of(addr: std::net::IpAddr, prefix: u8) -> anyhow::Result<String> {
 async fn index_text(url: &str) -> anyhow::Result<()> {
     let store = Store::connect(url, 2).await?;
     let Some(before) = store.event_text_indexed_to().await? else {
-        println!("text index: none on this backend (text search scans)");
+        match store.text_index().await? {
+            Some(index) => println!("text index: {index} (made with the table)"),
+            None => println!("text index: none on this backend (text search scans)"),
+        }
         return Ok(());
     };
     let started = Instant::now();
@@ -552,7 +559,7 @@ async fn queries(
     let end = seeded.end_ms;
     // Countries and networks of the insights: the first request finds no tally and must not wait
     // for the count over every address; how long the count behind it takes.
-    {
+    if args.only.is_empty() {
         let url = hub.url(&format!(
             "/api/events/bans/insights?from={}&to={}",
             end - 30 * DAY_MS,
@@ -826,6 +833,13 @@ async fn queries(
         ),
     ));
 
+    if !args.only.is_empty() {
+        list.retain(|query| {
+            args.only
+                .iter()
+                .any(|only| query.label.contains(only.as_str()))
+        });
+    }
     println!(
         "over {} events; {} timed runs per query after 3 warm-up runs (3 when slower than 1 s); \
          load average {}",
@@ -873,6 +887,10 @@ async fn queries(
         );
     }
 
+    if !args.only.is_empty() {
+        println!("load average after: {}", measure::load_average());
+        return Ok(());
+    }
     // Paging as a person does: follow nextCursor from the newest page, 200 pages of 50.
     let mut samples = Vec::new();
     let mut next: Option<String> = None;

@@ -174,6 +174,24 @@ impl Store {
             .collect()
     }
 
+    /// Which index of log lines text search can use: the FTS5 table of M0009 (SQLite), the
+    /// `pg_trgm` GIN index of M0010 (PostgreSQL, when the extension could be installed), or none.
+    pub async fn text_index(&self) -> Result<Option<&'static str>, StoreError> {
+        if self.backend() == DbBackend::Sqlite {
+            return Ok(Some("FTS5 trigram table event_text"));
+        }
+        let sql = Sql::new(
+            self.backend(),
+            "SELECT COUNT(*) FROM pg_indexes WHERE tablename = 'events' AND indexname = \
+             'events_logs_trgm'",
+        );
+        let found = match self.db.query_one_raw(sql.build()).await? {
+            Some(row) => get::<i64>(&row, 0)? > 0,
+            None => false,
+        };
+        Ok(found.then_some("pg_trgm GIN index events_logs_trgm"))
+    }
+
     /// The highest event id the text index covers; `None` where there is no index (PostgreSQL).
     pub async fn event_text_indexed_to(&self) -> Result<Option<i64>, StoreError> {
         if self.backend() != DbBackend::Sqlite {

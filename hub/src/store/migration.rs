@@ -10,6 +10,7 @@ mod m0005_cluster;
 mod m0007_callback_secrets;
 mod m0008_event_perf;
 mod m0009_event_text;
+mod m0010_event_text_pg;
 
 pub struct Migrator;
 
@@ -53,6 +54,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0007_callback_secrets::M0007CallbackSecrets),
             Box::new(m0008_event_perf::M0008EventPerf),
             Box::new(m0009_event_text::M0009EventText),
+            Box::new(m0010_event_text_pg::M0010EventTextPg),
         ]
     }
 }
