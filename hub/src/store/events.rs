@@ -684,13 +684,16 @@ pub(super) struct DeferredRollups {
     pending: tokio::sync::Mutex<Rollups>,
     /// Held across a flush, so watermarks commit in order; holds the watermark last committed.
     flushing: tokio::sync::Mutex<i64>,
+    /// Events whose bans the start wrote again (a stop had left them pending).
+    rederived: u64,
 }
 
 impl DeferredRollups {
     /// The deferred rollups of a SQLite store whose watermark is `applied`.
-    fn new(db: DatabaseConnection, applied: i64) -> Self {
+    fn new(db: DatabaseConnection, applied: i64, rederived: u64) -> Self {
         Self {
             db,
+            rederived,
             pending: tokio::sync::Mutex::new(Rollups {
                 upto: applied,
                 ..Rollups::default()
@@ -932,6 +935,12 @@ impl Store {
         .map_err(|e| StoreError::Corrupt(format!("the commit task failed: {e}")))?
     }
 
+    /// How many events' bans the start of this store wrote to the per-address rollups again
+    /// because a stop had left them pending (SQLite; always 0 on PostgreSQL).
+    pub fn rollups_rederived_at_start(&self) -> u64 {
+        self.deferred.as_ref().map_or(0, |d| d.rederived)
+    }
+
     /// Writes the pending per-address rollups (SQLite; on PostgreSQL they are always written).
     /// Runs about once a second by itself; a read of `ip_stats`, `ip_servers` or the distinct
     /// address total calls it first, so it sees every committed event.
@@ -1052,7 +1061,7 @@ impl Store {
                 newest
             }
         };
-        let mut rederived = 0usize;
+        let mut rederived = 0u64;
         loop {
             let mut sql = Sql::new(
                 self.backend(),
@@ -1065,7 +1074,7 @@ impl Store {
             if events.is_empty() {
                 break;
             }
-            rederived += events.len();
+            rederived += events.len() as u64;
             let mut rollups = Rollups::of(&events);
             rollups.counts.clear();
             let txn = self.begin_writer().await?;
@@ -1080,7 +1089,7 @@ impl Store {
                 "per-address rollups written again for events a stop left unwritten"
             );
         }
-        let deferred = Arc::new(DeferredRollups::new(self.db.clone(), applied));
+        let deferred = Arc::new(DeferredRollups::new(self.db.clone(), applied, rederived));
         let weak = Arc::downgrade(&deferred);
         tokio::spawn(async move {
             loop {
