@@ -12,7 +12,7 @@
 //! so that callbacks rarely need to ask at all.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 pub use banhub_proto::jails::{JailNames, REMEMBER, RETRY_UNREACHABLE, Verdict};
@@ -35,7 +35,10 @@ pub type ListJails =
 #[derive(Clone)]
 pub struct JailCatalog {
     list: ListJails,
-    names: Arc<Mutex<JailNames>>,
+    /// Read by every callback; written only when a listing ends (never held across an await).
+    names: Arc<RwLock<JailNames>>,
+    /// Held while fail2ban is asked, so callbacks that miss together share one listing.
+    asking: Arc<Mutex<()>>,
 }
 
 impl std::fmt::Debug for JailCatalog {
@@ -50,7 +53,16 @@ impl JailCatalog {
         Self {
             list,
             names: Arc::default(),
+            asking: Arc::default(),
         }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, JailNames> {
+        self.names.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, JailNames> {
+        self.names.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A catalog asking the fail2ban server behind `socket`.
@@ -69,25 +81,30 @@ impl JailCatalog {
     /// Whether a callback for `jail` may be stored.
     pub async fn check(&self, jail: &str) -> Verdict {
         let asked_at = Instant::now().into_std();
-        // One listing at a time: callbacks that miss together share it. The lock is held across
-        // the call to fail2ban on purpose, so that a burst makes one call, not one each.
-        let mut names = self.names.lock().await;
-        if let Some(verdict) = names.cached(jail, asked_at) {
+        // The common case: the cache answers, under a read lock that callbacks share.
+        if let Some(verdict) = self.read().cached(jail, asked_at) {
+            return verdict;
+        }
+        // One listing at a time: callbacks that miss together share it. The asking lock is held
+        // across the call to fail2ban on purpose, so that a burst makes one call, not one each;
+        // who waited for it finds the answer in the cache.
+        let _asking = self.asking.lock().await;
+        if let Some(verdict) = self.read().cached(jail, asked_at) {
             return verdict;
         }
         let started = Instant::now().into_std();
         match tokio::time::timeout(ASK_DEADLINE, (self.list)()).await {
-            Ok(Ok(listed)) => names.listed(listed, started, jail),
+            Ok(Ok(listed)) => self.write().listed(listed, started, jail),
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, jail, "cannot ask fail2ban for its jails; accepting the callback unverified");
-                names.unreachable(Instant::now().into_std())
+                self.write().unreachable(Instant::now().into_std())
             }
             Err(_) => {
                 tracing::info!(
                     jail,
                     "fail2ban is busy (probably running this very ban's action); accepting the callback unverified"
                 );
-                names.unreachable(Instant::now().into_std())
+                self.write().unreachable(Instant::now().into_std())
             }
         }
     }
@@ -97,7 +114,7 @@ impl JailCatalog {
         let started = Instant::now().into_std();
         match (self.list)().await {
             Ok(listed) => {
-                self.names.lock().await.listed(listed, started, "");
+                self.write().listed(listed, started, "");
             }
             Err(e) => tracing::debug!(error = %e, "cannot list fail2ban's jails"),
         }

@@ -21,25 +21,31 @@ pub mod payload;
 mod problem;
 pub mod secret;
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt as _, Full, LengthLimitError, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::spool::{BanEvent, Event, Position, Source, Spool, SpoolError};
 pub use jails::{JailCatalog, Verdict};
 pub use payload::{Callback, PayloadError};
 use problem::Problem;
 pub use secret::{RelaySecret, SECRET_FILE, SecretError};
+
+/// The body of every answer: one buffer, written with the head.
+type Body = Full<Bytes>;
 
 /// Where the relay listens unless configured otherwise; the action file's `relay_url` default
 /// (`deploy/fail2ban/action.d/banhub.conf`) names the same port.
@@ -188,19 +194,12 @@ impl Relay {
         Arc::clone(&self.stats)
     }
 
-    /// The routes, for serving or for testing with `tower::ServiceExt::oneshot`.
-    pub fn router(self) -> Router {
-        Router::new()
-            .route("/api/ban", post(ban))
-            .route("/api/unban", post(unban))
-            .fallback(not_found)
-            .method_not_allowed_fallback(method_not_allowed)
-            .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-            .with_state(self)
-    }
-
     /// Serves on `listener` until `shutdown` is cancelled, then finishes the requests in flight.
     /// A listener that is not on a loopback address is refused.
+    ///
+    /// HTTP/1.1 only, served by hyper directly: fail2ban's action is a one-shot `curl`, so
+    /// HTTP/2 detection, upgrades and a router (what `axum::serve` adds per connection and per
+    /// request) bought nothing here but CPU on the path of every ban.
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -209,24 +208,106 @@ impl Relay {
         let addr = listener.local_addr().map_err(RelayError::Serve)?;
         LoopbackAddr::new(addr)?;
         tracing::info!(%addr, "callback relay listening");
-        axum::serve(listener, self.router())
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await
-            .map_err(RelayError::Serve)
+        let relay = Arc::new(self);
+        let connections = TaskTracker::new();
+        loop {
+            let stream = tokio::select! {
+                () = shutdown.cancelled() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait rather than spin.
+                        tracing::warn!(error = %e, "the relay could not accept a connection");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            // Each answer is written whole at once; there is nothing to gain from Nagle's delay.
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY on a relay connection");
+            }
+            let relay = Arc::clone(&relay);
+            let shutdown = shutdown.clone();
+            connections.spawn(async move {
+                let service = hyper::service::service_fn(move |request| {
+                    let relay = Arc::clone(&relay);
+                    async move { Ok::<_, Infallible>(relay.handle(request).await) }
+                });
+                let connection = http1::Builder::new()
+                    .max_buf_size(MAX_BODY_BYTES + 16 * 1024)
+                    .serve_connection(TokioIo::new(stream), service);
+                let mut connection = std::pin::pin!(connection);
+                let result = tokio::select! {
+                    result = connection.as_mut() => result,
+                    () = shutdown.cancelled() => {
+                        connection.as_mut().graceful_shutdown();
+                        connection.await
+                    }
+                };
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "a relay connection ended with an error");
+                }
+            });
+        }
+        connections.close();
+        connections.wait().await;
+        Ok(())
+    }
+
+    /// Answers one request: the two callback routes, and problems for anything else.
+    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        let kind = match (request.uri().path(), request.method()) {
+            ("/api/ban", &Method::POST) => Kind::Ban,
+            ("/api/unban", &Method::POST) => Kind::Unban,
+            ("/api/ban" | "/api/unban", _) => {
+                let mut response = Problem::new(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method-not-allowed",
+                    "use POST",
+                )
+                .into_response();
+                response
+                    .headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static("POST"));
+                return response;
+            }
+            _ => {
+                return Problem::new(
+                    StatusCode::NOT_FOUND,
+                    "not-found",
+                    "the relay serves only POST /api/ban and POST /api/unban",
+                )
+                .into_response();
+            }
+        };
+        let result = self.receive(kind, request).await;
+        self.respond(kind, result)
     }
 
     /// Checks, parses and stores one callback.
-    async fn receive(&self, kind: Kind, request: Request) -> Result<Position, Problem> {
+    async fn receive(&self, kind: Kind, request: Request<Incoming>) -> Result<Position, Problem> {
         self.check_secret(request.headers())?;
-        let body = Bytes::from_request(request, &())
+        // A declared length over the cap is refused before anything is read.
+        let declared = request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+            return Err(Problem::too_large(MAX_BODY_BYTES));
+        }
+        let body = Limited::new(request.into_body(), MAX_BODY_BYTES)
+            .collect()
             .await
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            .map_err(|e| {
+                if e.downcast_ref::<LengthLimitError>().is_some() {
                     Problem::too_large(MAX_BODY_BYTES)
                 } else {
-                    Problem::bad_body(rejection.body_text())
+                    Problem::bad_body(format!("the body could not be read: {e}"))
                 }
-            })?;
+            })?
+            .to_bytes();
         let callback = payload::parse(&body).map_err(Problem::from)?;
         if let Some(jails) = &self.jails
             && jails.check(callback.jail.as_str()).await == Verdict::Unknown
@@ -286,7 +367,7 @@ impl Relay {
         }
     }
 
-    fn respond(&self, kind: Kind, result: Result<Position, Problem>) -> Response {
+    fn respond(&self, kind: Kind, result: Result<Position, Problem>) -> Response<Body> {
         match result {
             Ok(position) => {
                 self.stats.accepted.fetch_add(1, Ordering::Relaxed);
@@ -298,7 +379,14 @@ impl Relay {
                     seq = position.seq,
                     "stored a callback"
                 );
-                axum::Json(position).into_response()
+                // `{"epoch":…,"seq":…}`: two integers, which serialize infallibly.
+                let json = serde_json::to_vec(&position).unwrap_or_default();
+                let mut response = Response::new(Full::new(Bytes::from(json)));
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                response
             }
             Err(problem) => {
                 self.stats.rejected.fetch_add(1, Ordering::Relaxed);
@@ -328,32 +416,6 @@ impl Kind {
             Self::Unban => "unban",
         }
     }
-}
-
-async fn ban(State(relay): State<Relay>, request: Request) -> Response {
-    let result = relay.receive(Kind::Ban, request).await;
-    relay.respond(Kind::Ban, result)
-}
-
-async fn unban(State(relay): State<Relay>, request: Request) -> Response {
-    let result = relay.receive(Kind::Unban, request).await;
-    relay.respond(Kind::Unban, result)
-}
-
-async fn not_found() -> Problem {
-    Problem::new(
-        StatusCode::NOT_FOUND,
-        "not-found",
-        "the relay serves only POST /api/ban and POST /api/unban",
-    )
-}
-
-async fn method_not_allowed() -> Problem {
-    Problem::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method-not-allowed",
-        "use POST",
-    )
 }
 
 #[cfg(test)]

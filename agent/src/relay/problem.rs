@@ -1,7 +1,8 @@
 //! RFC 9457 problem details: the relay's only error response.
 
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Bytes;
 use serde::Serialize;
 
 use super::payload::PayloadError;
@@ -91,8 +92,9 @@ impl From<PayloadError> for Problem {
     }
 }
 
-impl IntoResponse for Problem {
-    fn into_response(self) -> Response {
+impl Problem {
+    /// The problem as the relay's answer.
+    pub fn into_response(self) -> Response<Full<Bytes>> {
         let body = Body {
             // `about:blank`: the status says it all, so the title is the status phrase (RFC 9457 4.2.1).
             kind: "about:blank",
@@ -103,14 +105,12 @@ impl IntoResponse for Problem {
             field: self.field,
         };
         let json = serde_json::to_vec(&body).unwrap_or_default();
-        (
-            self.status,
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/problem+json"),
-            )],
-            json,
-        )
-            .into_response()
+        let mut response = Response::new(Full::new(Bytes::from(json)));
+        *response.status_mut() = self.status;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        response
     }
 }

@@ -237,8 +237,86 @@ async fn other_paths_and_methods_are_problems() {
         .await
         .expect("send");
     assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(
+        response.headers().get("allow").map(|v| v.as_bytes()),
+        Some(&b"POST"[..])
+    );
     let body: Value = response.json().await.expect("json");
     assert_eq!(body["code"], "method-not-allowed");
+}
+
+/// Sends raw HTTP/1.1 `requests` on one connection and reads `answers` answers back.
+async fn raw_exchange(base: &str, requests: &[u8], answers: usize) -> Vec<(u16, Value)> {
+    use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
+    let addr = base.trim_start_matches("http://");
+    let mut stream =
+        tokio::io::BufReader::new(tokio::net::TcpStream::connect(addr).await.expect("connect"));
+    stream.get_mut().write_all(requests).await.expect("write");
+    let mut out = Vec::new();
+    for _ in 0..answers {
+        let mut line = String::new();
+        stream.read_line(&mut line).await.expect("status line");
+        let status: u16 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("status line {line:?}"));
+        let mut length = 0;
+        loop {
+            line.clear();
+            stream.read_line(&mut line).await.expect("header");
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().expect("length");
+            }
+        }
+        let mut body = vec![0u8; length];
+        stream.read_exact(&mut body).await.expect("body");
+        out.push((status, serde_json::from_slice(&body).expect("json body")));
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_chunked_body_over_the_cap_is_413_and_keep_alive_serves_the_next() {
+    let relay = start().await;
+    let chunk = "x".repeat(8192);
+    let mut request = format!(
+        "POST /api/ban HTTP/1.1\r\nHost: relay\r\nX-Callback-Secret: {}\r\n\
+         Transfer-Encoding: chunked\r\n\r\n",
+        relay.secret
+    );
+    for _ in 0..10 {
+        request.push_str(&format!("{:x}\r\n{chunk}\r\n", chunk.len()));
+    }
+    request.push_str("0\r\n\r\n");
+    let answers = raw_exchange(&relay.base, request.as_bytes(), 1).await;
+    assert_eq!(answers[0].0, 413, "{}", answers[0].1);
+    assert_eq!(answers[0].1["code"], "body-too-large");
+    assert_eq!(relay.stored().await, []);
+
+    // Two callbacks on one kept-alive connection, sent back to back: each answered in order.
+    let body = callback().to_string();
+    let one = format!(
+        "POST /api/ban HTTP/1.1\r\nHost: relay\r\nX-Callback-Secret: {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        relay.secret,
+        body.len()
+    );
+    let answers = raw_exchange(&relay.base, format!("{one}{one}").as_bytes(), 2).await;
+    assert_eq!(
+        answers
+            .iter()
+            .map(|a| (a.0, a.1["seq"].clone()))
+            .collect::<Vec<_>>(),
+        [(200, json!(1)), (200, json!(2))]
+    );
+    assert_eq!(relay.stored().await.len(), 2);
 }
 
 #[tokio::test]
