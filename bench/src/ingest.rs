@@ -49,6 +49,15 @@ pub struct IngestArgs {
     /// Only the database-only limits (no hub, no agent): for comparing store changes quickly.
     #[arg(long)]
     pub ceiling_only: bool,
+    /// Only the full path (no database-only limits): for comparing hub or agent builds quickly.
+    #[arg(long, conflicts_with = "ceiling_only")]
+    pub full_path_only: bool,
+    /// The hub binary to drive instead of the `--profile` build (e.g. a copy kept as "before").
+    #[arg(long)]
+    pub hub_bin: Option<std::path::PathBuf>,
+    /// The agent binary to drive instead of the `--profile` build.
+    #[arg(long)]
+    pub agent_bin: Option<std::path::PathBuf>,
 }
 
 /// What the agent sends per batch (`agent::link::delivery::BATCH_EVENTS`; kept in step by hand:
@@ -70,12 +79,29 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
         args.profile,
         measure::load_average()
     );
-    let hub_bin = measure::binary(&args.profile, "banhub")?;
-    let agent_bin = measure::binary(&args.profile, "banhub-agent")?;
+    let hub_bin = match &args.hub_bin {
+        Some(path) => path.clone(),
+        None => measure::binary(&args.profile, "banhub")?,
+    };
+    let agent_bin = match &args.agent_bin {
+        Some(path) => path.clone(),
+        None => measure::binary(&args.profile, "banhub-agent")?,
+    };
+    if !args.ceiling_only {
+        println!(
+            "hub {} ({}), agent {} ({})",
+            hub_bin.display(),
+            measure::modified(&hub_bin),
+            agent_bin.display(),
+            measure::modified(&agent_bin)
+        );
+    }
     for backend in args.backend.each() {
         let databases = Databases::start(backend)?;
         println!("\n--- {} ---", backend.name());
-        ceiling(&databases, &args).await?;
+        if !args.full_path_only {
+            ceiling(&databases, &args).await?;
+        }
         if !args.ceiling_only {
             full_path(&databases, &args, &hub_bin, &agent_bin).await?;
         }
@@ -245,7 +271,12 @@ async fn ceiling(databases: &Databases, args: &IngestArgs) -> anyhow::Result<()>
 /// A connection with the hub's SQLite settings (WAL, synchronous=NORMAL), read-only if asked.
 async fn connect(url: &str, read_only: bool) -> anyhow::Result<DatabaseConnection> {
     let mut options = ConnectOptions::new(url.to_owned());
-    options.max_connections(1).sqlx_logging(false);
+    // No test query before each use: the poller's one connection runs a query every 2 ms, and a
+    // ping per query doubled its cost.
+    options
+        .max_connections(1)
+        .sqlx_logging(false)
+        .test_before_acquire(false);
     options.map_sqlx_sqlite_opts(move |sqlite| {
         use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
         let sqlite = sqlite.read_only(read_only);
@@ -358,48 +389,74 @@ async fn start_host(
     })
 }
 
-/// Posts `bodies` with `clients` concurrent keep-alive connections; returns each accepted event's
-/// sequence number with the moment its 200 arrived.
-///
-/// The client is a minimal HTTP/1.1 writer and reader over one TCP connection per client, with the
-/// whole request (headers and body) serialized before the clock starts: the load generator shares
-/// the two cores with the relay, the agent and the hub, so every microsecond it spends per request
-/// is taken from what is measured (a general-purpose client cost ≈ 45–96 µs of CPU per callback).
-async fn post_all(
-    host: &Host,
-    bodies: Arc<Vec<String>>,
-    clients: usize,
-) -> anyhow::Result<Vec<(u64, Instant)>> {
+/// The relay's address and each body as a whole HTTP/1.1 request, serialized before the clock
+/// starts.
+fn prepare_requests(host: &Host, bodies: &[String]) -> anyhow::Result<(String, Vec<Vec<u8>>)> {
     let url = reqwest::Url::parse(&host.relay)?;
     let addr = format!(
         "{}:{}",
         url.host_str().context("no relay host")?,
         url.port_or_known_default().context("no relay port")?
     );
-    let requests: Arc<Vec<Vec<u8>>> = Arc::new(
-        bodies
-            .iter()
-            .map(|body| {
-                let mut request = format!(
-                    "POST {} HTTP/1.1\r\nHost: {addr}\r\nX-Callback-Secret: {}\r\n\
-                     Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                    url.path(),
-                    host.secret,
-                    body.len()
-                )
-                .into_bytes();
-                request.extend_from_slice(body.as_bytes());
-                request
-            })
-            .collect(),
-    );
+    let requests = bodies
+        .iter()
+        .map(|body| {
+            let mut request = format!(
+                "POST {} HTTP/1.1\r\nHost: {addr}\r\nX-Callback-Secret: {}\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                url.path(),
+                host.secret,
+                body.len()
+            )
+            .into_bytes();
+            request.extend_from_slice(body.as_bytes());
+            request
+        })
+        .collect();
+    Ok((addr, requests))
+}
+
+/// Posts the prepared `requests` with `clients` concurrent keep-alive connections, one request in
+/// flight on each (as many callbacks at once as there are clients, never more); returns each
+/// accepted event's sequence number with the moment its 200 arrived.
+///
+/// The load generator shares the two cores with the relay, the agent and the hub, so every
+/// microsecond it spends per request is taken from what is measured (a general-purpose client cost
+/// ≈ 45–96 µs of CPU per callback). So the clients are a minimal HTTP/1.1 writer and reader, and
+/// they all run on one thread of their own (a current-thread runtime): one `epoll_wait` serves
+/// every connection whose answer arrived, and no wake-up crosses between worker threads.
+async fn post_all(
+    addr: &str,
+    requests: Arc<Vec<Vec<u8>>>,
+    clients: usize,
+) -> anyhow::Result<Vec<(u64, Instant)>> {
+    let addr = addr.to_owned();
+    let (done, result) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("bench-clients".to_owned())
+        .spawn(move || {
+            let outcome = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|runtime| runtime.block_on(run_clients(addr, requests, clients)));
+            let _ = done.send(outcome);
+        })?;
+    result.await.context("the client thread panicked")?
+}
+
+async fn run_clients(
+    addr: String,
+    requests: Arc<Vec<Vec<u8>>>,
+    clients: usize,
+) -> anyhow::Result<Vec<(u64, Instant)>> {
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::with_capacity(clients);
     for _ in 0..clients {
         let (next, requests, addr) = (next.clone(), requests.clone(), addr.clone());
         tasks.push(tokio::spawn(async move {
             let mut connection = RawClient::connect(&addr).await?;
-            let mut accepted = Vec::new();
+            let mut accepted = Vec::with_capacity(requests.len() / clients + 1);
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(request) = requests.get(i) else {
@@ -411,18 +468,17 @@ async fn post_all(
             anyhow::Ok(accepted)
         }));
     }
-    let mut all = Vec::with_capacity(bodies.len());
+    let mut all = Vec::with_capacity(requests.len());
     for task in tasks {
         all.extend(task.await??);
     }
     Ok(all)
 }
 
-/// One keep-alive HTTP/1.1 connection to the relay.
+/// One keep-alive HTTP/1.1 connection to the relay, reading answers into one reused buffer.
 struct RawClient {
-    stream: tokio::io::BufReader<tokio::net::TcpStream>,
-    line: String,
-    body: Vec<u8>,
+    stream: tokio::net::TcpStream,
+    buf: Vec<u8>,
 }
 
 impl RawClient {
@@ -430,46 +486,77 @@ impl RawClient {
         let stream = tokio::net::TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
         Ok(Self {
-            stream: tokio::io::BufReader::new(stream),
-            line: String::new(),
-            body: Vec::new(),
+            stream,
+            buf: Vec::with_capacity(4096),
         })
     }
 
     /// Sends one prepared request and returns the `seq` of the relay's 200 answer.
     async fn post(&mut self, request: &[u8]) -> anyhow::Result<u64> {
-        use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
-        self.stream.get_mut().write_all(request).await?;
-        self.line.clear();
-        self.stream.read_line(&mut self.line).await?;
-        let status = self.line.split_whitespace().nth(1).unwrap_or("").to_owned();
-        let mut length = 0usize;
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        self.stream.write_all(request).await?;
+        self.buf.clear();
         loop {
-            self.line.clear();
-            if self.stream.read_line(&mut self.line).await? == 0 {
+            if let Some((status, body)) = parse_answer(&self.buf)? {
+                if status != 200 {
+                    bail!(
+                        "the relay answered {status}: {}",
+                        String::from_utf8_lossy(body)
+                    );
+                }
+                return seq_of(body);
+            }
+            if self.buf.capacity() - self.buf.len() < 1024 {
+                self.buf.reserve(4096);
+            }
+            if self.stream.read_buf(&mut self.buf).await? == 0 {
                 bail!("the relay closed the connection");
             }
-            let header = self.line.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                length = value.trim().parse()?;
-            }
         }
-        self.body.resize(length, 0);
-        self.stream.read_exact(&mut self.body).await?;
-        if status != "200" {
-            bail!(
-                "the relay answered {status}: {}",
-                String::from_utf8_lossy(&self.body)
-            );
-        }
-        let position: serde_json::Value = serde_json::from_slice(&self.body)?;
-        position["seq"].as_u64().context("no seq in the answer")
     }
+}
+
+/// The status and body of the answer in `bytes`, once it is complete. One request is in flight
+/// per connection, so nothing follows the answer.
+fn parse_answer(bytes: &[u8]) -> anyhow::Result<Option<(u16, &[u8])>> {
+    let Some(head_len) = bytes.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Ok(None);
+    };
+    let head = std::str::from_utf8(&bytes[..head_len])?;
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .and_then(|code| code.parse().ok())
+        .context("no status line in the relay's answer")?;
+    let mut length = 0usize;
+    for line in lines {
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse()?;
+        }
+    }
+    let body_start = head_len + 4;
+    Ok(bytes
+        .get(body_start..body_start + length)
+        .map(|body| (status, body)))
+}
+
+/// The `seq` of the relay's `{"epoch":…,"seq":…}`.
+fn seq_of(body: &[u8]) -> anyhow::Result<u64> {
+    let text = std::str::from_utf8(body)?;
+    let digits = text
+        .split_once("\"seq\":")
+        .map(|(_, rest)| rest.trim_start())
+        .map(|rest| {
+            let end = rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .with_context(|| format!("no seq in the answer {text}"))?;
+    Ok(digits.parse()?)
 }
 
 /// Reads the agent's ingest cursor from the hub's database until it reaches `above + wanted`;
@@ -539,21 +626,20 @@ async fn full_path(
 
     // Warm-up: connections, the session, the database's caches.
     let warm = 2_000.min(args.events);
-    let bodies: Arc<Vec<String>> = Arc::new(
-        (0..warm)
-            .map(|_| generator.sample(now).callback_json(hostname))
-            .collect(),
-    );
+    let bodies: Vec<String> = (0..warm)
+        .map(|_| generator.sample(now).callback_json(hostname))
+        .collect();
     let poller = connect(&poll_url, true).await?;
-    let accepted = post_all(&host, bodies, args.clients).await?;
+    let (addr, requests) = prepare_requests(&host, &bodies)?;
+    let accepted = post_all(&addr, Arc::new(requests), args.clients).await?;
     poll_commits(poller.clone(), 0, accepted.len(), Instant::now() + DEADLINE).await?;
     let above = accepted.iter().map(|(seq, _)| *seq).max().unwrap_or(0);
 
-    let bodies: Arc<Vec<String>> = Arc::new(
-        (0..args.events)
-            .map(|_| generator.sample(now).callback_json(hostname))
-            .collect(),
-    );
+    let bodies: Vec<String> = (0..args.events)
+        .map(|_| generator.sample(now).callback_json(hostname))
+        .collect();
+    let requests = Arc::new(prepare_requests(&host, &bodies)?.1);
+    drop(bodies);
     let pids = [
         host.hub.pid().map(|p| p.to_string()),
         host.agent.pid().map(|p| p.to_string()),
@@ -572,7 +658,7 @@ async fn full_path(
         Instant::now() + DEADLINE,
     ));
     let started = Instant::now();
-    let accepted = post_all(&host, bodies, args.clients).await?;
+    let accepted = post_all(&addr, requests, args.clients).await?;
     let posted = started.elapsed();
     let commits = commits.await??;
     let last_commit = commits.values().max().copied().unwrap_or(started);
@@ -662,4 +748,26 @@ fn numbered_batches(
             .map(|(j, e)| (first + j as u64 + 1, e.clone()))
             .collect()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_read_only_once_complete() {
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 23\r\n\r\n{\"epoch\":7,\"seq\":12345}";
+        for cut in 0..answer.len() {
+            assert_eq!(parse_answer(&answer[..cut]).expect("parse"), None, "{cut}");
+        }
+        let (status, body) = parse_answer(answer).expect("parse").expect("complete");
+        assert_eq!(status, 200);
+        assert_eq!(seq_of(body).expect("seq"), 12345);
+        let refused = b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 2\r\n\r\n{}";
+        assert_eq!(
+            parse_answer(refused).expect("parse").map(|a| a.0),
+            Some(401)
+        );
+        assert!(seq_of(b"{\"epoch\":7}").is_err());
+    }
 }

@@ -75,6 +75,18 @@ pub fn cpu_seconds_of_command(comm: &str) -> f64 {
         .sum()
 }
 
+/// When `path` was last modified (UTC), to tell which build of a binary a run drove.
+pub fn modified(path: &std::path::Path) -> String {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .map(|t| {
+            chrono::DateTime::<chrono::Utc>::from(t)
+                .format("built %Y-%m-%d %H:%M:%S UTC")
+                .to_string()
+        })
+        .unwrap_or_else(|_| "build time unknown".to_owned())
+}
+
 /// A workspace binary of the given profile (`debug` or `release`), or how to build it.
 pub fn binary(profile: &str, name: &str) -> anyhow::Result<PathBuf> {
     let path = banhub_tests::process::target_dir().join(profile).join(name);
