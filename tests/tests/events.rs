@@ -1592,6 +1592,12 @@ async fn network_pages_are_those_of_the_plain_filter(backend: Backend) {
             ..EventFilter::default()
         },
         EventFilter {
+            ip: net("192.0.2.0/24"),
+            from: Some(range_from),
+            to: Some(at(base + 2 * DAY)),
+            ..EventFilter::default()
+        },
+        EventFilter {
             ip: net("10.0.0.0/8"),
             ..EventFilter::default()
         },

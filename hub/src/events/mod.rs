@@ -43,6 +43,10 @@ const TEXT_INDEX_BATCH: usize = 500;
 /// ingest), and between batches while it catches up (to let ingest in).
 const TEXT_INDEX_IDLE: Duration = Duration::from_secs(1);
 const TEXT_INDEX_BUSY: Duration = Duration::from_millis(10);
+/// Ranges (days back from now) whose stats are read once at start (SQLite), so the
+/// first request of each finds its past days in the day cache: read cold, 90 days of a large
+/// history take 0.3–1.4 s right after a start.
+const WARM_DAYS: [i64; 4] = [1, 7, 30, 90];
 
 /// Why an events operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -340,10 +344,48 @@ impl Events {
         }
     }
 
-    /// Prunes every `events.prune_interval_secs` until shutdown, and keeps the text index of log
-    /// lines caught up (SQLite). Spawn it once.
+    /// Reads the stats of the usual ranges once (SQLite, where past days are cached), as the UI
+    /// would, so the first requests after a start find them. The cache keys are whole days (and
+    /// the series' buckets), so a request of the same range later today hits.
+    async fn warm_day_cache(self) {
+        if self.0.day_cache.is_none() {
+            return;
+        }
+        let started = std::time::Instant::now();
+        for days in WARM_DAYS {
+            let now = Utc::now();
+            let from = Some(now - chrono::Duration::days(days));
+            let stats = StatsQuery {
+                server: None,
+                jail: None,
+                from,
+                to: None,
+            };
+            // Not insights: its first request starts the count of places over every address,
+            // which is the first user's to start. Its per-server and per-jail reads are those of
+            // the stats.
+            if let Err(e) = self.stats(&stats, now).await {
+                tracing::warn!(error = %e, "reading stats at start failed");
+                return;
+            }
+            if self.0.shutdown.is_cancelled() {
+                return;
+            }
+        }
+        tracing::debug!(
+            ms = started.elapsed().as_millis(),
+            "stats of the usual ranges read at start"
+        );
+    }
+
+    /// Prunes every `events.prune_interval_secs` until shutdown, keeps the text index of log
+    /// lines caught up and reads the usual stats once at start (SQLite). Spawn it once.
     pub async fn run_retention(self) {
-        tokio::join!(retention::run(self.clone()), self.run_text_index());
+        tokio::join!(
+            retention::run(self.clone()),
+            self.clone().run_text_index(),
+            self.warm_day_cache()
+        );
     }
 }
 

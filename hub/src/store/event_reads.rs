@@ -73,15 +73,20 @@ fn push_filter(sql: &mut Sql, filter: &EventFilter) {
         sql.push(" AND source IN ")
             .tuple(filter.sources.iter().map(|s| s.as_str().into()));
     }
+    push_range(sql, filter);
+    if let Some(text) = &filter.text {
+        push_text(sql, text.as_str());
+    }
+}
+
+/// ` AND occurred_at …` for the time range of `filter`, if any.
+fn push_range(sql: &mut Sql, filter: &EventFilter) {
     if let Some(from) = filter.from {
         sql.push(" AND occurred_at >= ")
             .bind(from.timestamp_millis());
     }
     if let Some(to) = filter.to {
         sql.push(" AND occurred_at < ").bind(to.timestamp_millis());
-    }
-    if let Some(text) = &filter.text {
-        push_text(sql, text.as_str());
     }
 }
 
@@ -278,6 +283,8 @@ impl Store {
     /// A page of a network filter over the addresses `keys` (every stored address of the
     /// network): the newest `wanted` events of each address that match the other filters, merged
     /// newest first. Exact: the page's events are each among the newest `wanted` of their address.
+    /// With no filter but times, the addresses' pages come from the address index alone (no row
+    /// read per event), and only the page's rows are read.
     async fn network_merge(
         &self,
         filter: &EventFilter,
@@ -292,6 +299,55 @@ impl Store {
             ip: None,
             ..filter.clone()
         };
+        let in_index = rest.server.is_none()
+            && rest.jail.is_none()
+            && rest.kinds.is_empty()
+            && rest.sources.is_empty()
+            && rest.text.is_none();
+        if in_index {
+            // Only times besides the network (and the probe's events left out): the newest
+            // `wanted` of the network are read from the address index alone, then their rows.
+            // When none of those is a probe's event, they are the page; otherwise the rows are
+            // checked as they are read, below.
+            let mut sql = Sql::new(self.backend(), "SELECT id FROM (");
+            for (i, key) in keys.iter().enumerate() {
+                if i > 0 {
+                    sql.push(" UNION ALL ");
+                }
+                sql.push(
+                    "SELECT id, occurred_at FROM (SELECT id, occurred_at FROM events WHERE ip_key = ",
+                )
+                .bind(key.clone());
+                push_range(&mut sql, &rest);
+                push_cursor(&mut sql, after);
+                sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
+                    .bind(wanted)
+                    .push(&format!(") a{i}"));
+            }
+            sql.push(") m ORDER BY occurred_at DESC, id DESC LIMIT ")
+                .bind(wanted);
+            let ids = self
+                .db
+                .query_all_raw(sql.build())
+                .await?
+                .iter()
+                .map(|row| get::<i64>(row, 0))
+                .collect::<Result<Vec<_>, _>>()?;
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut sql = Sql::new(
+                self.backend(),
+                &format!("SELECT {EVENT_COLUMNS} FROM events WHERE id IN "),
+            );
+            sql.tuple(ids.iter().map(|id| (*id).into()));
+            push_filter(&mut sql, &rest);
+            sql.push(" ORDER BY occurred_at DESC, id DESC");
+            let found = read_events(self.db.query_all_raw(sql.build()).await?)?;
+            if found.len() == ids.len() {
+                return Ok(found);
+            }
+        }
         let mut sql = Sql::new(
             self.backend(),
             &format!("SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT id FROM ("),
@@ -406,6 +462,8 @@ impl Store {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<CountRow<i64>>, StoreError> {
+        // PostgreSQL: the fleet-wide counts may be pending (store::events).
+        self.flush_counts().await?;
         let mut sql = Sql::new(
             self.backend(),
             &format!(
@@ -454,6 +512,8 @@ impl Store {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<CountRow<String>>, StoreError> {
+        // PostgreSQL: the fleet-wide counts may be pending (store::events).
+        self.flush_counts().await?;
         let server = server.map(|s| s.to_string()).unwrap_or_default();
         let jail = jail.map(|j| j.as_str().to_owned());
         self.count_by(
