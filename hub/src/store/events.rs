@@ -58,6 +58,11 @@ pub(super) const DISTINCT_IPS: &str = "distinct_ips";
 const ROLLUPS_APPLIED_TO: &str = "rollups_applied_to";
 /// How often SQLite's deferred per-address rollups are written.
 const DEFERRED_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// PostgreSQL: the transaction-level advisory lock of the rollup applier ("banhub_r"; the jobs'
+/// keys are below 2^60, so never this one).
+const ROLLUP_APPLIER_LOCK: i64 = 0x6261_6e68_7562_5f72;
+/// PostgreSQL: pending rollup rows merged per applier transaction.
+const PENDING_ROWS_PER_APPLY: i64 = 20_000;
 /// Events read per transaction when the per-address rollups are derived again at start.
 const REDERIVE_PAGE: i64 = 5_000;
 
@@ -363,6 +368,14 @@ struct Rollups {
     upto: i64,
 }
 
+/// A `rollup_pending` row (PostgreSQL): fleet-wide counts `(day?, server, jail, bucket, kind,
+/// count)` and per-address bans `(ip, server, bans, first, last, last jail)`.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct PendingBody {
+    c: Vec<(bool, String, String, i64, String, i64)>,
+    a: Vec<(String, String, i64, i64, i64, String)>,
+}
+
 /// Rollups of events stored by [`Store::import_batch`], accumulated in memory and written once
 /// by [`Store::apply_rollups`]: for loading a large history quickly (the bench's seeding), with the
 /// very aggregation ingest uses.
@@ -442,6 +455,94 @@ impl Rollups {
             }
         }
         self.upto = self.upto.max(other.upto);
+    }
+
+    /// Adds all of `other`.
+    fn merge(&mut self, mut other: Rollups) {
+        for (key, count) in std::mem::take(&mut other.counts) {
+            *self.counts.entry(key).or_default() += count;
+        }
+        self.merge_addresses(other);
+    }
+
+    /// Takes out what other agents' batches add to as well: the per-address rollups and the
+    /// fleet-wide counts (server ""). The per-server counts stay.
+    fn take_shared(&mut self) -> Rollups {
+        let (fleet, own) = std::mem::take(&mut self.counts)
+            .into_iter()
+            .partition(|(key, _)| key.1.is_empty());
+        self.counts = own;
+        Rollups {
+            counts: fleet,
+            ip_servers: std::mem::take(&mut self.ip_servers),
+            upto: self.upto,
+        }
+    }
+
+    /// The text of a `rollup_pending` row.
+    fn to_body(&self) -> Result<String, StoreError> {
+        let body = PendingBody {
+            c: self
+                .counts
+                .iter()
+                .map(|((grain, server, jail, bucket, kind), count)| {
+                    (
+                        matches!(grain, Grain::Day),
+                        server.clone(),
+                        jail.clone(),
+                        *bucket,
+                        (*kind).to_owned(),
+                        *count,
+                    )
+                })
+                .collect(),
+            a: self
+                .ip_servers
+                .iter()
+                .map(|((ip, server), agg)| {
+                    (
+                        ip.clone(),
+                        server.clone(),
+                        agg.bans,
+                        agg.first,
+                        agg.last,
+                        agg.last_jail.clone(),
+                    )
+                })
+                .collect(),
+        };
+        serde_json::to_string(&body).map_err(|e| StoreError::Corrupt(e.to_string()))
+    }
+
+    fn from_body(text: &str) -> Result<Self, StoreError> {
+        let body: PendingBody = serde_json::from_str(text)
+            .map_err(|e| StoreError::Corrupt(format!("rollup_pending: {e}")))?;
+        let mut rollups = Self::default();
+        for (day, server, jail, bucket, kind, count) in body.c {
+            let kind = EventKind::parse(&kind)
+                .ok_or_else(|| StoreError::Corrupt(format!("rollup_pending: kind {kind:?}")))?
+                .as_str();
+            let grain = if day { Grain::Day } else { Grain::Hour };
+            *rollups
+                .counts
+                .entry((grain, server, jail, bucket, kind))
+                .or_default() += count;
+        }
+        for (ip, server, bans, first, last, last_jail) in body.a {
+            let agg = IpAgg {
+                bans,
+                first,
+                last,
+                last_jail,
+            };
+            match rollups.ip_servers.entry((ip, server)) {
+                std::collections::btree_map::Entry::Vacant(slot) => {
+                    slot.insert(agg);
+                }
+                std::collections::btree_map::Entry::Occupied(mut slot) => slot.get_mut().add(&agg),
+            }
+        }
+        Ok(rollups)
     }
 
     /// Writes the per-address rollups and moves the SQLite watermark to [`Rollups::upto`], in
@@ -686,14 +787,26 @@ pub(super) struct DeferredRollups {
     flushing: tokio::sync::Mutex<i64>,
     /// Events whose bans the start wrote again (a stop had left them pending).
     rederived: u64,
+    /// PostgreSQL: what an ingest adds to the shared rollups is a row of `rollup_pending`
+    /// (M0011), not memory; `pending` and `flushing` are unused.
+    rows: bool,
 }
 
 impl DeferredRollups {
+    /// PostgreSQL's deferred rollups: rows of `rollup_pending`.
+    fn rows(db: DatabaseConnection) -> Self {
+        Self {
+            rows: true,
+            ..Self::new(db, 0, 0)
+        }
+    }
+
     /// The deferred rollups of a SQLite store whose watermark is `applied`.
     fn new(db: DatabaseConnection, applied: i64, rederived: u64) -> Self {
         Self {
             db,
             rederived,
+            rows: false,
             pending: tokio::sync::Mutex::new(Rollups {
                 upto: applied,
                 ..Rollups::default()
@@ -701,6 +814,34 @@ impl DeferredRollups {
             flushing: tokio::sync::Mutex::new(applied),
         }
     }
+}
+
+/// The task that writes the deferred rollups every [`DEFERRED_FLUSH_EVERY`]; it ends with the
+/// last handle on the store.
+fn spawn_flusher(deferred: &Arc<DeferredRollups>) {
+    let weak = Arc::downgrade(deferred);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(DEFERRED_FLUSH_EVERY).await;
+            let Some(deferred) = weak.upgrade() else {
+                return;
+            };
+            let rows = deferred.rows;
+            let store = Store {
+                db: deferred.db.clone(),
+                deferred: Some(deferred),
+            };
+            // On PostgreSQL a replica already applying does this replica's rows too.
+            let result = if rows {
+                store.apply_pending_rows(false).await
+            } else {
+                store.flush_rollups().await
+            };
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "cannot write the deferred rollups; retrying");
+            }
+        }
+    });
 }
 
 async fn add_total(txn: &DatabaseTransaction, name: &str, delta: i64) -> Result<(), StoreError> {
@@ -765,7 +906,7 @@ impl Store {
     /// per-address rollups are written with them and the watermark moves past the imported events
     /// (call it after the imports, not during them).
     pub async fn apply_rollups(&self, rollups: PendingRollups) -> Result<(), StoreError> {
-        let Some(deferred) = &self.deferred else {
+        let Some(deferred) = self.deferred.as_ref().filter(|d| !d.rows) else {
             let txn = self.begin_writer().await?;
             rollups.0.apply(&txn).await?;
             txn.commit().await?;
@@ -915,6 +1056,19 @@ impl Store {
             txn.commit().await?;
             return Ok(());
         };
+        if deferred.rows {
+            // PostgreSQL: only rows of this agent's server are updated; what is shared goes into
+            // a row of its own.
+            let shared = rollups.take_shared();
+            rollups.apply(&txn).await?;
+            if !shared.counts.is_empty() || !shared.ip_servers.is_empty() {
+                let mut sql = Sql::new(self.backend(), "INSERT INTO rollup_pending (body) VALUES ");
+                sql.tuple([shared.to_body()?.into()]);
+                txn.execute_raw(sql.build()).await?;
+            }
+            txn.commit().await?;
+            return Ok(());
+        }
         let addresses = Rollups {
             ip_servers: std::mem::take(&mut rollups.ip_servers),
             upto: rollups.upto,
@@ -945,8 +1099,11 @@ impl Store {
     /// Runs about once a second by itself; a read of `ip_stats`, `ip_servers` or the distinct
     /// address total calls it first, so it sees every committed event.
     pub async fn flush_rollups(&self) -> Result<(), StoreError> {
-        if self.deferred.is_none() {
+        let Some(deferred) = &self.deferred else {
             return Ok(());
+        };
+        if deferred.rows {
+            return self.apply_pending_rows(true).await;
         }
         // In its own task, like the ingest's commit: a reader that gives up halfway must not drop
         // the rollups it took out of the pending ones.
@@ -954,6 +1111,76 @@ impl Store {
         tokio::spawn(async move { store.flush_pending().await })
             .await
             .map_err(|e| StoreError::Corrupt(format!("the rollup flush failed: {e}")))?
+    }
+
+    /// PostgreSQL: the fleet-wide counts may be pending too; a read of them calls this first.
+    /// Nothing to do on SQLite, where ingest writes them.
+    pub async fn flush_counts(&self) -> Result<(), StoreError> {
+        match &self.deferred {
+            Some(deferred) if deferred.rows => self.apply_pending_rows(true).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// PostgreSQL: merges the committed `rollup_pending` rows, writes them to the rollups and
+    /// deletes them, in transactions of at most [`PENDING_ROWS_PER_APPLY`] rows, one applier at a
+    /// time across replicas. `wait`: wait for a running applier (a read must see what was
+    /// committed before it) rather than leave the work to it (the periodic pass).
+    async fn apply_pending_rows(&self, wait: bool) -> Result<(), StoreError> {
+        loop {
+            let txn = self.db.begin().await?;
+            let lock = if wait {
+                "SELECT true FROM pg_advisory_xact_lock($1)"
+            } else {
+                "SELECT pg_try_advisory_xact_lock($1)"
+            };
+            let locked: bool = match txn
+                .query_one_raw(Statement::from_sql_and_values(
+                    DbBackend::Postgres,
+                    lock,
+                    [ROLLUP_APPLIER_LOCK.into()],
+                ))
+                .await?
+            {
+                Some(row) => get(&row, 0)?,
+                None => false,
+            };
+            if !locked {
+                return Ok(());
+            }
+            // Rows committed from here on are not in this snapshot's reads, and are deleted by
+            // id only: they are left for the next pass, never deleted unapplied.
+            let mut sql = Sql::new(
+                DbBackend::Postgres,
+                "SELECT id, body FROM rollup_pending ORDER BY id LIMIT ",
+            );
+            sql.bind(PENDING_ROWS_PER_APPLY);
+            let rows = txn.query_all_raw(sql.build()).await?;
+            if rows.is_empty() {
+                txn.commit().await?;
+                return Ok(());
+            }
+            let full = rows.len() as i64 >= PENDING_ROWS_PER_APPLY;
+            let mut merged = Rollups::default();
+            let mut ids = Vec::with_capacity(rows.len());
+            for row in &rows {
+                ids.push(get::<i64>(row, 0)?);
+                merged.merge(Rollups::from_body(&get::<String>(row, 1)?)?);
+            }
+            merged.apply(&txn).await?;
+            for chunk in ids.chunks(1_000) {
+                let list: Vec<String> = chunk.iter().map(i64::to_string).collect();
+                txn.execute_unprepared(&format!(
+                    "DELETE FROM rollup_pending WHERE id IN ({})",
+                    list.join(", ")
+                ))
+                .await?;
+            }
+            txn.commit().await?;
+            if !full {
+                return Ok(());
+            }
+        }
     }
 
     async fn flush_pending(&self) -> Result<(), StoreError> {
@@ -1007,6 +1234,10 @@ impl Store {
         let Some(deferred) = &self.deferred else {
             return read.await;
         };
+        if deferred.rows {
+            self.apply_pending_rows(true).await?;
+            return read.await;
+        }
         let _flushing = deferred.flushing.lock().await;
         let mut counts = read.await?;
         let pending = deferred.pending.lock().await;
@@ -1031,6 +1262,12 @@ impl Store {
     pub(super) async fn start_deferred_rollups(
         &self,
     ) -> Result<Arc<DeferredRollups>, StoreError> {
+        if self.backend() == DbBackend::Postgres {
+            // The pending rows of a stopped replica are still there: nothing to derive again.
+            let deferred = Arc::new(DeferredRollups::rows(self.db.clone()));
+            spawn_flusher(&deferred);
+            return Ok(deferred);
+        }
         let mut sql = Sql::new(self.backend(), "SELECT value FROM event_totals WHERE name = ");
         sql.bind(ROLLUPS_APPLIED_TO);
         let stored: Option<i64> = match self.db.query_one_raw(sql.build()).await? {
@@ -1090,22 +1327,7 @@ impl Store {
             );
         }
         let deferred = Arc::new(DeferredRollups::new(self.db.clone(), applied, rederived));
-        let weak = Arc::downgrade(&deferred);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(DEFERRED_FLUSH_EVERY).await;
-                let Some(deferred) = weak.upgrade() else {
-                    return;
-                };
-                let store = Store {
-                    db: deferred.db.clone(),
-                    deferred: Some(deferred),
-                };
-                if let Err(e) = store.flush_rollups().await {
-                    tracing::warn!(error = %e, "cannot write the per-address rollups; retrying");
-                }
-            }
-        });
+        spawn_flusher(&deferred);
         Ok(deferred)
     }
 

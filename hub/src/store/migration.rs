@@ -11,6 +11,7 @@ mod m0007_callback_secrets;
 mod m0008_event_perf;
 mod m0009_event_text;
 mod m0010_event_text_pg;
+mod m0011_rollup_pending;
 
 pub struct Migrator;
 
@@ -55,6 +56,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0008_event_perf::M0008EventPerf),
             Box::new(m0009_event_text::M0009EventText),
             Box::new(m0010_event_text_pg::M0010EventTextPg),
+            Box::new(m0011_rollup_pending::M0011RollupPending),
         ]
     }
 }

@@ -66,7 +66,7 @@ pub enum EnrollOutcome<E> {
 #[derive(Debug, Clone)]
 pub struct Store {
     db: DatabaseConnection,
-    /// SQLite: the per-address rollups written behind ingest (see [`events::DeferredRollups`]).
+    /// The shared rollups written behind ingest (see [`events::DeferredRollups`]).
     deferred: Option<std::sync::Arc<events::DeferredRollups>>,
 }
 
@@ -100,9 +100,7 @@ impl Store {
         let db = Database::connect(options).await?;
         migration::Migrator::up(&db, None).await?;
         let mut store = Self { db, deferred: None };
-        if store.backend() == DbBackend::Sqlite {
-            store.deferred = Some(store.start_deferred_rollups().await?);
-        }
+        store.deferred = Some(store.start_deferred_rollups().await?);
         Ok(store)
     }
 
