@@ -210,7 +210,8 @@ async fn assert_rollups(store: &Store, fleet: &Fleet, context: &str) {
         assert_eq!(&stored, per_server, "{context}: bans of {ip} per server");
     }
     // The ranking: most bans first, then the higher address.
-    let mut ranked: Vec<(u64, String)> = ips.iter().map(|ip| (fleet.bans(ip), ip.clone())).collect();
+    let mut ranked: Vec<(u64, String)> =
+        ips.iter().map(|ip| (fleet.bans(ip), ip.clone())).collect();
     ranked.sort_by(|a, b| b.cmp(a));
     ranked.truncate(5);
     let top: Vec<(u64, String)> = store

@@ -12,8 +12,8 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, FromQueryResult, QueryResult, Statement,
-    TransactionTrait, Value,
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, FromQueryResult,
+    QueryResult, Statement, TransactionTrait, Value,
 };
 use subtle::ConstantTimeEq;
 
@@ -1259,16 +1259,17 @@ impl Store {
     /// a stop left unwritten written now (in pages, each with its watermark), and the task that
     /// flushes them every second. A database without a watermark had its rollups written by
     /// every ingest so far: its watermark is its newest event.
-    pub(super) async fn start_deferred_rollups(
-        &self,
-    ) -> Result<Arc<DeferredRollups>, StoreError> {
+    pub(super) async fn start_deferred_rollups(&self) -> Result<Arc<DeferredRollups>, StoreError> {
         if self.backend() == DbBackend::Postgres {
             // The pending rows of a stopped replica are still there: nothing to derive again.
             let deferred = Arc::new(DeferredRollups::rows(self.db.clone()));
             spawn_flusher(&deferred);
             return Ok(deferred);
         }
-        let mut sql = Sql::new(self.backend(), "SELECT value FROM event_totals WHERE name = ");
+        let mut sql = Sql::new(
+            self.backend(),
+            "SELECT value FROM event_totals WHERE name = ",
+        );
         sql.bind(ROLLUPS_APPLIED_TO);
         let stored: Option<i64> = match self.db.query_one_raw(sql.build()).await? {
             Some(row) => Some(get(&row, 0)?),
@@ -1280,8 +1281,7 @@ impl Store {
                 let newest: i64 = match self
                     .db
                     .query_one_raw(
-                        Sql::new(self.backend(), "SELECT COALESCE(MAX(id), 0) FROM events")
-                            .build(),
+                        Sql::new(self.backend(), "SELECT COALESCE(MAX(id), 0) FROM events").build(),
                     )
                     .await?
                 {
