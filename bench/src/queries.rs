@@ -56,6 +56,10 @@ pub struct QueryArgs {
     /// `text,CIDR`), and skip the first insights request and its wait for the places count.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// A lock file (e.g. `/work/notes/bench.lock`) held exclusively only while the queries are
+    /// timed, so a long seeding of PostgreSQL (not kept between runs) runs without it.
+    #[arg(long)]
+    pub lock: Option<PathBuf>,
 }
 
 /// What a seeded database holds, written next to it once seeding finished.
@@ -155,6 +159,26 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
         if args.seed_only {
             continue;
         }
+        // Held until the queries are timed; dropped (unlocked) with the file.
+        let _lock = match &args.lock {
+            Some(path) => {
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .with_context(|| format!("opening {}", path.display()))?;
+                let waiting = Instant::now();
+                file.lock()?;
+                println!(
+                    "holding {} (waited {:.0} s); load average {}",
+                    path.display(),
+                    waiting.elapsed().as_secs_f64(),
+                    measure::load_average()
+                );
+                Some(file)
+            }
+            None => None,
+        };
         queries(&url, &seeded, &args, &hub_bin).await?;
     }
     Ok(())
