@@ -7,8 +7,8 @@
 //! Scenarios (`--scenario`, several allowed):
 //! * `sessions`: N agents (10,000) on one hub with heartbeats: hub memory per session, idle CPU.
 //! * `fleet-ban`: fleet-wide bans over N online agents (1,000): time until every ack is back.
-//! * `replicas`: ingest with one hub replica, then with two on one PostgreSQL (agents split), in one
-//!   run; hub CPU time per 1,000 events.
+//! * `replicas`: ingest with one hub replica and with two on one PostgreSQL (agents split), in
+//!   alternating phases of one run; CPU per 1,000 events of the hubs, PostgreSQL and the simulator.
 //! * `agent`: resident memory and CPU of an idle real `banhub-agent`, and the binary sizes.
 //! * `simulate`: just run N agents producing `--rate` events per second against an existing hub
 //!   (`--hub-http`, `--token`), until interrupted.
@@ -78,6 +78,9 @@ struct Args {
     /// Seconds of ingest per phase of `replicas`.
     #[arg(long, default_value_t = 20)]
     ingest_secs: u64,
+    /// Database connections of each hub (`database.max_connections`).
+    #[arg(long, default_value_t = 32)]
+    db_connections: u32,
     /// Seconds over which idle CPU is measured.
     #[arg(long, default_value_t = 60)]
     idle_secs: u64,
@@ -630,7 +633,10 @@ fn hub_with(
             "BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS",
             args.heartbeat_ms.to_string(),
         )
-        .env("BANHUB_DATABASE__MAX_CONNECTIONS", "32")
+        .env(
+            "BANHUB_DATABASE__MAX_CONNECTIONS",
+            args.db_connections.to_string(),
+        )
         .env("BANHUB_LOG__FILTER", "warn")
         .start_timeout(Duration::from_secs(60));
     for (k, v) in env {
@@ -795,12 +801,129 @@ async fn fleet_ban(args: &Args) -> anyhow::Result<()> {
 }
 
 /// Ingest with the agents split over `hubs`; returns (events per second, hub CPU seconds).
+/// What one ingest phase measured.
+#[derive(Debug, Clone, Copy, Default)]
+struct Phase {
+    events: u64,
+    wall: f64,
+    /// CPU seconds over the window: the hubs, PostgreSQL (server and backends), this simulator, and
+    /// whatever else ran on the machine (busy time not accounted to those three).
+    hub: f64,
+    postgres: f64,
+    simulator: f64,
+    other: f64,
+}
+
+impl Phase {
+    fn rate(&self) -> f64 {
+        self.events as f64 / self.wall.max(f64::EPSILON)
+    }
+
+    /// Milliseconds of CPU per 1,000 events.
+    fn per_k(&self, cpu: f64) -> f64 {
+        1e6 * cpu / self.events.max(1) as f64
+    }
+
+    fn add(&mut self, other: &Phase) {
+        self.events += other.events;
+        self.wall += other.wall;
+        self.hub += other.hub;
+        self.postgres += other.postgres;
+        self.simulator += other.simulator;
+        self.other += other.other;
+    }
+
+    fn line(&self, name: &str) -> String {
+        format!(
+            "{name}: {:.0} events/s; CPU ms per 1,000 events: hub {:.1}, PostgreSQL {:.1}, simulator {:.1}, other processes {:.1}",
+            self.rate(),
+            self.per_k(self.hub),
+            self.per_k(self.postgres),
+            self.per_k(self.simulator),
+            self.per_k(self.other)
+        )
+    }
+}
+
+/// CPU time of PostgreSQL: the postmaster, its living children, and the children it has reaped
+/// (so a backend that ends inside a window still counts).
+fn postgres_cpu(pg: &PostgresServer) -> anyhow::Result<Duration> {
+    let pid_file = std::fs::read_to_string(pg.dir().join("data").join("postmaster.pid"))?;
+    let postmaster: u32 = pid_file
+        .lines()
+        .next()
+        .context("postmaster.pid")?
+        .trim()
+        .parse()?;
+    let stat = std::fs::read_to_string(format!("/proc/{postmaster}/stat"))?;
+    let rest = stat.rsplit_once(')').context("stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field =
+        |i: usize| -> anyhow::Result<u64> { Ok(fields.get(i).context("stat field")?.parse()?) };
+    let ticks = rustix::param::clock_ticks_per_second() as f64;
+    // utime, stime, cutime, cstime.
+    let mut total = (field(11)? + field(12)? + field(13)? + field(14)?) as f64 / ticks;
+    for entry in std::fs::read_dir("/proc")? {
+        let Some(pid) = entry?
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(postmaster) {
+            let utime: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
+            let stime: u64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+            total += (utime + stime) as f64 / ticks;
+        }
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+/// Busy CPU time of the whole machine so far (all cores; idle and I/O wait excluded).
+fn machine_busy() -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().next().context("/proc/stat")?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is inside user already).
+    let busy: u64 = v.iter().take(8).sum::<u64>() - v.get(3).unwrap_or(&0) - v.get(4).unwrap_or(&0);
+    Ok(Duration::from_secs_f64(
+        busy as f64 / rustix::param::clock_ticks_per_second() as f64,
+    ))
+}
+
+/// CPU seconds of (hubs, PostgreSQL, this process, the whole machine) so far.
+fn cpu_sample(pids: &[u32], pg: &PostgresServer) -> anyhow::Result<[f64; 4]> {
+    let hubs = pids
+        .iter()
+        .map(|p| cpu_time(*p).map(|c| c.as_secs_f64()))
+        .sum::<Result<f64, _>>()?;
+    Ok([
+        hubs,
+        postgres_cpu(pg)?.as_secs_f64(),
+        cpu_time(std::process::id())?.as_secs_f64(),
+        machine_busy()?.as_secs_f64(),
+    ])
+}
+
 async fn ingest_phase(
     args: &Args,
     hubs: &[&HubProcess],
+    pg: &PostgresServer,
     pem: &str,
     creds: Vec<Credentials>,
-) -> anyhow::Result<(f64, f64, u64)> {
+) -> anyhow::Result<Phase> {
     let addrs: Vec<SocketAddr> = hubs.iter().map(|h| h.grpc_addr()).collect();
     let fleet = Fleet::start(creds, pem, &addrs, Load::Idle).await?;
     let pids: Vec<u32> = hubs.iter().map(|h| pid_of(h)).collect::<Result<_, _>>()?;
@@ -808,22 +931,23 @@ async fn ingest_phase(
     let _ = fleet.load.send(Load::Flood(args.batch));
     tokio::time::sleep(Duration::from_secs(3)).await;
     let acked0 = fleet.counters.events_acked.load(Ordering::Relaxed);
-    let cpu0: Vec<Duration> = pids
-        .iter()
-        .map(|p| cpu_time(*p))
-        .collect::<Result<_, _>>()?;
+    let cpu0 = cpu_sample(&pids, pg)?;
     let t0 = Instant::now();
     tokio::time::sleep(Duration::from_secs(args.ingest_secs)).await;
     let acked = fleet.counters.events_acked.load(Ordering::Relaxed) - acked0;
     let wall = t0.elapsed().as_secs_f64();
-    let cpu: f64 = pids
-        .iter()
-        .zip(&cpu0)
-        .map(|(p, c0)| cpu_time(*p).map(|c| (c - *c0).as_secs_f64()))
-        .sum::<Result<f64, _>>()?;
+    let cpu1 = cpu_sample(&pids, pg)?;
     let _ = fleet.load.send(Load::Idle);
     fleet.stop().await;
-    Ok((acked as f64 / wall, cpu, acked))
+    let [hub, postgres, simulator, busy] = [0, 1, 2, 3].map(|i| cpu1[i] - cpu0[i]);
+    Ok(Phase {
+        events: acked,
+        wall,
+        hub,
+        postgres,
+        simulator,
+        other: (busy - hub - postgres - simulator).max(0.0),
+    })
 }
 
 async fn replicas(args: &Args) -> anyhow::Result<()> {
@@ -834,13 +958,14 @@ async fn replicas(args: &Args) -> anyhow::Result<()> {
     );
     let pg = PostgresServer::start()?;
     let ca = tempfile::tempdir()?;
-    let pem_for = |ca: &Path| ca_pem(ca);
 
     // The two replicas share this machine's cores the way they would each have their own: one
     // runtime worker each, where the single replica has the usual one per core.
-    // One replica, then two on one database (the agents split between them), then the one again:
-    // the machine's load drifts (other work, the database warming up), and comparing the two
-    // replicas with the mean of the phases around them cancels most of the drift.
+    // Phases alternate one replica, two replicas on their own database (the agents split between
+    // them), one, two, one: the machine's load drifts (other work, the databases growing), and
+    // comparing the two-replica phases with the one-replica phases around them cancels most of it.
+    // Every hub stays up for the whole run; a hub without agents costs next to nothing, and the
+    // CPU of everything else on the machine is reported as "other processes".
     let one_url = pg.create_database("fleet_one")?;
     let solo = hub_with(
         args,
@@ -848,7 +973,7 @@ async fn replicas(args: &Args) -> anyhow::Result<()> {
         Some(&one_url),
         ca.path(),
     )?;
-    let pem = pem_for(ca.path())?;
+    let pem = ca_pem(ca.path())?;
     let creds = enroll_many(
         &solo.client(),
         &solo.http_url(),
@@ -858,51 +983,54 @@ async fn replicas(args: &Args) -> anyhow::Result<()> {
         n,
     )
     .await?;
-    let first = ingest_phase(args, &[&solo], &pem, creds.clone()).await?;
-
     let two_url = pg.create_database("fleet_two")?;
-    let a = hub_with(
-        args,
-        &[
-            ("BANHUB_CLUSTER__REPLICA_ID", "a".into()),
-            ("TOKIO_WORKER_THREADS", "1".into()),
-        ],
-        Some(&two_url),
-        ca.path(),
-    )?;
-    let b = hub_with(
-        args,
-        &[
-            ("BANHUB_CLUSTER__REPLICA_ID", "b".into()),
-            ("TOKIO_WORKER_THREADS", "1".into()),
-        ],
-        Some(&two_url),
-        ca.path(),
-    )?;
+    let replica = |id: &str| {
+        hub_with(
+            args,
+            &[
+                ("BANHUB_CLUSTER__REPLICA_ID", id.into()),
+                ("TOKIO_WORKER_THREADS", "1".into()),
+            ],
+            Some(&two_url),
+            ca.path(),
+        )
+    };
+    let (a, b) = (replica("a")?, replica("b")?);
     let two_creds = enroll_many(&a.client(), &a.http_url(), a.grpc_addr(), &pem, "two", n).await?;
-    let (rate_two, cpu_two, events_two) = ingest_phase(args, &[&a, &b], &pem, two_creds).await?;
-    drop((a, b));
 
-    let second = ingest_phase(args, &[&solo], &pem, creds).await?;
-    let rate_one = (first.0 + second.0) / 2.0;
-    let (cpu_one, events_one) = (first.1 + second.1, first.2 + second.2);
+    let (mut one, mut two) = (Phase::default(), Phase::default());
+    for round in 0..5 {
+        let phase = if round % 2 == 0 {
+            let p = ingest_phase(args, &[&solo], &pg, &pem, creds.clone()).await?;
+            one.add(&p);
+            p.line(&format!("  phase {}: one replica ", round + 1))
+        } else {
+            let p = ingest_phase(args, &[&a, &b], &pg, &pem, two_creds.clone()).await?;
+            two.add(&p);
+            p.line(&format!("  phase {}: two replicas", round + 1))
+        };
+        println!("{phase} (load average {})", load_average());
+    }
+    println!("{}", one.line("one replica "));
+    println!("{}", two.line("two replicas"));
+    println!("two / one: {:.2}x", two.rate() / one.rate());
+    let total = |p: &Phase| p.per_k(p.hub + p.postgres + p.simulator);
     println!(
-        "one replica, before and after: {:.0} and {:.0} events/s",
-        first.0, second.0
+        "CPU of the path (hub + PostgreSQL + simulator) per 1,000 events: one {:.1} ms, two {:.1} ms",
+        total(&one),
+        total(&two)
     );
-
-    let per_k = |cpu: f64, events: u64| 1000.0 * cpu / events.max(1) as f64;
-    println!(
-        "one replica:  {rate_one:.0} events/s, hub CPU {:.1} ms per 1,000 events",
-        1000.0 * per_k(cpu_one, events_one)
-    );
-    println!(
-        "two replicas: {rate_two:.0} events/s, hub CPU {:.1} ms per 1,000 events (both replicas)",
-        1000.0 * per_k(cpu_two, events_two)
-    );
-    println!("two / one: {:.2}x", rate_two / rate_one);
+    drop((a, b, solo));
     drop(pg);
     Ok(())
+}
+
+/// The 1-minute load average, for the record.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
 }
 
 async fn agent(args: &Args) -> anyhow::Result<()> {
