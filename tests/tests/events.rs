@@ -1371,11 +1371,9 @@ async fn text_search_finds_rare_lines_in_the_index_and_the_unindexed_tail(backen
                 (0, None),
                 "no index filled in the background"
             );
-            // pg_trgm ships in Debian's postgresql package (.ci/install-deps): the index is there.
-            assert_eq!(
-                store.text_index().await.expect("index"),
-                Some("pg_trgm GIN index events_logs_trgm")
-            );
+            // M0012 dropped M0010's pg_trgm index (it tripled PostgreSQL's CPU per ingested
+            // event): the search reads rows, and finds the same.
+            assert_eq!(store.text_index().await.expect("index"), None);
         }
     }
     let rest: Vec<NewEvent> = (3_000..4_000).map(make).collect();

@@ -106,9 +106,10 @@ fn push_text(sql: &mut Sql, text: &str) {
     pattern.push('%');
     if sql.backend() == DbBackend::Postgres {
         // A literal, not a bound value: PostgreSQL plans a prepared statement once for any value
-        // after a few runs, and a plan made without the pattern cannot tell a rare text (the
-        // trigram index of M0010) from a common one (the newest rows first). An `E''` string
-        // with its quotes and backslashes escaped holds any text.
+        // after a few runs, and a plan made without the pattern cannot judge how rare the text
+        // is (with a trigram index, as M0010 made and M0012 dropped, the choice between it and
+        // the newest rows first depends on that). An `E''` string with its quotes and
+        // backslashes escaped holds any text.
         let literal = pattern.replace('\\', "\\\\").replace('\'', "''");
         sql.push(&format!(" AND logs ILIKE E'{literal}' ESCAPE '\\'"));
     } else {
