@@ -97,7 +97,9 @@ impl App {
             None => None,
         };
         create_private_dir(&config.data_dir)?;
-        let store = Store::connect(&config.database_url(), config.database.max_connections).await?;
+        let store = Store::connect(&config.database_url(), config.database.max_connections)
+            .await?
+            .with_ingest_writers(config.database.ingest_writers);
         let ca = Ca::load_or_create(&config.ca_dir())?;
         let revocations = RevocationList::default();
         revocations.replace_all(store.revoked_serials().await?);

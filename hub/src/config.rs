@@ -86,6 +86,9 @@ pub struct DatabaseConfig {
     pub url: String,
     /// Largest number of pooled connections.
     pub max_connections: u32,
+    /// Agents' event batches stored at once by this hub (the rest wait and are merged into larger
+    /// transactions); at most `max_connections`, so API reads keep connections during a burst.
+    pub ingest_writers: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -224,6 +227,7 @@ impl Default for DatabaseConfig {
         Self {
             url: String::new(),
             max_connections: 16,
+            ingest_writers: crate::store::DEFAULT_INGEST_WRITERS,
         }
     }
 }
@@ -354,6 +358,12 @@ impl Config {
         }
         if self.database.max_connections == 0 {
             return invalid("database.max_connections", "must be at least 1");
+        }
+        if !(1..=self.database.max_connections).contains(&self.database.ingest_writers) {
+            return invalid(
+                "database.ingest_writers",
+                "must be at least 1 and at most database.max_connections",
+            );
         }
         if !(1..=MAX_TOKEN_TTL_SECS).contains(&self.enrollment.token_ttl_secs) {
             return invalid(
@@ -503,6 +513,25 @@ mod tests {
         assert!(err.to_string().contains("database.url"), "{err}");
         let unknown = Figment::from(Serialized::default("http.lisen", "x"));
         assert!(Config::load(None, unknown).is_err());
+    }
+
+    #[test]
+    fn ingest_writers_stay_within_the_pool() {
+        let config = Config::load(None, Figment::new()).expect("defaults are valid");
+        assert_eq!(config.database.ingest_writers, 4);
+        for bad in [0, 17] {
+            let overrides = Figment::from(Serialized::default("database.ingest_writers", bad));
+            let err = Config::load(None, overrides).expect_err("refused");
+            assert!(err.to_string().contains("database.ingest_writers"), "{err}");
+        }
+        let all = Figment::from(Serialized::default("database.ingest_writers", 16));
+        assert_eq!(
+            Config::load(None, all)
+                .expect("valid")
+                .database
+                .ingest_writers,
+            16
+        );
     }
 
     #[test]

@@ -830,6 +830,7 @@ fn spawn_flusher(deferred: &Arc<DeferredRollups>) {
             let store = Store {
                 db: deferred.db.clone(),
                 deferred: Some(deferred),
+                ingest_slots: Arc::new(tokio::sync::Semaphore::new(1)),
             };
             // On PostgreSQL a replica already applying does this replica's rows too.
             let result = if rows {
@@ -886,6 +887,12 @@ impl Store {
         epoch: u64,
         events: Vec<(u64, NewEvent)>,
     ) -> Result<IngestOutcome, StoreError> {
+        // The limit is never closed; an error here would be a bug, reported rather than panicked on.
+        let _slot = self
+            .ingest_slots
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Corrupt("the ingest limit was closed".to_owned()))?;
         self.store_batch(server, agent, epoch, events, true).await
     }
 
