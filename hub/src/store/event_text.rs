@@ -117,6 +117,8 @@ impl Store {
             return Ok(0);
         }
         let batch = i64::try_from(batch.max(1)).unwrap_or(i64::MAX);
+        // Behind ingest's writers, not racing them for SQLite's lock (see `Store::write_gate`).
+        let _gate = self.write_gate().await;
         let txn = self.db.begin().await?;
         // The insert comes first so the transaction holds the write lock before it reads anything:
         // what it indexes and the mark it moves to are then read from the same state.

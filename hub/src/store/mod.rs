@@ -70,6 +70,8 @@ pub struct Store {
     deferred: Option<std::sync::Arc<events::DeferredRollups>>,
     /// Ingest transactions that may run at once (see [`Store::with_ingest_writers`]).
     ingest_slots: std::sync::Arc<tokio::sync::Semaphore>,
+    /// SQLite: one heavy writer at a time (see [`Store::write_gate`]).
+    write_gate: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Ingest transactions at once unless configured otherwise (`database.ingest_writers`).
@@ -113,6 +115,7 @@ impl Store {
             ingest_slots: std::sync::Arc::new(tokio::sync::Semaphore::new(
                 DEFAULT_INGEST_WRITERS as usize,
             )),
+            write_gate: std::sync::Arc::new(tokio::sync::Mutex::new(())),
         };
         store.deferred = Some(store.start_deferred_rollups().await?);
         Ok(store)
