@@ -5,6 +5,7 @@
 //! nothing skips silently.
 
 pub mod agent;
+pub mod backends;
 pub mod balancer;
 pub mod enrolled;
 pub mod fail2ban;

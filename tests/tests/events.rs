@@ -3,6 +3,8 @@
 //! API (filters, cursor paging deep into history, CSV), stats and insights from the rollups, the
 //! live stream, direct callbacks with their secrets, and retention.
 
+use banhub_tests::backends::Backend;
+use banhub_tests::on_both_backends;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -23,12 +25,6 @@ use tokio_util::sync::CancellationToken;
 
 const HOUR: i64 = 3_600_000;
 const DAY: i64 = 24 * HOUR;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Backend {
-    Sqlite,
-    Postgres,
-}
 
 struct TestHub {
     base: String,
@@ -218,27 +214,6 @@ fn unban(ip: &str, jail: &str, ms: i64) -> NewEvent {
 
 fn numbered(first: u64, events: Vec<NewEvent>) -> Vec<(u64, NewEvent)> {
     (first..).zip(events).collect()
-}
-
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    super::$name(super::Backend::Sqlite).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    super::$name(super::Backend::Postgres).await;
-                }
-            )*
-        }
-    };
 }
 
 async fn bans_are_tallied_per_network_over_every_address(backend: Backend) {

@@ -5,6 +5,8 @@
 //! it without writing), and after stops that lost whatever was pending in memory (the store dropped
 //! without a flush, then opened again on the same database, as after a kill).
 
+use banhub_tests::backends::Backend;
+use banhub_tests::on_both_backends;
 use std::collections::BTreeMap;
 
 use banhub::domain::events::{
@@ -14,33 +16,6 @@ use banhub::domain::{AgentId, Labels, NewServer, ServerId, ServerName};
 use banhub::store::Store;
 use banhub_tests::PostgresServer;
 use chrono::{DateTime, Utc};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    super::$name(super::Backend::Sqlite).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    super::$name(super::Backend::Postgres).await;
-                }
-            )*
-        }
-    };
-}
 
 on_both_backends!(
     address_rollups_are_exact_right_after_ingest,

@@ -3,6 +3,8 @@
 //! `postgres::<name>`. A missing PostgreSQL fails the `postgres::` tests with a message naming
 //! `.ci/install-deps`.
 
+use banhub_tests::backends::Backend;
+use banhub_tests::on_both_backends;
 use std::collections::BTreeMap;
 
 use banhub::domain::{AgentFacts, AgentId, Labels, NewServer, Server, ServerId, ServerName};
@@ -16,12 +18,6 @@ use tempfile::TempDir;
 const POOL: u32 = 4;
 /// Rounds of each race: a lost race must never show, whoever wins.
 const RACE_ROUNDS: usize = 6;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Backend {
-    Sqlite,
-    Postgres,
-}
 
 /// One empty database, and whatever keeps it alive.
 struct Db {
@@ -804,28 +800,8 @@ async fn data_survives_reconnecting(backend: Backend) {
     assert_eq!(revoked, [cert.serial]);
 }
 
-macro_rules! on_both_backends {
-    ($($scenario:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    super::$scenario(super::Backend::Sqlite).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    super::$scenario(super::Backend::Postgres).await;
-                }
-            )*
-        }
-    };
-}
-
 on_both_backends!(
+    multi_thread:
     servers_are_created_listed_and_read_back,
     duplicate_names_are_refused,
     concurrent_creates_of_one_name_admit_one,
