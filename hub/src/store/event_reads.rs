@@ -79,6 +79,32 @@ fn push_filter(sql: &mut Sql, filter: &EventFilter) {
     }
 }
 
+/// The body of `… FROM (<here>`: for each address key, the newest `wanted` events after the cursor
+/// that pass `filter` (which appends `AND …` conditions), merged into `… ) m` and cut to the newest
+/// `wanted`; the outer select names `id` (and may order by `occurred_at`).
+fn push_newest_of_keys(
+    sql: &mut Sql,
+    keys: &[Vec<u8>],
+    filter: impl Fn(&mut Sql),
+    after: Option<Cursor>,
+    wanted: i64,
+) {
+    for (i, key) in keys.iter().enumerate() {
+        if i > 0 {
+            sql.push(" UNION ALL ");
+        }
+        sql.push("SELECT id, occurred_at FROM (SELECT id, occurred_at FROM events WHERE ip_key = ")
+            .bind(key.clone());
+        filter(sql);
+        push_cursor(sql, after);
+        sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
+            .bind(wanted)
+            .push(&format!(") a{i}"));
+    }
+    sql.push(") m ORDER BY occurred_at DESC, id DESC LIMIT ")
+        .bind(wanted);
+}
+
 /// ` AND occurred_at …` for the time range of `filter`, if any.
 fn push_range(sql: &mut Sql, filter: &EventFilter) {
     if let Some(from) = filter.from {
@@ -311,22 +337,7 @@ impl Store {
             // When none of those is a probe's event, they are the page; otherwise the rows are
             // checked as they are read, below.
             let mut sql = Sql::new(self.backend(), "SELECT id FROM (");
-            for (i, key) in keys.iter().enumerate() {
-                if i > 0 {
-                    sql.push(" UNION ALL ");
-                }
-                sql.push(
-                    "SELECT id, occurred_at FROM (SELECT id, occurred_at FROM events WHERE ip_key = ",
-                )
-                .bind(key.clone());
-                push_range(&mut sql, &rest);
-                push_cursor(&mut sql, after);
-                sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
-                    .bind(wanted)
-                    .push(&format!(") a{i}"));
-            }
-            sql.push(") m ORDER BY occurred_at DESC, id DESC LIMIT ")
-                .bind(wanted);
+            push_newest_of_keys(&mut sql, keys, |sql| push_range(sql, &rest), after, wanted);
             let ids = self
                 .db
                 .query_all_raw(sql.build())
@@ -353,23 +364,8 @@ impl Store {
             self.backend(),
             &format!("SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT id FROM ("),
         );
-        for (i, key) in keys.iter().enumerate() {
-            if i > 0 {
-                sql.push(" UNION ALL ");
-            }
-            sql.push(
-                "SELECT id, occurred_at FROM (SELECT id, occurred_at FROM events WHERE ip_key = ",
-            )
-            .bind(key.clone());
-            push_filter(&mut sql, &rest);
-            push_cursor(&mut sql, after);
-            sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
-                .bind(wanted)
-                .push(&format!(") a{i}"));
-        }
-        sql.push(") m ORDER BY occurred_at DESC, id DESC LIMIT ")
-            .bind(wanted)
-            .push(") ORDER BY occurred_at DESC, id DESC");
+        push_newest_of_keys(&mut sql, keys, |sql| push_filter(sql, &rest), after, wanted);
+        sql.push(") ORDER BY occurred_at DESC, id DESC");
         read_events(self.db.query_all_raw(sql.build()).await?)
     }
 
