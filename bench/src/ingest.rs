@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use banhub::domain::events::NewEvent;
-use banhub::domain::{AgentId, Labels, NewServer, ServerName};
+use banhub::domain::{AgentId, Labels, NewServer, ServerId, ServerName};
 use banhub::store::Store;
 use banhub_tests::agent::{AgentProcess, relay_addr, relay_secret};
 use banhub_tests::hub::HubProcess;
@@ -118,14 +118,9 @@ fn samples(n: usize, seed: u64) -> Vec<Sample> {
         .collect()
 }
 
-async fn ceiling(databases: &Databases, args: &IngestArgs) -> anyhow::Result<()> {
-    let rows = samples(args.ceiling_events, 1);
-    let events: Vec<NewEvent> = rows.iter().map(|s| s.new_event("web-1")).collect();
-
-    // Through the hub's store: the events, their indexes, the rollups and the agent's cursor in one
-    // transaction per batch, as ingest does.
-    let url = databases.fresh("ceiling_store")?;
-    let store = Store::connect(&url, 4).await?;
+/// A store on a fresh database `name`, with the one server the ceiling runs store for.
+async fn ceiling_store(databases: &Databases, name: &str) -> anyhow::Result<(Store, ServerId)> {
+    let store = Store::connect(&databases.fresh(name)?, 4).await?;
     let server = store
         .create_server(NewServer {
             name: ServerName::parse("ceiling")?,
@@ -133,6 +128,16 @@ async fn ceiling(databases: &Databases, args: &IngestArgs) -> anyhow::Result<()>
             labels: Labels::default(),
         })
         .await?;
+    Ok((store, server.id))
+}
+
+async fn ceiling(databases: &Databases, args: &IngestArgs) -> anyhow::Result<()> {
+    let rows = samples(args.ceiling_events, 1);
+    let events: Vec<NewEvent> = rows.iter().map(|s| s.new_event("web-1")).collect();
+
+    // Through the hub's store: the events, their indexes, the rollups and the agent's cursor in one
+    // transaction per batch, as ingest does.
+    let (store, server) = ceiling_store(databases, "ceiling_store").await?;
     let agent = AgentId::new();
     let load = measure::load_average();
     let cpu = measure::cpu_seconds("self");
@@ -140,7 +145,7 @@ async fn ceiling(databases: &Databases, args: &IngestArgs) -> anyhow::Result<()>
     let started = Instant::now();
     for batch in numbered_batches(&events, args.batch) {
         let seq = batch.last().map_or(0, |(seq, _)| *seq);
-        let outcome = store.ingest_batch(server.id, agent, 1, batch).await?;
+        let outcome = store.ingest_batch(server, agent, 1, batch).await?;
         if outcome.committed_seq != seq {
             bail!("the store committed {} of {seq}", outcome.committed_seq);
         }
@@ -161,20 +166,12 @@ async fn ceiling(databases: &Databases, args: &IngestArgs) -> anyhow::Result<()>
 
     // The same through the store without the rollups (`Store::import_batch`): what the per-event
     // rollups cost, as the difference.
-    let url = databases.fresh("ceiling_store_no_rollups")?;
-    let store = Store::connect(&url, 4).await?;
-    let server = store
-        .create_server(NewServer {
-            name: ServerName::parse("ceiling")?,
-            description: String::new(),
-            labels: Labels::default(),
-        })
-        .await?;
+    let (store, server) = ceiling_store(databases, "ceiling_store_no_rollups").await?;
     let cpu = measure::cpu_seconds("self");
     let db_cpu = databases.server_cpu();
     let started = Instant::now();
     for batch in numbered_batches(&events, args.batch) {
-        store.import_batch(server.id, agent, 1, batch).await?;
+        store.import_batch(server, agent, 1, batch).await?;
     }
     let elapsed = started.elapsed();
     println!(
@@ -200,7 +197,7 @@ async fn ceiling(databases: &Databases, args: &IngestArgs) -> anyhow::Result<()>
          occurred_at BIGINT NOT NULL, stored_at BIGINT NOT NULL)",
     )
     .await?;
-    let server = server.id.to_string();
+    let server = server.to_string();
     let agent = agent.to_string();
     let cpu = measure::cpu_seconds("self");
     let db_cpu = databases.server_cpu();

@@ -1,10 +1,50 @@
-//! The two databases the store-level tests run on, and the macro that runs each such test on both.
+//! The two databases the store-level tests run on, an empty database of either kind, and the macro
+//! that runs each such test on both.
+
+use crate::postgres::PostgresServer;
 
 /// Which database a test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,
     Postgres,
+}
+
+/// An empty database for one test: a SQLite file in a temporary directory, or a database on a
+/// PostgreSQL server of its own. Keep it until the stores on it are dropped.
+pub struct TestDatabase {
+    pub url: String,
+    _dir: tempfile::TempDir,
+    _postgres: Option<PostgresServer>,
+}
+
+impl TestDatabase {
+    /// `name`: the SQLite file's stem, or the PostgreSQL database's name.
+    pub fn new(backend: Backend, name: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (url, postgres) = match backend {
+            Backend::Sqlite => (
+                format!(
+                    "sqlite://{}?mode=rwc",
+                    dir.path().join(format!("{name}.db")).display()
+                ),
+                None,
+            ),
+            Backend::Postgres => {
+                let server = PostgresServer::start()
+                    .unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e:#}"));
+                let url = server
+                    .create_database(name)
+                    .unwrap_or_else(|e| panic!("{e:#}\n{}", server.logs()));
+                (url, Some(server))
+            }
+        };
+        Self {
+            url,
+            _dir: dir,
+            _postgres: postgres,
+        }
+    }
 }
 
 /// `on_both_backends!(a, b)` turns each `async fn a(backend: Backend)` of the calling module into

@@ -3,7 +3,7 @@
 //! API (filters, cursor paging deep into history, CSV), stats and insights from the rollups, the
 //! live stream, direct callbacks with their secrets, and retention.
 
-use banhub_tests::backends::Backend;
+use banhub_tests::backends::{Backend, TestDatabase};
 use banhub_tests::on_both_backends;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -1241,27 +1241,10 @@ async fn often_banned_addresses_rank_first(backend: Backend) {
 }
 
 /// A store on its own (no hub, so no background indexer): the test decides what is indexed.
-async fn bare_store(backend: Backend) -> (Store, tempfile::TempDir, Option<PostgresServer>) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (url, postgres) = match backend {
-        Backend::Sqlite => (
-            format!(
-                "sqlite://{}?mode=rwc",
-                dir.path().join("events.db").display()
-            ),
-            None,
-        ),
-        Backend::Postgres => {
-            let server = PostgresServer::start()
-                .unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e:#}"));
-            let url = server
-                .create_database("banhub_text")
-                .unwrap_or_else(|e| panic!("{e:#}\n{}", server.logs()));
-            (url, Some(server))
-        }
-    };
-    let store = Store::connect(&url, 4).await.expect("store");
-    (store, dir, postgres)
+async fn bare_store(backend: Backend) -> (Store, TestDatabase) {
+    let db = TestDatabase::new(backend, "banhub_text");
+    let store = Store::connect(&db.url, 4).await.expect("store");
+    (store, db)
 }
 
 /// Every event matching `filter`, walking pages of `page`.
@@ -1283,7 +1266,7 @@ async fn store_pages(store: &Store, filter: &EventFilter, page: usize) -> Vec<(i
 }
 
 async fn text_search_finds_rare_lines_in_the_index_and_the_unindexed_tail(backend: Backend) {
-    let (store, _dir, _postgres) = bare_store(backend).await;
+    let (store, _db) = bare_store(backend).await;
     let server = store
         .create_server(NewServer {
             name: ServerName::parse("text-1").expect("name"),
@@ -1445,7 +1428,7 @@ async fn text_search_finds_rare_lines_in_the_index_and_the_unindexed_tail(backen
 /// exactly the events the filter's own rule (`EventFilter::matches`) picks out of everything
 /// stored, in the same order, with every other filter and across late (out of order) batches.
 async fn network_pages_are_those_of_the_plain_filter(backend: Backend) {
-    let (store, _dir, _postgres) = bare_store(backend).await;
+    let (store, _db) = bare_store(backend).await;
     let mut servers = Vec::new();
     for name in ["net-1", "net-2"] {
         let server = store

@@ -5,7 +5,7 @@
 //! it without writing), and after stops that lost whatever was pending in memory (the store dropped
 //! without a flush, then opened again on the same database, as after a kill).
 
-use banhub_tests::backends::Backend;
+use banhub_tests::backends::{Backend, TestDatabase};
 use banhub_tests::on_both_backends;
 use std::collections::BTreeMap;
 
@@ -14,36 +14,12 @@ use banhub::domain::events::{
 };
 use banhub::domain::{AgentId, Labels, NewServer, ServerId, ServerName};
 use banhub::store::Store;
-use banhub_tests::PostgresServer;
 use chrono::{DateTime, Utc};
 
 on_both_backends!(
     address_rollups_are_exact_right_after_ingest,
     address_rollups_survive_stops_that_lost_the_pending_ones,
 );
-
-/// A database for the test: its URL, and what keeps it alive.
-async fn database(backend: Backend) -> (String, tempfile::TempDir, Option<PostgresServer>) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    match backend {
-        Backend::Sqlite => (
-            format!(
-                "sqlite://{}?mode=rwc",
-                dir.path().join("rollups.db").display()
-            ),
-            dir,
-            None,
-        ),
-        Backend::Postgres => {
-            let server = PostgresServer::start()
-                .unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e:#}"));
-            let url = server
-                .create_database("banhub_rollups")
-                .unwrap_or_else(|e| panic!("{e:#}\n{}", server.logs()));
-            (url, dir, Some(server))
-        }
-    }
-}
 
 fn at(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).expect("time")
@@ -200,8 +176,8 @@ async fn assert_rollups(store: &Store, fleet: &Fleet, context: &str) {
 }
 
 async fn address_rollups_are_exact_right_after_ingest(backend: Backend) {
-    let (url, _dir, _postgres) = database(backend).await;
-    let store = Store::connect(&url, 4).await.expect("store");
+    let db = TestDatabase::new(backend, "banhub_rollups");
+    let store = Store::connect(&db.url, 4).await.expect("store");
     let mut fleet = Fleet::create(&store).await;
     for round in 0..3 {
         fleet.ingest(&store, 4).await;
@@ -210,8 +186,8 @@ async fn address_rollups_are_exact_right_after_ingest(backend: Backend) {
 }
 
 async fn address_rollups_survive_stops_that_lost_the_pending_ones(backend: Backend) {
-    let (url, _dir, _postgres) = database(backend).await;
-    let store = Store::connect(&url, 4).await.expect("store");
+    let db = TestDatabase::new(backend, "banhub_rollups");
+    let store = Store::connect(&db.url, 4).await.expect("store");
     let mut fleet = Fleet::create(&store).await;
     let mut rederived = 0;
     let mut store = Some(store);
@@ -220,7 +196,7 @@ async fn address_rollups_survive_stops_that_lost_the_pending_ones(backend: Backe
         fleet.ingest(&open, 5).await;
         // A stop: the store goes without writing what is pending (a kill loses it the same way).
         drop(open);
-        let reopened = Store::connect(&url, 4).await.expect("store again");
+        let reopened = Store::connect(&db.url, 4).await.expect("store again");
         rederived += reopened.rollups_rederived_at_start();
         assert_rollups(&reopened, &fleet, &format!("after stop {round}")).await;
         store = Some(reopened);

@@ -3,14 +3,13 @@
 //! `postgres::<name>`. A missing PostgreSQL fails the `postgres::` tests with a message naming
 //! `.ci/install-deps`.
 
-use banhub_tests::backends::Backend;
+use banhub_tests::backends::{Backend, TestDatabase};
 use banhub_tests::on_both_backends;
 use std::collections::BTreeMap;
 
 use banhub::domain::{AgentFacts, AgentId, Labels, NewServer, Server, ServerId, ServerName};
 use banhub::pki::{Ca, PkiError, SignedAgentCert, agent_from_cert};
 use banhub::store::{EnrollOutcome, Store, StoreError, TokenRefusal};
-use banhub_tests::PostgresServer;
 use chrono::{DateTime, Duration, Utc};
 use tempfile::TempDir;
 
@@ -23,39 +22,16 @@ const RACE_ROUNDS: usize = 6;
 struct Db {
     backend: Backend,
     url: String,
-    _sqlite_dir: Option<TempDir>,
-    _postgres: Option<PostgresServer>,
+    _database: TestDatabase,
 }
 
 impl Db {
     fn new(backend: Backend) -> Self {
-        match backend {
-            Backend::Sqlite => {
-                let dir = tempfile::tempdir().expect("temporary directory");
-                let url = format!(
-                    "sqlite://{}?mode=rwc",
-                    dir.path().join("banhub.db").display()
-                );
-                Self {
-                    backend,
-                    url,
-                    _sqlite_dir: Some(dir),
-                    _postgres: None,
-                }
-            }
-            Backend::Postgres => {
-                let server = PostgresServer::start()
-                    .unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e:#}"));
-                let url = server
-                    .create_database("banhub_store")
-                    .unwrap_or_else(|e| panic!("{e:#}\n{}", server.logs()));
-                Self {
-                    backend,
-                    url,
-                    _sqlite_dir: None,
-                    _postgres: Some(server),
-                }
-            }
+        let database = TestDatabase::new(backend, "banhub_store");
+        Self {
+            backend,
+            url: database.url.clone(),
+            _database: database,
         }
     }
 
