@@ -9,7 +9,7 @@
 //! banhub -p banhub-agent` first). Commands, conditions and figures: `bench/README.md`.
 
 mod ingest;
-mod measure;
+use banhub_bench::measure;
 mod queries;
 mod workload;
 

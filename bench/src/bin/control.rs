@@ -6,11 +6,11 @@
 //! (build the binaries it drives first: `cargo build --release -p banhub -p banhub-agent`, and pass
 //! `--profile release`; the default uses `target/debug`).
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use banhub_bench::measure;
 use banhub_tests::agent::AgentProcess;
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubProcess;
@@ -34,22 +34,6 @@ struct Args {
     /// Which build of banhub and banhub-agent to drive: `debug` or `release`.
     #[arg(long, default_value = "debug")]
     profile: String,
-}
-
-fn binary(profile: &str, name: &str) -> anyhow::Result<PathBuf> {
-    let path = banhub_tests::process::target_dir().join(profile).join(name);
-    if !path.is_file() {
-        bail!(
-            "{} is missing; build it with `cargo build{} -p banhub -p banhub-agent`",
-            path.display(),
-            if profile == "release" {
-                " --release"
-            } else {
-                ""
-            }
-        );
-    }
-    Ok(path)
 }
 
 /// The `i`-th address of a jail's ban list: distinct across jails, in 10.0.0.0/8 (never routed).
@@ -104,8 +88,8 @@ async fn time_get(client: &reqwest::Client, url: &str, rounds: usize) -> anyhow:
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let hub_bin = binary(&args.profile, "banhub")?;
-    let agent_bin = binary(&args.profile, "banhub-agent")?;
+    let hub_bin = measure::binary(&args.profile, "banhub")?;
+    let agent_bin = measure::binary(&args.profile, "banhub-agent")?;
 
     println!(
         "control-path benchmark: {} jails x {} bans, {} rounds, {} binaries, {} cores",

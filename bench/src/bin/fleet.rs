@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use banhub_bench::measure;
 use banhub_proto::token::EnrollmentToken;
 use banhub_proto::v1::agent_gateway_client::AgentGatewayClient;
 use banhub_proto::v1::enrollment_client::EnrollmentClient;
@@ -102,22 +103,6 @@ struct Args {
     /// `simulate`: ban events per second over the whole fleet.
     #[arg(long, default_value_t = 0.0)]
     rate: f64,
-}
-
-fn binary(profile: &str, name: &str) -> anyhow::Result<PathBuf> {
-    let path = banhub_tests::process::target_dir().join(profile).join(name);
-    if !path.is_file() {
-        bail!(
-            "{} is missing; build it with `cargo build{} -p banhub -p banhub-agent`",
-            path.display(),
-            if profile == "release" {
-                " --release"
-            } else {
-                ""
-            }
-        );
-    }
-    Ok(path)
 }
 
 /// Lifts this process's open-file limit to the hard limit; hubs started from here inherit it.
@@ -627,7 +612,7 @@ fn hub_with(
     ca: &Path,
 ) -> anyhow::Result<HubProcess> {
     let mut builder = HubProcess::builder()
-        .binary(binary(&args.profile, "banhub")?)
+        .binary(measure::binary(&args.profile, "banhub")?)
         .ca_dir(ca)
         .env(
             "BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS",
@@ -1009,7 +994,7 @@ async fn replicas(args: &Args) -> anyhow::Result<()> {
             two.add(&p);
             p.line(&format!("  phase {}: two replicas", round + 1))
         };
-        println!("{phase} (load average {})", load_average());
+        println!("{phase} (load average {})", measure::load_average());
     }
     println!("{}", one.line("one replica "));
     println!("{}", two.line("two replicas"));
@@ -1023,14 +1008,6 @@ async fn replicas(args: &Args) -> anyhow::Result<()> {
     drop((a, b, solo));
     drop(pg);
     Ok(())
-}
-
-/// The 1-minute load average, for the record.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".to_owned())
 }
 
 async fn agent(args: &Args) -> anyhow::Result<()> {
@@ -1052,7 +1029,7 @@ async fn agent(args: &Args) -> anyhow::Result<()> {
     let token = created["enrollment"]["token"].as_str().context("token")?;
     let state = tempfile::tempdir()?;
     let dir = state.path().join("agent");
-    let agent_bin = binary(&args.profile, "banhub-agent")?;
+    let agent_bin = measure::binary(&args.profile, "banhub-agent")?;
     let out = std::process::Command::new(&agent_bin)
         .args(["enroll", token, "--state-dir"])
         .arg(&dir)
@@ -1082,7 +1059,7 @@ async fn agent(args: &Args) -> anyhow::Result<()> {
         t0.elapsed().as_secs_f64()
     );
     for name in ["banhub", "banhub-agent"] {
-        let path = binary(&args.profile, name)?;
+        let path = measure::binary(&args.profile, name)?;
         println!(
             "binary {name} ({}): {:.1} MiB",
             args.profile,
