@@ -1,7 +1,10 @@
 //! Reading events back: keyset-paged lists with every filter, and the rollup reads behind stats and
 //! insights. Ingest, retention and callback secrets are in [`super::events`].
 
-use sea_orm::{ConnectionTrait, DbBackend, QueryResult};
+use sea_orm::{
+    AccessMode, ConnectionTrait, DatabaseTransaction, DbBackend, IsolationLevel, QueryResult,
+    TransactionTrait,
+};
 
 use super::event_text::{self, RARE_TRIGRAM_DOCS, TEXT_WINDOW};
 use super::events::{
@@ -190,9 +193,16 @@ impl Store {
             // A network of a few addresses (a /24 or /16 around a busy one): the newest page of
             // each address, from the address index in time order, merged.
             let (lo, hi) = ip_key_range(net);
-            if let Some(keys) = self.addresses_in(&lo, &hi, NETWORK_ADDRESSES_MAX).await? {
-                events = Some(self.network_merge(filter, after, wanted, &keys).await?);
+            // The addresses and then their events, read from one snapshot: an event of an
+            // address new to the network that commits in between is then in neither read (it is
+            // newer than the page), not missing from the middle of it.
+            let snapshot = self.read_snapshot().await?;
+            if let Some(keys) =
+                Self::addresses_in(&snapshot, &lo, &hi, NETWORK_ADDRESSES_MAX).await?
+            {
+                events = Some(Self::network_merge(&snapshot, filter, after, wanted, &keys).await?);
             }
+            snapshot.commit().await?;
         }
         if events.is_none()
             && let Some(net @ IpOrCidr::Net(_)) = &filter.ip
@@ -271,17 +281,34 @@ impl Store {
         Ok(EventPage { events, next })
     }
 
+    /// A read-only transaction whose statements all see one snapshot of the database: SQLite's
+    /// (deferred, WAL) takes it at its first read; PostgreSQL's default level takes one per
+    /// statement, so it is asked for repeatable read.
+    async fn read_snapshot(&self) -> Result<DatabaseTransaction, StoreError> {
+        Ok(match self.backend() {
+            DbBackend::Postgres => {
+                self.db
+                    .begin_with_config(
+                        Some(IsolationLevel::RepeatableRead),
+                        Some(AccessMode::ReadOnly),
+                    )
+                    .await?
+            }
+            _ => self.db.begin().await?,
+        })
+    }
+
     /// The distinct address keys stored in `[lo, hi]`, lowest first, when there are at most
     /// `max`; `None` when there are more. One index seek per address (a loose index scan), so a
     /// busy address costs no more than a quiet one.
     async fn addresses_in(
-        &self,
+        db: &impl ConnectionTrait,
         lo: &[u8; 16],
         hi: &[u8; 16],
         max: i64,
     ) -> Result<Option<Vec<Vec<u8>>>, StoreError> {
         let mut sql = Sql::new(
-            self.backend(),
+            db.get_database_backend(),
             // `ORDER BY … LIMIT 1`, not `MIN`: PostgreSQL has no `MIN` of bytes.
             "WITH RECURSIVE k(ip_key, n) AS (SELECT (SELECT ip_key FROM events WHERE ip_key >= ",
         );
@@ -297,8 +324,7 @@ impl Store {
             .push(" ORDER BY e.ip_key LIMIT 1), k.n + 1 FROM k WHERE k.ip_key IS NOT NULL AND k.n <= ")
             .bind(max)
             .push(") SELECT ip_key FROM k WHERE ip_key IS NOT NULL");
-        let keys = self
-            .db
+        let keys = db
             .query_all_raw(sql.build())
             .await?
             .iter()
@@ -313,7 +339,7 @@ impl Store {
     /// With no filter but times, the addresses' pages come from the address index alone (no row
     /// read per event), and only the page's rows are read.
     async fn network_merge(
-        &self,
+        db: &impl ConnectionTrait,
         filter: &EventFilter,
         after: Option<Cursor>,
         wanted: i64,
@@ -336,10 +362,9 @@ impl Store {
             // `wanted` of the network are read from the address index alone, then their rows.
             // When none of those is a probe's event, they are the page; otherwise the rows are
             // checked as they are read, below.
-            let mut sql = Sql::new(self.backend(), "SELECT id FROM (");
+            let mut sql = Sql::new(db.get_database_backend(), "SELECT id FROM (");
             push_newest_of_keys(&mut sql, keys, |sql| push_range(sql, &rest), after, wanted);
-            let ids = self
-                .db
+            let ids = db
                 .query_all_raw(sql.build())
                 .await?
                 .iter()
@@ -349,24 +374,24 @@ impl Store {
                 return Ok(Vec::new());
             }
             let mut sql = Sql::new(
-                self.backend(),
+                db.get_database_backend(),
                 &format!("SELECT {EVENT_COLUMNS} FROM events WHERE id IN "),
             );
             sql.tuple(ids.iter().map(|id| (*id).into()));
             push_filter(&mut sql, &rest);
             sql.push(" ORDER BY occurred_at DESC, id DESC");
-            let found = read_events(self.db.query_all_raw(sql.build()).await?)?;
+            let found = read_events(db.query_all_raw(sql.build()).await?)?;
             if found.len() == ids.len() {
                 return Ok(found);
             }
         }
         let mut sql = Sql::new(
-            self.backend(),
+            db.get_database_backend(),
             &format!("SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT id FROM ("),
         );
         push_newest_of_keys(&mut sql, keys, |sql| push_filter(sql, &rest), after, wanted);
         sql.push(") ORDER BY occurred_at DESC, id DESC");
-        read_events(self.db.query_all_raw(sql.build()).await?)
+        read_events(db.query_all_raw(sql.build()).await?)
     }
 
     /// A page of a text search with the trigram index (SQLite). When a trigram of the text is in
