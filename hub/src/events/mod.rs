@@ -315,8 +315,16 @@ impl Events {
     }
 
     /// Keeps the text index of log lines (SQLite) caught up with the stored events, in batches off
-    /// the ingest path, until shutdown. Runs with the retention job; returns at once on PostgreSQL.
+    /// the ingest path, until shutdown. Runs with the retention job; on PostgreSQL the indexer of
+    /// pending ranges (`Store::run_text_indexer_pg`).
     async fn run_text_index(self) {
+        // PostgreSQL: its own indexer (pending ranges, one replica at a time).
+        if self.store().backend_name() == "postgres" {
+            self.store()
+                .run_text_indexer_pg(self.0.shutdown.clone())
+                .await;
+            return;
+        }
         if self
             .store()
             .event_text_indexed_to()

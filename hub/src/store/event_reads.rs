@@ -23,7 +23,7 @@ use crate::domain::events::{
     StoredEvent, ip_key, ip_key_range,
 };
 /// ` AND (occurred_at, id) < cursor`: strictly older than where the previous page ended.
-fn push_cursor(sql: &mut Sql, after: Option<Cursor>) {
+pub(super) fn push_cursor(sql: &mut Sql, after: Option<Cursor>) {
     if let Some(cursor) = after {
         sql.push(" AND (occurred_at, id) < (")
             .bind(cursor.occurred_at_ms)
@@ -34,7 +34,7 @@ fn push_cursor(sql: &mut Sql, after: Option<Cursor>) {
 }
 
 /// Appends `AND …` for every filter that is set.
-fn push_filter(sql: &mut Sql, filter: &EventFilter) {
+pub(super) fn push_filter(sql: &mut Sql, filter: &EventFilter) {
     if let Some(server) = filter.server {
         sql.push(" AND server_id = ").bind(server.to_string());
     }
@@ -121,7 +121,7 @@ fn push_range(sql: &mut Sql, filter: &EventFilter) {
 
 /// ` AND logs LIKE '%text%'`: the text anywhere in an event's log lines, ASCII case ignored
 /// (SQLite's `LIKE`; PostgreSQL's `ILIKE` ignores all case).
-fn push_text(sql: &mut Sql, text: &str) {
+pub(super) fn push_text(sql: &mut Sql, text: &str) {
     // Logs are stored as a JSON list, so the text is searched in its JSON-escaped form.
     let inner = event_text::stored_form(text);
     let mut pattern = String::with_capacity(inner.len() + 2);
@@ -178,8 +178,10 @@ impl Store {
     ) -> Result<EventPage, StoreError> {
         // One more than asked tells whether there is a next page.
         let wanted = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
-        let mut events = None;
-        if let Some(query) = event_text::indexable(filter, self.backend())
+        // PostgreSQL's text index (M0013), when it can serve this search.
+        let mut events = self.text_page_pg(filter, after, wanted).await?;
+        if events.is_none()
+            && let Some(query) = event_text::indexable(filter, self.backend())
             && let Some(indexed_to) = self.event_text_indexed_to().await?
         {
             events = Some(

@@ -177,21 +177,17 @@ impl Store {
     }
 
     /// Which index of log lines text search can use: the FTS5 table of M0009 (SQLite), the
-    /// `pg_trgm` GIN index of M0010 (PostgreSQL, when the extension could be installed), or none.
+    /// `pg_trgm` GIN index of M0013 on `event_text_pg` (PostgreSQL, when the extension could be
+    /// installed), or none.
     pub async fn text_index(&self) -> Result<Option<&'static str>, StoreError> {
         if self.backend() == DbBackend::Sqlite {
             return Ok(Some("FTS5 trigram table event_text"));
         }
-        let sql = Sql::new(
-            self.backend(),
-            "SELECT COUNT(*) FROM pg_indexes WHERE tablename = 'events' AND indexname = \
-             'events_logs_trgm'",
-        );
-        let found = match self.db.query_one_raw(sql.build()).await? {
-            Some(row) => get::<i64>(&row, 0)? > 0,
-            None => false,
-        };
-        Ok(found.then_some("pg_trgm GIN index events_logs_trgm"))
+        // PostgreSQL: M0013's index, off the ingest path (see `event_text_pg`).
+        Ok(self
+            .pg_text_index_exists()
+            .await?
+            .then_some(super::event_text_pg::INDEX_DESCRIPTION))
     }
 
     /// The highest event id the text index covers; `None` where there is no index (PostgreSQL).

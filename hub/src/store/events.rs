@@ -1035,14 +1035,20 @@ impl Store {
             )
             .await?
         } else {
-            self.insert_batch_returning(
-                &txn,
-                &slots,
-                &order,
-                (&server_text, &agent_text, epoch_db),
-                stored_at,
-            )
-            .await?
+            let inserted = self
+                .insert_batch_returning(
+                    &txn,
+                    &slots,
+                    &order,
+                    (&server_text, &agent_text, epoch_db),
+                    stored_at,
+                )
+                .await?;
+            // The text index's pending range of this transaction (see `event_text_pg`).
+            if let (Some(first), Some(last)) = (inserted.first(), inserted.last()) {
+                super::event_text_pg::note_pending(&txn, first.0, last.0).await?;
+            }
+            inserted
         };
         let mut stored = Vec::with_capacity(inserted.len());
         for (id, seq) in inserted {
@@ -1492,8 +1498,13 @@ impl Store {
             .query_one_raw(sql.build())
             .await?
             .ok_or_else(|| StoreError::Corrupt("the insert returned no id".to_owned()))?;
+        let id: i64 = get(&row, 0)?;
+        if self.backend() == DbBackend::Postgres {
+            // The text index's pending range (see `event_text_pg`).
+            super::event_text_pg::note_pending(&txn, id, id).await?;
+        }
         let stored = StoredEvent {
-            id: EventId(get(&row, 0)?),
+            id: EventId(id),
             server_id: server,
             agent_id: None,
             position: None,

@@ -13,6 +13,7 @@ mod m0009_event_text;
 mod m0010_event_text_pg;
 mod m0011_rollup_pending;
 mod m0012_drop_event_text_pg;
+mod m0013_event_text_pg;
 
 pub struct Migrator;
 
@@ -59,6 +60,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0010_event_text_pg::M0010EventTextPg),
             Box::new(m0011_rollup_pending::M0011RollupPending),
             Box::new(m0012_drop_event_text_pg::M0012DropEventTextPg),
+            Box::new(m0013_event_text_pg::M0013EventTextPg),
         ]
     }
 }

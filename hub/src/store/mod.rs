@@ -9,6 +9,7 @@ pub mod cluster;
 mod entities;
 mod event_reads;
 mod event_text;
+mod event_text_pg;
 pub mod events;
 mod migration;
 mod places;
