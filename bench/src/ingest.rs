@@ -58,6 +58,26 @@ pub struct IngestArgs {
     /// The agent binary to drive instead of the `--profile` build.
     #[arg(long)]
     pub agent_bin: Option<std::path::PathBuf>,
+    /// PostgreSQL: hold the text indexer's advisory lock through the full path, so the hub's
+    /// background indexer of log lines stays idle (ingest without it, for comparison).
+    #[arg(long)]
+    pub hold_text_indexer: bool,
+}
+
+/// The PostgreSQL text indexer's advisory lock ("banhub_t", `TEXT_INDEXER_LOCK` in
+/// `hub/src/store/event_text_pg.rs`). The run checks that nothing was indexed while it held it.
+const TEXT_INDEXER_LOCK: i64 = 0x6261_6e68_7562_5f74;
+
+/// `(pending ranges, events indexed)` of PostgreSQL's text index.
+async fn text_index_state(db: &DatabaseConnection) -> anyhow::Result<(i64, i64)> {
+    let row = db
+        .query_one_raw(Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            "SELECT (SELECT COUNT(*) FROM event_text_pending), (SELECT COUNT(*) FROM event_text_pg)",
+        ))
+        .await?
+        .context("no row")?;
+    Ok((row.try_get_by_index(0)?, row.try_get_by_index(1)?))
 }
 
 /// What the agent sends per batch (`agent::link::delivery::BATCH_EVENTS`; kept in step by hand:
@@ -645,6 +665,24 @@ async fn full_path(
         .iter()
         .map(|p| p.as_deref().map_or(0.0, measure::cpu_seconds))
         .collect();
+    let postgres = databases.hub_url()?.is_some();
+    let held = if postgres && args.hold_text_indexer {
+        let db = connect(&poll_url, false).await?;
+        db.execute_raw(Statement::from_sql_and_values(
+            sea_orm::DbBackend::Postgres,
+            "SELECT pg_advisory_lock($1)",
+            [TEXT_INDEXER_LOCK.into()],
+        ))
+        .await?;
+        Some(db)
+    } else {
+        None
+    };
+    let text_before = if postgres {
+        Some(text_index_state(&poller).await?)
+    } else {
+        None
+    };
     let self_cpu = measure::cpu_seconds("self");
     let db_cpu = databases.server_cpu();
     let load_before = measure::load_average();
@@ -707,6 +745,41 @@ async fn full_path(
         load_before,
         measure::load_average()
     );
+    if let Some((pending_before, indexed_before)) = text_before {
+        let state_db = connect(&poll_url, false).await?;
+        let (pending, indexed) = text_index_state(&state_db).await?;
+        println!(
+            "  text index (PostgreSQL) at the last commit: {pending} pending ranges, {} events              indexed during the run{}",
+            indexed - indexed_before,
+            if held.is_some() {
+                " (indexer held off by its lock)"
+            } else {
+                ""
+            }
+        );
+        if held.is_some() {
+            if indexed != indexed_before || pending <= pending_before {
+                bail!("the text indexer ran although its lock was held");
+            }
+        } else {
+            // The indexer's catch-up after the burst, and what it cost PostgreSQL.
+            let at = Instant::now();
+            let cpu = databases.server_cpu();
+            let mut state = (pending, indexed);
+            while state.0 > 0 && at.elapsed() < Duration::from_secs(300) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                state = text_index_state(&state_db).await?;
+            }
+            println!(
+                "  text index caught up {:.1} s after the last commit ({} pending left), {} events                  indexed in all{}",
+                at.elapsed().as_secs_f64(),
+                state.0,
+                state.1,
+                databases.server_cpu_note(cpu)
+            );
+        }
+    }
+    drop(held);
     check_stored(&host, args.events + warm).await?;
     drop(host.state);
     Ok(())

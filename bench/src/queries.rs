@@ -56,6 +56,15 @@ pub struct QueryArgs {
     /// `text,CIDR`), and skip the first insights request and its wait for the places count.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// The hub binary to query (a copy kept aside while others rebuild the tree); default: the
+    /// `--profile` build of this tree.
+    #[arg(long)]
+    pub hub_bin: Option<PathBuf>,
+    /// An existing, empty or previously seeded PostgreSQL database to use instead of a throwaway
+    /// server (with `--backend postgres`): the history is seeded once and kept, with a marker in
+    /// `--data`, so that 10 million events are seeded once for several runs.
+    #[arg(long)]
+    pub postgres_url: Option<String>,
     /// A lock file (e.g. `/work/notes/bench.lock`) held exclusively only while the queries are
     /// timed, so a long seeding of PostgreSQL (not kept between runs) runs without it.
     #[arg(long)]
@@ -108,11 +117,45 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
         args.profile,
         measure::load_average()
     );
-    let hub_bin = measure::binary(&args.profile, "banhub")?;
+    let hub_bin = match &args.hub_bin {
+        Some(path) => path.clone(),
+        None => measure::binary(&args.profile, "banhub")?,
+    };
     for backend in args.backend.each() {
         println!("\n--- {} ---", backend.name());
-        let databases = Databases::start(backend)?;
+        let external = args
+            .postgres_url
+            .clone()
+            .filter(|_| backend == Backend::Postgres);
+        let databases = match external {
+            Some(_) => None,
+            None => Some(Databases::start(backend)?),
+        };
         let (url, seeded) = match (backend, &args.data) {
+            (Backend::Postgres, Some(dir)) if external.is_some() => {
+                let url = external.clone().unwrap_or_default();
+                std::fs::create_dir_all(dir)?;
+                let marker = dir.join(format!("postgres-events-{}.json", args.events));
+                let seeded = match std::fs::read(&marker) {
+                    Ok(bytes) => {
+                        let seeded = Seeded::from_json(&serde_json::from_slice(&bytes)?)?;
+                        println!(
+                            "reusing {url} ({} events seeded in {:.0} s)",
+                            seeded.events, seeded.seconds
+                        );
+                        seeded
+                    }
+                    Err(_) => {
+                        let seeded =
+                            seed(&url, args.events, &args, SeedMode::Bulk, now_ms()).await?;
+                        index_text(&url).await?;
+                        vacuum(&url).await?;
+                        std::fs::write(&marker, serde_json::to_vec_pretty(&seeded.to_json())?)?;
+                        seeded
+                    }
+                };
+                (url, seeded)
+            }
             (Backend::Sqlite, Some(dir)) => {
                 std::fs::create_dir_all(dir)?;
                 let file = dir.join(format!("events-{}.db", args.events));
@@ -140,6 +183,9 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
                 (url, seeded)
             }
             _ => {
+                let databases = databases
+                    .as_ref()
+                    .context("--postgres-url needs --data for its marker")?;
                 let url = match databases.hub_url()? {
                     Some(url) => url,
                     None => databases.fresh("events")?,
@@ -513,12 +559,36 @@ fn ipnet_of(addr: std::net::IpAddr, prefix: u8) -> anyhow::Result<String> {
     }
 }
 
+/// PostgreSQL after a bulk load: what autovacuum would do in the background before long (the
+/// visibility map that index-only reads need, and the planner's statistics).
+async fn vacuum(url: &str) -> anyhow::Result<()> {
+    let at = Instant::now();
+    let db = sea_orm::Database::connect(url).await?;
+    db.execute_unprepared("VACUUM (ANALYZE)").await?;
+    db.close().await?;
+    println!(
+        "VACUUM (ANALYZE) after the load: {:.0} s",
+        at.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 /// Brings the text index of log lines (SQLite) up to date before the hub starts, as the hub's
 /// background indexer would after an upgrade, and reports how long that took: the searches are
 /// then timed on a caught-up index, with a tail of only what the hub ingests meanwhile (nothing).
 async fn index_text(url: &str) -> anyhow::Result<()> {
     let store = Store::connect(url, 2).await?;
     let Some(before) = store.event_text_indexed_to().await? else {
+        if store.event_text_pending().await? > 0 {
+            // PostgreSQL: the pending ranges of the load, copied and indexed in one go (as the
+            // hub's indexer would over time, in passes).
+            let at = Instant::now();
+            let copied = store.index_event_text_pg_bulk().await?;
+            println!(
+                "text index (PostgreSQL, bulk): {copied} events copied and indexed in {:.0} s",
+                at.elapsed().as_secs_f64()
+            );
+        }
         match store.text_index().await? {
             Some(index) => println!("text index: {index} (made with the table)"),
             None => println!("text index: none on this backend (text search scans)"),
