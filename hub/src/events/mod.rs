@@ -25,6 +25,7 @@ use crate::domain::events::{
 };
 use crate::domain::{AgentId, Server, ServerId};
 use crate::pki::{random_secret, sha256_hex};
+use crate::store::events::{IngestOutcome, PreparedBatch};
 use crate::store::{Store, StoreError};
 
 pub use retention::PruneReport;
@@ -36,11 +37,23 @@ const LIVE_CAPACITY: usize = 4096;
 pub const MAX_PAGE: usize = 1000;
 /// Largest number of entries per insights list.
 pub const MAX_TOP: usize = 100;
-/// Events added to the text index per transaction: small, so ingest waits little for the write
-/// lock (indexing runs at ≈ 10,000–20,000 events/s on two cores, so 500 hold it for tens of ms).
+/// Events added to the text index per transaction while ingest is busy: small, so ingest waits
+/// little for the write lock (indexing runs at ≈ 10,000–20,000 events/s on two cores, so 500 hold
+/// it for tens of ms).
 const TEXT_INDEX_BATCH: usize = 500;
+/// … and while ingest is quiet: larger transactions cost less per event (fewer FTS5 segments to
+/// write and merge) and hold up nobody.
+const TEXT_INDEX_BATCH_QUIET: usize = 5_000;
+/// Ingest counts as busy when it asked for the write gate this recently. While it is busy the
+/// indexer leaves SQLite's one writer to it (the indexer's work per event is about a third of
+/// ingest's, and it cannot run beside it), unless it is [`TEXT_INDEX_MAX_BEHIND`] behind.
+const TEXT_INDEX_QUIET: Duration = Duration::from_millis(250);
+/// Events the indexer may fall behind while it waits for ingest to pause: what a text search scans
+/// instead of asking the index (≈ 0.1–0.3 s of scanning). Further behind, it indexes
+/// [`TEXT_INDEX_BATCH`] at a time between ingest's transactions, as before.
+const TEXT_INDEX_MAX_BEHIND: u64 = 400_000;
 /// Pause of the text indexer once it has caught up (what a search then scans is about this much
-/// ingest), and between batches while it catches up (to let ingest in).
+/// ingest), and between batches while it catches up during ingest (to let ingest in).
 const TEXT_INDEX_IDLE: Duration = Duration::from_secs(1);
 const TEXT_INDEX_BUSY: Duration = Duration::from_millis(10);
 /// Ranges (days back from now) whose stats are read once at start (SQLite), so the
@@ -135,13 +148,32 @@ impl Events {
             .store()
             .ingest_batch(server, agent, epoch, events)
             .await?;
+        Ok(self.committed(outcome))
+    }
+
+    /// An empty batch of `agent`'s spool `epoch`, to which an agent's session adds events as they
+    /// arrive (building their rows while its previous batch commits), then stores with
+    /// [`Events::ingest_prepared`].
+    pub fn prepare_batch(&self, server: ServerId, agent: AgentId, epoch: u64) -> PreparedBatch {
+        self.store().prepare_batch(server, agent, epoch)
+    }
+
+    /// [`Events::ingest_batch`] of a prepared batch.
+    #[tracing::instrument(skip_all, fields(epoch = batch.epoch(), events = batch.len()), err)]
+    pub async fn ingest_prepared(&self, batch: PreparedBatch) -> Result<u64, EventsError> {
+        let outcome = self.store().ingest_prepared(batch).await?;
+        Ok(self.committed(outcome))
+    }
+
+    /// Publishes what an ingest transaction stored; returns the cumulative ack to send.
+    fn committed(&self, outcome: IngestOutcome) -> u64 {
         tracing::debug!(
             stored = outcome.stored.len(),
             committed_seq = outcome.committed_seq,
             "event batch committed"
         );
         self.publish(outcome.stored);
-        Ok(outcome.committed_seq)
+        outcome.committed_seq
     }
 
     /// The highest sequence number committed for `agent`'s spool `epoch` (0 before the first), for
@@ -337,12 +369,31 @@ impl Events {
         }
         let shutdown = self.0.shutdown.clone();
         loop {
-            let wait = match self.store().index_event_text(TEXT_INDEX_BATCH).await {
-                Ok(n) if n >= TEXT_INDEX_BATCH as u64 => TEXT_INDEX_BUSY,
-                Ok(_) => TEXT_INDEX_IDLE,
-                Err(e) => {
-                    tracing::warn!(error = %e, "indexing log lines failed; trying again");
-                    TEXT_INDEX_IDLE * 5
+            let busy = self.store().ingest_active_within(TEXT_INDEX_QUIET);
+            let wait = if busy
+                && self
+                    .store()
+                    .event_text_backlog()
+                    .await
+                    .is_ok_and(|behind| behind < TEXT_INDEX_MAX_BEHIND)
+            {
+                // Ingest has the writer; searches scan what is not indexed yet meanwhile.
+                TEXT_INDEX_QUIET
+            } else {
+                let batch = if busy {
+                    TEXT_INDEX_BATCH
+                } else {
+                    TEXT_INDEX_BATCH_QUIET
+                };
+                match self.store().index_event_text(batch).await {
+                    Ok(n) if n >= batch as u64 && busy => TEXT_INDEX_BUSY,
+                    // Still behind and ingest quiet: the next batch at once.
+                    Ok(n) if n >= batch as u64 => Duration::ZERO,
+                    Ok(_) => TEXT_INDEX_IDLE,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "indexing log lines failed; trying again");
+                        TEXT_INDEX_IDLE * 5
+                    }
                 }
             };
             tokio::select! {

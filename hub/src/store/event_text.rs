@@ -12,7 +12,7 @@
 
 use std::collections::HashSet;
 
-use sea_orm::{ConnectionTrait, DbBackend, TransactionTrait};
+use sea_orm::{ConnectionTrait, DbBackend};
 
 use super::events::{EVENT_COLUMNS, Sql, get, read_events, to_u64};
 use super::{Store, StoreError};
@@ -117,9 +117,9 @@ impl Store {
             return Ok(0);
         }
         let batch = i64::try_from(batch.max(1)).unwrap_or(i64::MAX);
-        // Behind ingest's writers, not racing them for SQLite's lock (see `Store::write_gate`).
-        let _gate = self.write_gate().await;
-        let txn = self.db.begin().await?;
+        // Behind ingest's writers, not racing them for SQLite's lock (see `Store::write_gate`),
+        // with the writers' settings (a large batch of FTS5 inserts journals many pages).
+        let (txn, _gate) = self.begin_writer().await?;
         // The insert comes first so the transaction holds the write lock before it reads anything:
         // what it indexes and the mark it moves to are then read from the same state.
         let mut sql = Sql::new(
@@ -141,6 +141,23 @@ impl Store {
         }
         txn.commit().await?;
         Ok(indexed)
+    }
+
+    /// Events stored but not in the text index yet (SQLite; 0 elsewhere): what a text search
+    /// scans instead of asking the index.
+    pub async fn event_text_backlog(&self) -> Result<u64, StoreError> {
+        if self.backend() != DbBackend::Sqlite {
+            return Ok(0);
+        }
+        let sql = Sql::new(
+            DbBackend::Sqlite,
+            "SELECT COALESCE((SELECT MAX(id) FROM events), 0) - \
+             COALESCE((SELECT indexed_to FROM event_text_index WHERE id = 1), 0)",
+        );
+        Ok(match self.db.query_one_raw(sql.build()).await? {
+            Some(row) => to_u64(get::<i64>(&row, 0)?),
+            None => 0,
+        })
     }
 
     /// In how many indexed events each of `grams` occurs, counted up to `cap` (a trigram in `cap`

@@ -106,6 +106,73 @@ pub struct IngestOutcome {
     pub stored: Vec<StoredEvent>,
 }
 
+/// An agent's batch made ready for its transaction (see [`Store::prepare_batch`]): events are
+/// added as they arrive, and on SQLite each one's row values are built right then, so an agent's
+/// session builds the rows of its next transaction while the previous one commits and the
+/// transaction itself only binds them.
+#[derive(Debug)]
+pub struct PreparedBatch {
+    server: ServerId,
+    agent: AgentId,
+    epoch: u64,
+    server_text: String,
+    agent_text: String,
+    /// When the batch's events count as stored: when its preparation started, a transaction's
+    /// commit wait earlier than its commit.
+    stored_at: i64,
+    /// Sequence number → event; a number repeated is stored once, the first wins.
+    slots: HashMap<u64, NewEvent>,
+    /// The sequence numbers in arrival order, repeats left out.
+    order: Vec<u64>,
+    /// SQLite: the row values of `order`'s events ([`EVENT_COLUMNS`] without the id); empty on
+    /// PostgreSQL, whose insert builds them itself.
+    rows: Vec<Vec<Value>>,
+    build_rows: bool,
+    seqs: Option<(u64, u64)>,
+}
+
+impl PreparedBatch {
+    /// Adds one event at `seq` of the batch's epoch; a sequence number already in the batch is
+    /// skipped.
+    pub fn add(&mut self, seq: u64, event: NewEvent) -> Result<(), StoreError> {
+        let std::collections::hash_map::Entry::Vacant(slot) = self.slots.entry(seq) else {
+            return Ok(());
+        };
+        let seq_db = to_i64(seq, "sequence number")?;
+        if self.build_rows {
+            let epoch = to_i64(self.epoch, "epoch")?;
+            self.rows.push(event_values(
+                &self.server_text,
+                Some(&self.agent_text),
+                Some((epoch, seq_db)),
+                &event,
+                self.stored_at,
+            )?);
+        }
+        slot.insert(event);
+        self.order.push(seq);
+        self.seqs = Some(match self.seqs {
+            None => (seq, seq),
+            Some((min, max)) => (min.min(seq), max.max(seq)),
+        });
+        Ok(())
+    }
+
+    /// Events in the batch (repeats counted once).
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// The spool epoch the batch belongs to.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+}
+
 /// One count read from a rollup table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CountRow<K> {
@@ -457,6 +524,19 @@ impl Rollups {
         self.upto = self.upto.max(other.upto);
     }
 
+    /// Takes everything out, leaving empty rollups that keep the highest event id (the pending
+    /// rollups' watermark-to-be).
+    fn take(&mut self) -> Rollups {
+        let upto = self.upto;
+        std::mem::replace(
+            self,
+            Rollups {
+                upto,
+                ..Rollups::default()
+            },
+        )
+    }
+
     /// Adds all of `other`.
     fn merge(&mut self, mut other: Rollups) {
         for (key, count) in std::mem::take(&mut other.counts) {
@@ -790,21 +870,29 @@ pub(super) struct DeferredRollups {
     /// PostgreSQL: what an ingest adds to the shared rollups is a row of `rollup_pending`
     /// (M0011), not memory; `pending` and `flushing` are unused.
     rows: bool,
+    /// The store's write gate (see [`Store::write_gate`]), which a flush queues on like ingest.
+    write_gate: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl DeferredRollups {
     /// PostgreSQL's deferred rollups: rows of `rollup_pending`.
-    fn rows(db: DatabaseConnection) -> Self {
+    fn rows(db: DatabaseConnection, write_gate: Arc<tokio::sync::Mutex<()>>) -> Self {
         Self {
             rows: true,
-            ..Self::new(db, 0, 0)
+            ..Self::new(db, write_gate, 0, 0)
         }
     }
 
     /// The deferred rollups of a SQLite store whose watermark is `applied`.
-    fn new(db: DatabaseConnection, applied: i64, rederived: u64) -> Self {
+    fn new(
+        db: DatabaseConnection,
+        write_gate: Arc<tokio::sync::Mutex<()>>,
+        applied: i64,
+        rederived: u64,
+    ) -> Self {
         Self {
             db,
+            write_gate,
             rederived,
             rows: false,
             pending: tokio::sync::Mutex::new(Rollups {
@@ -814,11 +902,104 @@ impl DeferredRollups {
             flushing: tokio::sync::Mutex::new(applied),
         }
     }
+
+    /// PostgreSQL: merges the committed `rollup_pending` rows, writes them to the rollups and
+    /// deletes them, in transactions of at most [`PENDING_ROWS_PER_APPLY`] rows, one applier at a
+    /// time across replicas. `wait`: wait for a running applier (a read must see what was
+    /// committed before it) rather than leave the work to it (the periodic pass).
+    async fn apply_pending_rows(&self, wait: bool) -> Result<(), StoreError> {
+        loop {
+            let txn = self.db.begin().await?;
+            let lock = if wait {
+                "SELECT true FROM pg_advisory_xact_lock($1)"
+            } else {
+                "SELECT pg_try_advisory_xact_lock($1)"
+            };
+            let locked: bool = match txn
+                .query_one_raw(Statement::from_sql_and_values(
+                    DbBackend::Postgres,
+                    lock,
+                    [ROLLUP_APPLIER_LOCK.into()],
+                ))
+                .await?
+            {
+                Some(row) => get(&row, 0)?,
+                None => false,
+            };
+            if !locked {
+                return Ok(());
+            }
+            // Rows committed from here on are not in this snapshot's reads, and are deleted by
+            // id only: they are left for the next pass, never deleted unapplied.
+            let mut sql = Sql::new(
+                DbBackend::Postgres,
+                "SELECT id, body FROM rollup_pending ORDER BY id LIMIT ",
+            );
+            sql.bind(PENDING_ROWS_PER_APPLY);
+            let rows = txn.query_all_raw(sql.build()).await?;
+            if rows.is_empty() {
+                txn.commit().await?;
+                return Ok(());
+            }
+            let full = rows.len() as i64 >= PENDING_ROWS_PER_APPLY;
+            let mut merged = Rollups::default();
+            let mut ids = Vec::with_capacity(rows.len());
+            for row in &rows {
+                ids.push(get::<i64>(row, 0)?);
+                merged.merge(Rollups::from_body(&get::<String>(row, 1)?)?);
+            }
+            merged.apply(&txn).await?;
+            for chunk in ids.chunks(1_000) {
+                let list: Vec<String> = chunk.iter().map(i64::to_string).collect();
+                txn.execute_unprepared(&format!(
+                    "DELETE FROM rollup_pending WHERE id IN ({})",
+                    list.join(", ")
+                ))
+                .await?;
+            }
+            txn.commit().await?;
+            if !full {
+                return Ok(());
+            }
+        }
+    }
+
+    /// SQLite: writes the pending per-address rollups and moves the watermark (see
+    /// [`Store::flush_rollups`]).
+    async fn flush_pending(&self) -> Result<(), StoreError> {
+        let mut applied = self.flushing.lock().await;
+        let rollups = {
+            let mut pending = self.pending.lock().await;
+            if pending.upto <= *applied && pending.ip_servers.is_empty() {
+                return Ok(());
+            }
+            pending.take()
+        };
+        let result = async {
+            // SQLite only: behind the write gate like every heavy writer.
+            let _gate = Arc::clone(&self.write_gate).lock_owned().await;
+            let txn = begin_writing(&self.db).await?;
+            rollups.apply_deferred(&txn).await?;
+            txn.commit().await?;
+            Ok::<_, StoreError>(())
+        }
+        .await;
+        match result {
+            Ok(()) => {
+                *applied = rollups.upto;
+                Ok(())
+            }
+            Err(e) => {
+                self.pending.lock().await.merge_addresses(rollups);
+                Err(e)
+            }
+        }
+    }
 }
 
 /// The task that writes the deferred rollups every [`DEFERRED_FLUSH_EVERY`]; it ends with the
 /// last handle on the store.
-fn spawn_flusher(deferred: &Arc<DeferredRollups>, write_gate: Arc<tokio::sync::Mutex<()>>) {
+fn spawn_flusher(deferred: &Arc<DeferredRollups>) {
     let weak = Arc::downgrade(deferred);
     tokio::spawn(async move {
         loop {
@@ -826,18 +1007,16 @@ fn spawn_flusher(deferred: &Arc<DeferredRollups>, write_gate: Arc<tokio::sync::M
             let Some(deferred) = weak.upgrade() else {
                 return;
             };
-            let rows = deferred.rows;
-            let store = Store {
-                db: deferred.db.clone(),
-                deferred: Some(deferred),
-                ingest_slots: Arc::new(tokio::sync::Semaphore::new(1)),
-                write_gate: Arc::clone(&write_gate),
-            };
             // On PostgreSQL a replica already applying does this replica's rows too.
-            let result = if rows {
-                store.apply_pending_rows(false).await
+            let result = if deferred.rows {
+                deferred.apply_pending_rows(false).await
             } else {
-                store.flush_rollups().await
+                // In its own task, like every flush (see `Store::flush_rollups`).
+                let flushing = Arc::clone(&deferred);
+                tokio::spawn(async move { flushing.flush_pending().await })
+                    .await
+                    .map_err(|e| StoreError::Corrupt(format!("the rollup flush failed: {e}")))
+                    .and_then(|r| r)
             };
             if let Err(e) = result {
                 tracing::warn!(error = %e, "cannot write the deferred rollups; retrying");
@@ -847,7 +1026,30 @@ fn spawn_flusher(deferred: &Arc<DeferredRollups>, write_gate: Arc<tokio::sync::M
 }
 
 /// The write gate's guard (see [`Store::write_gate`]); `None` on PostgreSQL.
-type WriteGuard = Option<tokio::sync::OwnedMutexGuard<()>>;
+pub(super) type WriteGuard = Option<tokio::sync::OwnedMutexGuard<()>>;
+
+/// Begins a transaction that writes events or rollups, with the writers' settings on SQLite; the
+/// caller holds the write gate (see [`Store::write_gate`]).
+async fn begin_writing(db: &DatabaseConnection) -> Result<DatabaseTransaction, StoreError> {
+    let txn = db.begin().await?;
+    if db.get_database_backend() == DbBackend::Sqlite {
+        // Per connection and cheap to repeat; it has to be set on whichever pooled connection
+        // this transaction got.
+        txn.execute_unprepared(&format!("PRAGMA cache_size = -{SQLITE_WRITER_CACHE_KIB}"))
+            .await?;
+        txn.execute_unprepared(&format!(
+            "PRAGMA wal_autocheckpoint = {SQLITE_WRITER_AUTOCHECKPOINT_PAGES}"
+        ))
+        .await?;
+        // A multi-row insert or upsert inside a transaction keeps a statement journal (the pages
+        // it changed, to undo the statement alone if it fails halfway). With files for temporary
+        // storage a journal over 64 KiB spills to a temporary file, and every batch's inserts did:
+        // measured, 13 % of the hub's CPU during ingest went to writing it. In memory it is only
+        // ever as large as one statement's pages.
+        txn.execute_unprepared("PRAGMA temp_store = MEMORY").await?;
+    }
+    Ok(txn)
+}
 
 async fn add_total(txn: &DatabaseTransaction, name: &str, delta: i64) -> Result<(), StoreError> {
     let mut sql = Sql::new(
@@ -879,22 +1081,56 @@ impl Store {
         }
     }
 
+    /// Whether an ingest transaction asked for the write gate in the last `window` (ingest is
+    /// busy): background writers that may wait (the text indexer) keep off the gate meanwhile.
+    pub fn ingest_active_within(&self, window: std::time::Duration) -> bool {
+        let seen = self
+            .ingest_seen_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let window = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+        seen > 0 && now_ms().saturating_sub(seen) < window
+    }
+
     /// Begins a transaction that writes events and rollups, behind the write gate (see
     /// [`Store::write_gate`]); the guard is to be held until the commit.
-    async fn begin_writer(&self) -> Result<(DatabaseTransaction, WriteGuard), StoreError> {
+    pub(super) async fn begin_writer(
+        &self,
+    ) -> Result<(DatabaseTransaction, WriteGuard), StoreError> {
         let gate = self.write_gate().await;
-        let txn = self.db.begin().await?;
-        if self.backend() == DbBackend::Sqlite {
-            // Per connection and cheap to repeat; it has to be set on whichever pooled connection
-            // this transaction got.
-            txn.execute_unprepared(&format!("PRAGMA cache_size = -{SQLITE_WRITER_CACHE_KIB}"))
-                .await?;
-            txn.execute_unprepared(&format!(
-                "PRAGMA wal_autocheckpoint = {SQLITE_WRITER_AUTOCHECKPOINT_PAGES}"
-            ))
-            .await?;
+        Ok((begin_writing(&self.db).await?, gate))
+    }
+
+    /// An empty batch of `agent`'s spool `epoch` to add events to, then store with
+    /// [`Store::ingest_prepared`].
+    pub fn prepare_batch(&self, server: ServerId, agent: AgentId, epoch: u64) -> PreparedBatch {
+        PreparedBatch {
+            server,
+            agent,
+            epoch,
+            server_text: server.to_string(),
+            agent_text: agent.to_string(),
+            stored_at: now_ms(),
+            slots: HashMap::new(),
+            order: Vec::new(),
+            rows: Vec::new(),
+            build_rows: self.backend() == DbBackend::Sqlite,
+            seqs: None,
         }
-        Ok((txn, gate))
+    }
+
+    fn prepared(
+        &self,
+        server: ServerId,
+        agent: AgentId,
+        epoch: u64,
+        events: Vec<(u64, NewEvent)>,
+    ) -> Result<PreparedBatch, StoreError> {
+        let mut batch = self.prepare_batch(server, agent, epoch);
+        batch.slots.reserve(events.len());
+        for (seq, event) in events {
+            batch.add(seq, event)?;
+        }
+        Ok(batch)
     }
 
     /// Stores an agent's batch in one transaction: events already stored (same agent, epoch and
@@ -907,13 +1143,21 @@ impl Store {
         epoch: u64,
         events: Vec<(u64, NewEvent)>,
     ) -> Result<IngestOutcome, StoreError> {
+        let batch = self.prepared(server, agent, epoch, events)?;
+        self.ingest_prepared(batch).await
+    }
+
+    /// [`Store::ingest_batch`] of a batch prepared ahead (see [`PreparedBatch`]).
+    pub async fn ingest_prepared(&self, batch: PreparedBatch) -> Result<IngestOutcome, StoreError> {
+        self.ingest_seen_ms
+            .store(now_ms(), std::sync::atomic::Ordering::Relaxed);
         // The limit is never closed; an error here would be a bug, reported rather than panicked on.
         let _slot = self
             .ingest_slots
             .acquire()
             .await
             .map_err(|_| StoreError::Corrupt("the ingest limit was closed".to_owned()))?;
-        self.store_batch(server, agent, epoch, events, true).await
+        self.store_batch(batch, true).await
     }
 
     /// [`Store::ingest_batch`] without the rollups: for loading a large history, whose rollups the
@@ -926,7 +1170,8 @@ impl Store {
         epoch: u64,
         events: Vec<(u64, NewEvent)>,
     ) -> Result<IngestOutcome, StoreError> {
-        self.store_batch(server, agent, epoch, events, false).await
+        let batch = self.prepared(server, agent, epoch, events)?;
+        self.store_batch(batch, false).await
     }
 
     /// Writes rollups gathered over imported batches, in one transaction. On SQLite the pending
@@ -943,14 +1188,8 @@ impl Store {
         let mut applied = deferred.flushing.lock().await;
         let mut all = {
             let mut pending = deferred.pending.lock().await;
-            let upto = pending.upto.max(imported.upto);
-            std::mem::replace(
-                &mut *pending,
-                Rollups {
-                    upto,
-                    ..Rollups::default()
-                },
-            )
+            pending.upto = pending.upto.max(imported.upto);
+            pending.take()
         };
         let counts = Rollups {
             counts: std::mem::take(&mut imported.counts),
@@ -967,17 +1206,24 @@ impl Store {
 
     async fn store_batch(
         &self,
-        server: ServerId,
-        agent: AgentId,
-        epoch: u64,
-        events: Vec<(u64, NewEvent)>,
+        batch: PreparedBatch,
         rollups: bool,
     ) -> Result<IngestOutcome, StoreError> {
+        let PreparedBatch {
+            server,
+            agent,
+            epoch,
+            server_text,
+            agent_text,
+            stored_at,
+            mut slots,
+            order,
+            rows,
+            build_rows: _,
+            seqs,
+        } = batch;
         let epoch_db = to_i64(epoch, "epoch")?;
-        let (Some(min_seq), Some(max_seq)) = (
-            events.iter().map(|(seq, _)| *seq).min(),
-            events.iter().map(|(seq, _)| *seq).max(),
-        ) else {
+        let Some((min_seq, max_seq)) = seqs else {
             return Ok(IngestOutcome {
                 committed_seq: self.committed_seq(agent, epoch).await?,
                 stored: Vec::new(),
@@ -985,18 +1231,6 @@ impl Store {
         };
         let min_seq_db = to_i64(min_seq, "sequence number")?;
         let max_seq_db = to_i64(max_seq, "sequence number")?;
-        // A sequence number twice in one batch is stored once: the first wins.
-        let mut slots: HashMap<u64, NewEvent> = HashMap::with_capacity(events.len());
-        let mut order: Vec<u64> = Vec::with_capacity(events.len());
-        for (seq, event) in events {
-            if let std::collections::hash_map::Entry::Vacant(slot) = slots.entry(seq) {
-                slot.insert(event);
-                order.push(seq);
-            }
-        }
-        let server_text = server.to_string();
-        let agent_text = agent.to_string();
-        let stored_at = now_ms();
 
         let (txn, gate) = self.begin_writer().await?;
         // The cursor first: the first statement writes, so SQLite takes its write lock at once
@@ -1027,11 +1261,10 @@ impl Store {
         let inserted = if self.backend() == DbBackend::Sqlite {
             self.insert_batch_sqlite(
                 &txn,
-                &slots,
                 &order,
-                (&server_text, &agent_text, epoch_db),
+                rows,
+                (&agent_text, epoch_db),
                 (min_seq_db, max_seq_db),
-                stored_at,
             )
             .await?
         } else {
@@ -1139,12 +1372,12 @@ impl Store {
             return Ok(());
         };
         if deferred.rows {
-            return self.apply_pending_rows(true).await;
+            return deferred.apply_pending_rows(true).await;
         }
         // In its own task, like the ingest's commit: a reader that gives up halfway must not drop
         // the rollups it took out of the pending ones.
-        let store = self.clone();
-        tokio::spawn(async move { store.flush_pending().await })
+        let deferred = Arc::clone(deferred);
+        tokio::spawn(async move { deferred.flush_pending().await })
             .await
             .map_err(|e| StoreError::Corrupt(format!("the rollup flush failed: {e}")))?
     }
@@ -1153,107 +1386,8 @@ impl Store {
     /// Nothing to do on SQLite, where ingest writes them.
     pub async fn flush_counts(&self) -> Result<(), StoreError> {
         match &self.deferred {
-            Some(deferred) if deferred.rows => self.apply_pending_rows(true).await,
+            Some(deferred) if deferred.rows => deferred.apply_pending_rows(true).await,
             _ => Ok(()),
-        }
-    }
-
-    /// PostgreSQL: merges the committed `rollup_pending` rows, writes them to the rollups and
-    /// deletes them, in transactions of at most [`PENDING_ROWS_PER_APPLY`] rows, one applier at a
-    /// time across replicas. `wait`: wait for a running applier (a read must see what was
-    /// committed before it) rather than leave the work to it (the periodic pass).
-    async fn apply_pending_rows(&self, wait: bool) -> Result<(), StoreError> {
-        loop {
-            let txn = self.db.begin().await?;
-            let lock = if wait {
-                "SELECT true FROM pg_advisory_xact_lock($1)"
-            } else {
-                "SELECT pg_try_advisory_xact_lock($1)"
-            };
-            let locked: bool = match txn
-                .query_one_raw(Statement::from_sql_and_values(
-                    DbBackend::Postgres,
-                    lock,
-                    [ROLLUP_APPLIER_LOCK.into()],
-                ))
-                .await?
-            {
-                Some(row) => get(&row, 0)?,
-                None => false,
-            };
-            if !locked {
-                return Ok(());
-            }
-            // Rows committed from here on are not in this snapshot's reads, and are deleted by
-            // id only: they are left for the next pass, never deleted unapplied.
-            let mut sql = Sql::new(
-                DbBackend::Postgres,
-                "SELECT id, body FROM rollup_pending ORDER BY id LIMIT ",
-            );
-            sql.bind(PENDING_ROWS_PER_APPLY);
-            let rows = txn.query_all_raw(sql.build()).await?;
-            if rows.is_empty() {
-                txn.commit().await?;
-                return Ok(());
-            }
-            let full = rows.len() as i64 >= PENDING_ROWS_PER_APPLY;
-            let mut merged = Rollups::default();
-            let mut ids = Vec::with_capacity(rows.len());
-            for row in &rows {
-                ids.push(get::<i64>(row, 0)?);
-                merged.merge(Rollups::from_body(&get::<String>(row, 1)?)?);
-            }
-            merged.apply(&txn).await?;
-            for chunk in ids.chunks(1_000) {
-                let list: Vec<String> = chunk.iter().map(i64::to_string).collect();
-                txn.execute_unprepared(&format!(
-                    "DELETE FROM rollup_pending WHERE id IN ({})",
-                    list.join(", ")
-                ))
-                .await?;
-            }
-            txn.commit().await?;
-            if !full {
-                return Ok(());
-            }
-        }
-    }
-
-    async fn flush_pending(&self) -> Result<(), StoreError> {
-        let Some(deferred) = &self.deferred else {
-            return Ok(());
-        };
-        let mut applied = deferred.flushing.lock().await;
-        let rollups = {
-            let mut pending = deferred.pending.lock().await;
-            if pending.upto <= *applied && pending.ip_servers.is_empty() {
-                return Ok(());
-            }
-            let upto = pending.upto;
-            std::mem::replace(
-                &mut *pending,
-                Rollups {
-                    upto,
-                    ..Rollups::default()
-                },
-            )
-        };
-        let result = async {
-            let (txn, _gate) = self.begin_writer().await?;
-            rollups.apply_deferred(&txn).await?;
-            txn.commit().await?;
-            Ok::<_, StoreError>(())
-        }
-        .await;
-        match result {
-            Ok(()) => {
-                *applied = rollups.upto;
-                Ok(())
-            }
-            Err(e) => {
-                deferred.pending.lock().await.merge_addresses(rollups);
-                Err(e)
-            }
         }
     }
 
@@ -1271,7 +1405,7 @@ impl Store {
             return read.await;
         };
         if deferred.rows {
-            self.apply_pending_rows(true).await?;
+            deferred.apply_pending_rows(true).await?;
             return read.await;
         }
         let _flushing = deferred.flushing.lock().await;
@@ -1298,8 +1432,11 @@ impl Store {
     pub(super) async fn start_deferred_rollups(&self) -> Result<Arc<DeferredRollups>, StoreError> {
         if self.backend() == DbBackend::Postgres {
             // The pending rows of a stopped replica are still there: nothing to derive again.
-            let deferred = Arc::new(DeferredRollups::rows(self.db.clone()));
-            spawn_flusher(&deferred, Arc::clone(&self.write_gate));
+            let deferred = Arc::new(DeferredRollups::rows(
+                self.db.clone(),
+                Arc::clone(&self.write_gate),
+            ));
+            spawn_flusher(&deferred);
             return Ok(deferred);
         }
         let mut sql = Sql::new(
@@ -1362,8 +1499,13 @@ impl Store {
                 "per-address rollups written again for events a stop left unwritten"
             );
         }
-        let deferred = Arc::new(DeferredRollups::new(self.db.clone(), applied, rederived));
-        spawn_flusher(&deferred, Arc::clone(&self.write_gate));
+        let deferred = Arc::new(DeferredRollups::new(
+            self.db.clone(),
+            Arc::clone(&self.write_gate),
+            applied,
+            rederived,
+        ));
+        spawn_flusher(&deferred);
         Ok(deferred)
     }
 
@@ -1377,12 +1519,16 @@ impl Store {
     async fn insert_batch_sqlite(
         &self,
         txn: &DatabaseTransaction,
-        slots: &HashMap<u64, NewEvent>,
         order: &[u64],
-        (server, agent, epoch): (&str, &str, i64),
+        rows: Vec<Vec<Value>>,
+        (agent, epoch): (&str, i64),
         (min_seq, max_seq): (i64, i64),
-        stored_at: i64,
     ) -> Result<Vec<(i64, u64)>, StoreError> {
+        if rows.len() != order.len() {
+            return Err(StoreError::Corrupt(
+                "a batch prepared for PostgreSQL was stored on SQLite".to_owned(),
+            ));
+        }
         let mut sql = Sql::new(self.backend(), "SELECT seq FROM events WHERE agent_id = ");
         sql.bind(agent.to_owned())
             .push(" AND epoch = ")
@@ -1395,10 +1541,11 @@ impl Store {
         for row in txn.query_all_raw(sql.build()).await? {
             existing.insert(to_u64(get(&row, 0)?));
         }
-        let new: Vec<u64> = order
+        let new: Vec<(u64, Vec<Value>)> = order
             .iter()
             .copied()
-            .filter(|seq| !existing.contains(seq))
+            .zip(rows)
+            .filter(|(seq, _)| !existing.contains(seq))
             .collect();
         if new.is_empty() {
             return Ok(Vec::new());
@@ -1414,25 +1561,17 @@ impl Store {
         };
         let mut inserted = Vec::with_capacity(new.len());
         let mut id = base;
-        for chunk in fixed_chunks(&new) {
+        let sizes: Vec<usize> = fixed_chunks(&new).map(<[_]>::len).collect();
+        let mut new = new.into_iter();
+        for size in sizes {
             let mut sql = Sql::new(self.backend(), INSERT_EVENTS_WITH_ID);
-            for (i, seq) in chunk.iter().enumerate() {
-                let event = slots.get(seq).ok_or_else(|| {
-                    StoreError::Corrupt(format!("sequence number {seq} is not in the batch"))
-                })?;
+            for (i, (seq, values)) in new.by_ref().take(size).enumerate() {
                 if i > 0 {
                     sql.push(", ");
                 }
                 id += 1;
-                let values = event_values(
-                    server,
-                    Some(agent),
-                    Some((epoch, to_i64(*seq, "sequence number")?)),
-                    event,
-                    stored_at,
-                )?;
                 sql.tuple(std::iter::once(Value::from(id)).chain(values));
-                inserted.push((id, *seq));
+                inserted.push((id, seq));
             }
             txn.execute_raw(sql.build()).await?;
         }
