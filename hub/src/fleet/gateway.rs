@@ -1,20 +1,28 @@
 //! `AgentGateway.Session`: one long-lived bidirectional stream per agent, over mutual TLS.
 //!
-//! Each session is one task whose `select!` lists every trigger: frames from the agent, commands to
-//! send, the heartbeat tick (which also notices a silent agent), and the stop signal (replacement,
-//! revocation, shutdown). The registry entry is removed on every exit path.
+//! Each session is one task whose `select!` lists every trigger: frames from the agent, the commit
+//! of its event transaction in flight, commands to send, the heartbeat tick (which also notices a
+//! silent agent), and the stop signal (replacement, revocation, shutdown). The registry entry is
+//! removed on every exit path.
+//!
+//! Event batches are pipelined: one transaction per session commits at a time (in a task of its
+//! own), while the session goes on reading the agent's next frames and building their rows; what
+//! arrived meanwhile is stored by the next transaction, merged. Everything an agent sends is handled
+//! in its order: an ack goes out only after the commit that holds its events, acks go out in
+//! sequence order, and a frame read behind event batches is handled after their commit.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use banhub_proto::v1::agent_gateway_server::AgentGateway;
 use banhub_proto::v1::{
-    Ack, AgentFrame, CommandResult, Drain, EventBatch, Heartbeat, Hello, HubFrame, Welcome,
-    agent_frame, hub_frame,
+    Ack, AgentFrame, CommandResult, Drain, Heartbeat, Hello, HubFrame, Welcome, agent_frame,
+    hub_frame,
 };
-use futures::{FutureExt as _, Stream, StreamExt};
+use futures::{Stream, StreamExt};
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
@@ -22,7 +30,9 @@ use tracing::Instrument;
 use super::sessions::{Registration, SessionInfo};
 use super::{Fleet, ingest};
 use crate::domain::{AgentFacts, AgentId, Server};
+use crate::events::EventsError;
 use crate::pki::agent_from_cert;
+use crate::store::events::PreparedBatch;
 
 /// How long an agent may take to send its hello after the stream opens.
 const HELLO_DEADLINE: Duration = Duration::from_secs(10);
@@ -33,14 +43,51 @@ const SEEN_CHUNK: usize = 500;
 /// Most events stored in one transaction when an agent's batches queue up behind a commit (four
 /// batches of the agent's largest).
 const COALESCE_EVENTS: usize = 4_000;
+/// Events read ahead of the transaction in flight at most; the session stops reading frames
+/// beyond (the agent keeps only a few batches unacknowledged anyway).
+const READ_AHEAD_EVENTS: usize = 4 * COALESCE_EVENTS;
+/// How long a stopping session waits for its transaction in flight, to acknowledge it.
+const STOP_COMMIT_WAIT: Duration = Duration::from_secs(2);
 
-/// What was read after the batches gathered for one transaction.
-enum After {
-    Nothing,
-    /// Another frame, handled after the commit (boxed: a body is large, and rare here).
-    Frame(Box<Option<agent_frame::Body>>),
-    /// The stream ended (the reason); the gathered batches are still stored and acknowledged.
-    End(String),
+/// What waits, in arrival order, for the transaction in flight to commit.
+enum Queued {
+    /// Events of one spool epoch for one transaction, rows built as they arrived; `last_seq` is the
+    /// highest sequence number received (refused events included), acknowledged with them.
+    Events { batch: PreparedBatch, last_seq: u64 },
+    /// Another frame, handled once everything before it is committed and acknowledged.
+    Frame(Option<agent_frame::Body>),
+}
+
+/// The session's transaction in flight and what to acknowledge once it commits.
+struct InFlight {
+    task: JoinHandle<Result<u64, EventsError>>,
+    epoch: u64,
+    last_seq: u64,
+    events: usize,
+}
+
+/// The frames of a session not handled yet, and its transaction in flight.
+#[derive(Default)]
+struct Pipeline {
+    in_flight: Option<InFlight>,
+    queue: VecDeque<Queued>,
+    /// Events in `queue`.
+    queued_events: usize,
+}
+
+impl Pipeline {
+    /// Whether the session may read another frame now.
+    fn reads(&self) -> bool {
+        self.queued_events < READ_AHEAD_EVENTS
+    }
+
+    /// The commit of the transaction in flight (never ready without one).
+    async fn committed(&mut self) -> Result<Result<u64, EventsError>, tokio::task::JoinError> {
+        match self.in_flight.as_mut() {
+            Some(flight) => (&mut flight.task).await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 /// The tonic service; a thin shell around [`Fleet`].
@@ -245,25 +292,52 @@ impl SessionTask {
         let mut last_heard = Instant::now();
         let mut heartbeat_seq = 0u64;
         let mut pending: HashMap<String, oneshot::Sender<CommandResult>> = HashMap::new();
+        let mut pipeline = Pipeline::default();
         loop {
             tokio::select! {
                 biased;
                 () = self.registration.stop.cancelled() => {
+                    // The commit in flight goes ahead anyway; acknowledged, the agent need not
+                    // send it again. What is queued behind it is the agent's to resend.
+                    if let Some(flight) = pipeline.in_flight.take()
+                        && let Ok(done) = tokio::time::timeout(STOP_COMMIT_WAIT, flight.task).await
+                    {
+                        let _ = self.acknowledge(flight.epoch, flight.last_seq, flight.events, done).await;
+                    }
                     let drain = self.registration.drain_reason();
                     let frame = hub_frame::Body::Drain(Drain { reason: drain.reason.clone(), reconnect: drain.reconnect });
                     // Best effort: the agent may already be gone.
                     let _ = tokio::time::timeout(Duration::from_secs(1), self.send(frame)).await;
                     return drain.reason;
                 }
-                message = self.inbound.message() => match message {
+                done = pipeline.committed() => {
+                    let Some(flight) = pipeline.in_flight.take() else {
+                        continue;
+                    };
+                    if let Err(reason) = self.acknowledge(flight.epoch, flight.last_seq, flight.events, done).await {
+                        return reason;
+                    }
+                    if let Err(reason) = self.advance(&mut pipeline, &mut pending).await {
+                        return reason;
+                    }
+                }
+                message = self.inbound.message(), if pipeline.reads() => match message {
                     Ok(Some(frame)) => {
                         last_heard = Instant::now();
-                        if let Err(reason) = self.on_frame(frame.body, &mut pending).await {
+                        if let Err(reason) = self.accept(frame.body, &mut pipeline) {
+                            return reason;
+                        }
+                        if let Err(reason) = self.advance(&mut pipeline, &mut pending).await {
                             return reason;
                         }
                     }
-                    Ok(None) => return "the agent closed the session".to_owned(),
-                    Err(status) => return format!("the stream failed: {}", status.message()),
+                    Ok(None) => {
+                        return self.finish(pipeline, &mut pending, "the agent closed the session".to_owned()).await;
+                    }
+                    Err(status) => {
+                        let reason = format!("the stream failed: {}", status.message());
+                        return self.finish(pipeline, &mut pending, reason).await;
+                    }
                 },
                 Some(outgoing) = self.registration.commands.recv() => {
                     let id = outgoing.command.id.clone();
@@ -288,114 +362,168 @@ impl SessionTask {
         }
     }
 
-    /// Handles one frame from the agent; `Err` ends the session with the reason. A frame read while
-    /// gathering queued event batches is handled after their commit, in arrival order.
-    async fn on_frame(
-        &mut self,
+    /// Takes one frame from the agent into the pipeline: event batches are converted and their
+    /// rows built now (while the transaction in flight commits), merged into the last queued batch
+    /// of the same epoch up to [`COALESCE_EVENTS`]; any other frame waits its turn. Events that
+    /// break the rules cannot be fixed by sending them again, so they are logged, counted and
+    /// acknowledged with the rest rather than blocking the agent's spool forever.
+    fn accept(
+        &self,
         body: Option<agent_frame::Body>,
-        pending: &mut HashMap<String, oneshot::Sender<CommandResult>>,
+        pipeline: &mut Pipeline,
     ) -> Result<(), String> {
-        let mut next = Some(body);
-        while let Some(body) = next.take() {
-            match body {
-                Some(agent_frame::Body::Heartbeat(_)) => {}
-                Some(agent_frame::Body::Result(result)) => match pending.remove(&result.id) {
-                    Some(reply) => {
-                        let _ = reply.send(result);
-                    }
-                    None => {
-                        tracing::debug!(command = %result.id, "result for a command nobody waits for");
-                    }
-                },
-                Some(agent_frame::Body::Hello(_)) => {
-                    return Err("protocol error: a second hello".to_owned());
-                }
-                Some(agent_frame::Body::Events(batch)) => {
-                    let (batches, after) = self.queued_batches(batch);
-                    self.ingest(batches).await?;
-                    match after {
-                        After::Nothing => {}
-                        After::Frame(body) => next = Some(*body),
-                        After::End(reason) => return Err(reason),
-                    }
-                }
-                None => return Err("protocol error: an empty frame".to_owned()),
-            }
+        let Some(agent_frame::Body::Events(batch)) = body else {
+            pipeline.queue.push_back(Queued::Frame(body));
+            return Ok(());
+        };
+        let epoch = batch.epoch;
+        let merge = matches!(
+            pipeline.queue.back(),
+            Some(Queued::Events { batch: last, .. }) if last.epoch() == epoch && last.len() < COALESCE_EVENTS
+        );
+        if !merge {
+            pipeline.queue.push_back(Queued::Events {
+                batch: self
+                    .fleet
+                    .events()
+                    .prepare_batch(self.server.id, self.agent, epoch),
+                last_seq: 0,
+            });
         }
-        Ok(())
-    }
-
-    /// `first` and the batches of the same spool epoch that already arrived behind it (the agent
-    /// keeps several in flight), up to [`COALESCE_EVENTS`] events: they are stored in one
-    /// transaction, so while one commits the next ones queue up and share the following commit.
-    /// Never waits for a frame; what else was read is returned to be handled after the commit.
-    fn queued_batches(&mut self, first: EventBatch) -> (Vec<EventBatch>, After) {
-        let epoch = first.epoch;
-        let mut count = first.events.len();
-        let mut batches = vec![first];
-        while count < COALESCE_EVENTS {
-            // `message` is cancel-safe: a frame not complete yet stays buffered in the stream.
-            match self.inbound.message().now_or_never() {
-                None => break,
-                Some(Ok(Some(frame))) => match frame.body {
-                    Some(agent_frame::Body::Events(batch)) if batch.epoch == epoch => {
-                        count += batch.events.len();
-                        batches.push(batch);
-                    }
-                    other => return (batches, After::Frame(Box::new(other))),
-                },
-                Some(Ok(None)) => {
-                    return (
-                        batches,
-                        After::End("the agent closed the session".to_owned()),
-                    );
-                }
-                Some(Err(status)) => {
-                    return (
-                        batches,
-                        After::End(format!("the stream failed: {}", status.message())),
-                    );
-                }
-            }
-        }
-        (batches, After::Nothing)
-    }
-
-    /// Stores batches of one spool epoch in one transaction and acknowledges them (one cumulative
-    /// ack) once committed. Events that break the rules cannot be fixed by sending them again, so
-    /// they are logged, counted and acknowledged with the rest rather than blocking the agent's
-    /// spool forever. A store failure ends the session: the agent resends.
-    async fn ingest(&self, batches: Vec<EventBatch>) -> Result<(), String> {
-        let epoch = batches.first().map_or(0, |b| b.epoch);
-        let mut events = Vec::with_capacity(batches.iter().map(|b| b.events.len()).sum());
-        let mut last_seq = 0;
-        for event in batches.into_iter().flat_map(|b| b.events) {
-            last_seq = last_seq.max(event.seq);
+        let Some(Queued::Events {
+            batch: prepared,
+            last_seq,
+        }) = pipeline.queue.back_mut()
+        else {
+            return Err("the session's queue lost a batch".to_owned());
+        };
+        let before = prepared.len();
+        for event in batch.events {
+            *last_seq = (*last_seq).max(event.seq);
             match ingest::to_new_event(event) {
-                Ok(pair) => events.push(pair),
+                Ok((seq, event)) => prepared
+                    .add(seq, event)
+                    .map_err(|e| format!("could not store an event batch: {e}"))?,
                 Err(reason) => {
                     self.fleet.metrics().events_rejected.inc();
                     tracing::warn!(epoch, %reason, "an event from the agent breaks the rules; dropped");
                 }
             }
         }
-        let committed = if events.is_empty() {
-            last_seq
-        } else {
-            let count = events.len();
-            let committed = self
-                .fleet
-                .events()
-                .ingest_batch(self.server.id, self.agent, epoch, events)
+        pipeline.queued_events += prepared.len() - before;
+        Ok(())
+    }
+
+    /// Handles what is queued, in order, until a transaction is in flight: frames are handled, the
+    /// next batch starts its transaction in a task of its own (so the session reads on while it
+    /// commits). `Err` ends the session with the reason.
+    async fn advance(
+        &mut self,
+        pipeline: &mut Pipeline,
+        pending: &mut HashMap<String, oneshot::Sender<CommandResult>>,
+    ) -> Result<(), String> {
+        while pipeline.in_flight.is_none() {
+            match pipeline.queue.pop_front() {
+                None => break,
+                Some(Queued::Frame(body)) => self.on_frame(body, pending)?,
+                Some(Queued::Events { batch, last_seq }) => {
+                    let epoch = batch.epoch();
+                    let events = batch.len();
+                    pipeline.queued_events -= events;
+                    if batch.is_empty() {
+                        // Every event of it was refused: acknowledged all the same.
+                        self.acknowledge(epoch, last_seq, 0, Ok(Ok(last_seq)))
+                            .await?;
+                        continue;
+                    }
+                    let service = self.fleet.events().clone();
+                    let task = tokio::spawn(
+                        async move { service.ingest_prepared(batch).await }.in_current_span(),
+                    );
+                    pipeline.in_flight = Some(InFlight {
+                        task,
+                        epoch,
+                        last_seq,
+                        events,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The stream ended: what was read is still stored and acknowledged, in order, before the
+    /// session ends with `reason` (or with the reason something failed first).
+    async fn finish(
+        &mut self,
+        mut pipeline: Pipeline,
+        pending: &mut HashMap<String, oneshot::Sender<CommandResult>>,
+        reason: String,
+    ) -> String {
+        loop {
+            if let Err(reason) = self.advance(&mut pipeline, pending).await {
+                return reason;
+            }
+            let Some(flight) = pipeline.in_flight.take() else {
+                return reason;
+            };
+            let done = flight.task.await;
+            if let Err(reason) = self
+                .acknowledge(flight.epoch, flight.last_seq, flight.events, done)
                 .await
-                .map_err(|e| format!("could not store an event batch: {e}"))?;
-            self.fleet.metrics().events_ingested.inc_by(count as u64);
-            committed.max(last_seq)
+            {
+                return reason;
+            }
+        }
+    }
+
+    /// Handles a frame other than events; `Err` ends the session with the reason.
+    fn on_frame(
+        &self,
+        body: Option<agent_frame::Body>,
+        pending: &mut HashMap<String, oneshot::Sender<CommandResult>>,
+    ) -> Result<(), String> {
+        match body {
+            Some(agent_frame::Body::Heartbeat(_)) => {}
+            Some(agent_frame::Body::Result(result)) => match pending.remove(&result.id) {
+                Some(reply) => {
+                    let _ = reply.send(result);
+                }
+                None => {
+                    tracing::debug!(command = %result.id, "result for a command nobody waits for");
+                }
+            },
+            Some(agent_frame::Body::Hello(_)) => {
+                return Err("protocol error: a second hello".to_owned());
+            }
+            Some(agent_frame::Body::Events(_)) => {
+                return Err("an event batch bypassed the session's queue".to_owned());
+            }
+            None => return Err("protocol error: an empty frame".to_owned()),
+        }
+        Ok(())
+    }
+
+    /// Acknowledges a transaction once it committed (one cumulative ack: the highest sequence
+    /// number committed of the epoch, at least the highest the transaction's frames carried). A
+    /// store failure ends the session: the agent resends what is not acknowledged.
+    async fn acknowledge(
+        &self,
+        epoch: u64,
+        last_seq: u64,
+        events: usize,
+        done: Result<Result<u64, EventsError>, tokio::task::JoinError>,
+    ) -> Result<(), String> {
+        let committed = match done {
+            Ok(Ok(committed)) => committed,
+            Ok(Err(e)) => return Err(format!("could not store an event batch: {e}")),
+            Err(e) => return Err(format!("the task storing an event batch failed: {e}")),
         };
+        self.fleet.metrics().events_ingested.inc_by(events as u64);
         if self
             .send(hub_frame::Body::Ack(Ack {
                 epoch,
-                seq: committed,
+                seq: committed.max(last_seq),
             }))
             .await
         {
