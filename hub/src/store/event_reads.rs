@@ -92,6 +92,29 @@ fn push_newest_of_keys(
     after: Option<Cursor>,
     wanted: i64,
 ) {
+    if sql.backend() == DbBackend::Postgres {
+        // One lateral subquery over a list of the keys: PostgreSQL plans a `UNION ALL` of one
+        // branch per address anew every time, and for the 120 addresses of a /16 around the most
+        // banned one over 10M events that took 19 ms of planning for 5 ms of reading; this form
+        // plans in under 1 ms (SQLite has no `LATERAL`, and plans the union fast).
+        sql.push("SELECT x.id, x.occurred_at FROM (VALUES ");
+        for (i, key) in keys.iter().enumerate() {
+            if i > 0 {
+                sql.push(", ");
+            }
+            sql.push("(").bind(key.clone()).push("::bytea)");
+        }
+        sql.push(
+            ") k(key) CROSS JOIN LATERAL (SELECT id, occurred_at FROM events WHERE ip_key = k.key",
+        );
+        filter(sql);
+        push_cursor(sql, after);
+        sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
+            .bind(wanted)
+            .push(") x) m ORDER BY occurred_at DESC, id DESC LIMIT ")
+            .bind(wanted);
+        return;
+    }
     for (i, key) in keys.iter().enumerate() {
         if i > 0 {
             sql.push(" UNION ALL ");
