@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, FromQueryResult,
@@ -1025,6 +1026,32 @@ fn spawn_flusher(deferred: &Arc<DeferredRollups>) {
     });
 }
 
+/// This hub's ingest transactions: how many run now and when (Unix ms) the last one ended. A
+/// transaction can take longer than the window in which the text indexer counts ingest as busy, so
+/// the running ones count too.
+#[derive(Debug, Default)]
+pub(super) struct IngestActivity {
+    running: AtomicUsize,
+    ended_ms: AtomicI64,
+}
+
+/// One running ingest transaction, counted in [`IngestActivity`] until dropped (however it ends).
+struct IngestRunning<'a>(&'a IngestActivity);
+
+impl<'a> IngestRunning<'a> {
+    fn start(activity: &'a IngestActivity) -> Self {
+        activity.running.fetch_add(1, Ordering::Relaxed);
+        Self(activity)
+    }
+}
+
+impl Drop for IngestRunning<'_> {
+    fn drop(&mut self) {
+        self.0.ended_ms.store(now_ms(), Ordering::Relaxed);
+        self.0.running.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The write gate's guard (see [`Store::write_gate`]); `None` on PostgreSQL.
 pub(super) type WriteGuard = Option<tokio::sync::OwnedMutexGuard<()>>;
 
@@ -1081,14 +1108,16 @@ impl Store {
         }
     }
 
-    /// Whether an ingest transaction asked for the write gate in the last `window` (ingest is
-    /// busy): background writers that may wait (the text indexer) keep off the gate meanwhile.
+    /// Whether an ingest transaction is running or ended in the last `window` (ingest is busy):
+    /// background writers that may wait (the text indexer) keep off the gate meanwhile.
     pub fn ingest_active_within(&self, window: std::time::Duration) -> bool {
-        let seen = self
-            .ingest_seen_ms
-            .load(std::sync::atomic::Ordering::Relaxed);
+        let activity = &self.ingest_activity;
+        if activity.running.load(Ordering::Relaxed) > 0 {
+            return true;
+        }
+        let ended = activity.ended_ms.load(Ordering::Relaxed);
         let window = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
-        seen > 0 && now_ms().saturating_sub(seen) < window
+        ended > 0 && now_ms().saturating_sub(ended) < window
     }
 
     /// Begins a transaction that writes events and rollups, behind the write gate (see
@@ -1149,8 +1178,7 @@ impl Store {
 
     /// [`Store::ingest_batch`] of a batch prepared ahead (see [`PreparedBatch`]).
     pub async fn ingest_prepared(&self, batch: PreparedBatch) -> Result<IngestOutcome, StoreError> {
-        self.ingest_seen_ms
-            .store(now_ms(), std::sync::atomic::Ordering::Relaxed);
+        let _running = IngestRunning::start(&self.ingest_activity);
         // The limit is never closed; an error here would be a bug, reported rather than panicked on.
         let _slot = self
             .ingest_slots

@@ -73,9 +73,9 @@ pub struct Store {
     ingest_slots: std::sync::Arc<tokio::sync::Semaphore>,
     /// SQLite: one heavy writer at a time (see [`Store::write_gate`]).
     write_gate: std::sync::Arc<tokio::sync::Mutex<()>>,
-    /// When (Unix ms) an ingest transaction of this hub last asked for the write gate: the text
-    /// indexer keeps off the gate while ingest is busy (see [`Store::ingest_active_within`]).
-    ingest_seen_ms: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    /// This hub's ingest transactions: the text indexer keeps off the gate while ingest is busy
+    /// (see [`Store::ingest_active_within`]).
+    ingest_activity: std::sync::Arc<events::IngestActivity>,
 }
 
 /// Ingest transactions at once unless configured otherwise (`database.ingest_writers`).
@@ -120,7 +120,7 @@ impl Store {
                 DEFAULT_INGEST_WRITERS as usize,
             )),
             write_gate: std::sync::Arc::new(tokio::sync::Mutex::new(())),
-            ingest_seen_ms: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0)),
+            ingest_activity: std::sync::Arc::default(),
         };
         store.deferred = Some(store.start_deferred_rollups().await?);
         Ok(store)
