@@ -637,14 +637,19 @@ async fn queries(
     hub_bin: &std::path::Path,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
-    let hub = HubProcess::builder()
+    let mut builder = HubProcess::builder()
         .binary(hub_bin)
         .database_url(url)
         .env("BANHUB_LOG__FILTER", "warn")
         // The seeded history is older than nothing the hub would prune, but keep it all anyway.
         .env("BANHUB_EVENTS__RETENTION_DAYS", "0")
-        .start_timeout(Duration::from_secs(600))
-        .start()?;
+        .start_timeout(Duration::from_secs(600));
+    if let (Some(_), Some(dir)) = (&args.postgres_url, &args.data) {
+        // A kept PostgreSQL database remembers the CA of the first hub on it: every run's hub
+        // uses the same one, kept next to the marker.
+        builder = builder.env("BANHUB_CLUSTER__CA_DIR", dir.join("ca"));
+    }
+    let hub = builder.start()?;
     println!(
         "hub started on the seeded database in {:.1} s (migrations included)",
         started.elapsed().as_secs_f64()
