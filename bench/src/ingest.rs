@@ -749,7 +749,8 @@ async fn full_path(
         let state_db = connect(&poll_url, false).await?;
         let (pending, indexed) = text_index_state(&state_db).await?;
         println!(
-            "  text index (PostgreSQL) at the last commit: {pending} pending ranges, {} events              indexed during the run{}",
+            "  text index (PostgreSQL) at the last commit: {pending} pending ranges, {} events \
+             indexed during the run{}",
             indexed - indexed_before,
             if held.is_some() {
                 " (indexer held off by its lock)"
@@ -771,7 +772,8 @@ async fn full_path(
                 state = text_index_state(&state_db).await?;
             }
             println!(
-                "  text index caught up {:.1} s after the last commit ({} pending left), {} events                  indexed in all{}",
+                "  text index caught up {:.1} s after the last commit ({} pending left), {} events \
+                 indexed in all{}",
                 at.elapsed().as_secs_f64(),
                 state.0,
                 state.1,

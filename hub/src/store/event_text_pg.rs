@@ -39,6 +39,13 @@ const IDLE: Duration = Duration::from_secs(1);
 /// Least pause between passes while catching up; the pause is at least as long as the pass took,
 /// so the indexer keeps at most about half of one PostgreSQL backend busy.
 const BUSY: Duration = Duration::from_millis(10);
+/// Growth of the backlog (event ids per second) above which ingest counts as in a burst.
+const BURST_RATE: f64 = 1_000.0;
+/// How far behind (event ids pending) the indexer lets a burst of ingest get before it indexes
+/// anyway: a search scans the pending events (≈ 2 µs each), so this bounds what that costs.
+const BURST_BACKLOG: i64 = 50_000;
+/// Pause while ingest is in a burst.
+const BURST_WAIT: Duration = Duration::from_millis(500);
 /// Pause after a failed pass.
 const FAILED: Duration = Duration::from_secs(5);
 /// The GIN index of M0013.
@@ -150,6 +157,20 @@ impl Store {
         );
         Ok(match self.db.query_one_raw(sql).await? {
             Some(row) => to_u64(get::<i64>(&row, 0)?),
+            None => 0,
+        })
+    }
+
+    /// Event ids inside pending ranges (PostgreSQL; ids of other transactions that a range spans
+    /// count too).
+    async fn text_backlog_pg(&self) -> Result<i64, StoreError> {
+        let sql = Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT CAST(COALESCE(SUM(last_id - first_id + 1), 0) AS BIGINT) FROM \
+             event_text_pending",
+        );
+        Ok(match self.db.query_one_raw(sql).await? {
+            Some(row) => get::<i64>(&row, 0)?,
             None => 0,
         })
     }
@@ -307,18 +328,37 @@ impl Store {
         if self.backend() != DbBackend::Postgres {
             return;
         }
+        // The backlog (ids in pending ranges) at the last look, and when, less what this replica
+        // indexed since: its growth is what every replica's ingest added meanwhile.
+        let mut last: Option<(i64, Instant)> = None;
         loop {
             let started = Instant::now();
+            // A burst of ingest anywhere (the backlog growing faster than BURST_RATE): the
+            // indexer stays out of its way, up to BURST_BACKLOG behind, and catches up after.
+            let burst = match self.text_backlog_pg().await {
+                Ok(backlog) => {
+                    let burst = last.is_some_and(|(before, at)| {
+                        let secs = at.elapsed().as_secs_f64().max(1e-3);
+                        ((backlog - before) as f64 / secs) > BURST_RATE
+                    }) && backlog < BURST_BACKLOG;
+                    last = Some((backlog, Instant::now()));
+                    burst
+                }
+                Err(_) => false,
+            };
+            if burst {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(BURST_WAIT) => {}
+                }
+                continue;
+            }
             let wait = match self.index_event_text_pg(TEXT_INDEX_IDS).await {
-                Ok(Some((_, true))) => {
-                    let took = started.elapsed();
-                    // This replica's ingest writers all busy: ingest is in a burst, give it more.
-                    let factor = if self.ingest_slots.available_permits() == 0 {
-                        4
-                    } else {
-                        1
-                    };
-                    BUSY.max(took * factor)
+                Ok(Some((copied, true))) => {
+                    if let Some((before, _)) = &mut last {
+                        *before -= i64::try_from(copied).unwrap_or(0);
+                    }
+                    BUSY.max(started.elapsed())
                 }
                 Ok(_) => IDLE,
                 Err(e) => {
