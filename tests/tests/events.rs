@@ -316,6 +316,7 @@ on_both_backends!(
     text_search_finds_rare_lines_in_the_index_and_the_unindexed_tail,
     network_pages_are_those_of_the_plain_filter,
     stats_of_past_days_follow_late_events,
+    stored_events_carry_the_times_a_read_returns,
 );
 
 async fn ingest_is_idempotent_and_moves_the_cursor(backend: Backend) {
@@ -1686,4 +1687,50 @@ async fn stats_of_past_days_follow_late_events(backend: Backend) {
         .sum();
     assert_eq!(points, 6, "{stats}");
     hub.shutdown().await;
+}
+
+/// What ingest and a direct callback hand on (to the live stream and the alert worker) carries the
+/// times the store keeps (milliseconds), not the finer ones it was given: a spike window's edge
+/// must fall the same way for an event taken from the broadcast and for the same event read back.
+async fn stored_events_carry_the_times_a_read_returns(backend: Backend) {
+    let (store, _db) = bare_store(backend).await;
+    let server = store
+        .create_server(NewServer {
+            name: ServerName::parse("times-1").expect("name"),
+            description: String::new(),
+            labels: Labels::default(),
+        })
+        .await
+        .expect("server")
+        .id;
+    // 0.999 999 ms past a whole millisecond: any rounding other than the store's shows.
+    let fine = |ms: i64| at(ms) + chrono::Duration::nanoseconds(999_999);
+    let base = now_ms() - HOUR;
+    let mut relayed = ban("198.51.100.7", "sshd", 0);
+    relayed.occurred_at = fine(base);
+    let outcome = store
+        .ingest_batch(server, AgentId::new(), 1, numbered(1, vec![relayed]))
+        .await
+        .expect("ingest");
+    let mut direct = ban("198.51.100.8", "sshd", 0);
+    direct.occurred_at = fine(base + 1);
+    let direct = store
+        .insert_direct_event(server, direct)
+        .await
+        .expect("direct");
+    let handed_on: Vec<_> = outcome.stored.iter().chain([&direct]).collect();
+    assert_eq!(handed_on.len(), 2);
+    let read = store
+        .list_events(&EventFilter::default(), None, 10)
+        .await
+        .expect("read")
+        .events;
+    for event in handed_on {
+        let back = read
+            .iter()
+            .find(|r| r.id == event.id)
+            .expect("the event reads back");
+        assert_eq!(event.occurred_at, back.occurred_at, "{event:?}");
+        assert_eq!(event.occurred_at.timestamp_subsec_nanos() % 1_000_000, 0);
+    }
 }

@@ -1321,7 +1321,9 @@ impl Store {
                 server_id: server,
                 agent_id: Some(agent),
                 position: Some(SpoolPosition { epoch, seq }),
-                occurred_at: event.occurred_at,
+                // As stored (milliseconds), so the live stream and the alert worker see what a
+                // read returns, to the edge of a window.
+                occurred_at: to_time(event.occurred_at.timestamp_millis()),
                 stored_at: to_time(stored_at),
                 source: event.source,
                 body: event.body,
@@ -1675,7 +1677,8 @@ impl Store {
             server_id: server,
             agent_id: None,
             position: None,
-            occurred_at: event.occurred_at,
+            // As stored (milliseconds): see `ingest_prepared`.
+            occurred_at: to_time(event.occurred_at.timestamp_millis()),
             stored_at: to_time(stored_at),
             source: event.source,
             body: event.body,
