@@ -22,8 +22,11 @@ pub const BATCH_EVENTS: usize = 1000;
 pub const BATCH_BYTES: usize = 2 << 20;
 /// Bytes counted per event for its fields other than the log lines (a generous bound).
 const EVENT_OVERHEAD: usize = 512;
-/// Batches sent but not yet acknowledged.
-pub const MAX_IN_FLIGHT: usize = 4;
+/// Batches sent but not yet acknowledged. The hub stores up to four batches' worth in one
+/// transaction and reads on while it commits (up to sixteen), so under a backlog its next
+/// transaction is ready when one commits; with four, the writer waited for the agent's next
+/// batches after each commit (an ack's round trip per transaction).
+pub const MAX_IN_FLIGHT: usize = 16;
 
 /// The spool as one session sees it.
 #[derive(Debug)]

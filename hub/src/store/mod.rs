@@ -67,6 +67,12 @@ pub enum EnrollOutcome<E> {
 #[derive(Debug, Clone)]
 pub struct Store {
     db: DatabaseConnection,
+    /// SQLite: the one connection that the heavy writers (ingest, the rollup flush, the text
+    /// indexer) use, behind the write gate. SQLite drops a connection's page cache whenever
+    /// another connection changed the database, so writers taking turns on pooled connections
+    /// each began with a cold cache and read every index page they touched again; one writer
+    /// connection keeps its cache. PostgreSQL: the pool.
+    writer: DatabaseConnection,
     /// The shared rollups written behind ingest (see [`events::DeferredRollups`]).
     deferred: Option<std::sync::Arc<events::DeferredRollups>>,
     /// Ingest transactions that may run at once (see [`Store::with_ingest_writers`]).
@@ -111,10 +117,17 @@ impl Store {
                 .busy_timeout(Duration::from_secs(5))
                 .foreign_keys(true)
         });
-        let db = Database::connect(options).await?;
+        let db = Database::connect(options.clone()).await?;
         migration::Migrator::up(&db, None).await?;
+        let writer = if db.get_database_backend() == DbBackend::Sqlite {
+            options.max_connections(1).min_connections(1);
+            Database::connect(options).await?
+        } else {
+            db.clone()
+        };
         let mut store = Self {
             db,
+            writer,
             deferred: None,
             ingest_slots: std::sync::Arc::new(tokio::sync::Semaphore::new(
                 DEFAULT_INGEST_WRITERS as usize,
