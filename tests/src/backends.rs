@@ -1,5 +1,5 @@
-//! The two databases the store-level tests run on, an empty database of either kind, and the macro
-//! that runs each such test on both.
+//! The two databases the store-level tests run on, an empty database of either kind, the macro
+//! that runs each such test on both, and reading every page of a store's event list.
 
 use crate::postgres::PostgresServer;
 
@@ -78,4 +78,27 @@ macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         $crate::on_both_backends!(@emit tokio::test; $($name),*);
     };
+}
+
+/// Every event matching `filter` as `(occurred_at in ms, id)`, newest first, walking the store's
+/// pages of `page` events by their cursors.
+pub async fn store_pages(
+    store: &banhub::store::Store,
+    filter: &banhub::domain::events::EventFilter,
+    page: usize,
+) -> Vec<(i64, i64)> {
+    let mut out = Vec::new();
+    let mut after = None;
+    loop {
+        let got = store.list_events(filter, after, page).await.expect("page");
+        out.extend(
+            got.events
+                .iter()
+                .map(|e| (e.occurred_at.timestamp_millis(), e.id.0)),
+        );
+        match got.next {
+            Some(next) => after = Some(next),
+            None => return out,
+        }
+    }
 }

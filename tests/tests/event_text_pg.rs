@@ -12,7 +12,7 @@ use banhub::domain::events::{
 };
 use banhub::domain::{AgentId, Labels, NewServer, ServerId, ServerName};
 use banhub::store::Store;
-use banhub_tests::backends::{Backend, TestDatabase};
+use banhub_tests::backends::{Backend, TestDatabase, store_pages};
 use banhub_tests::wait::wait_until_async;
 use chrono::{DateTime, Utc};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -78,24 +78,6 @@ impl Stored {
     }
 }
 
-/// Every event matching `filter`, walking pages of `page`.
-async fn pages(store: &Store, filter: &EventFilter, page: usize) -> Vec<(i64, i64)> {
-    let mut out = Vec::new();
-    let mut after = None;
-    loop {
-        let got = store.list_events(filter, after, page).await.expect("page");
-        out.extend(
-            got.events
-                .iter()
-                .map(|e| (e.occurred_at.timestamp_millis(), e.id.0)),
-        );
-        match got.next {
-            Some(next) => after = Some(next),
-            None => return out,
-        }
-    }
-}
-
 fn by_text(text: &str, server: Option<ServerId>) -> EventFilter {
     EventFilter {
         text: Some(SearchText::parse(text).expect("text")),
@@ -125,7 +107,7 @@ async fn searches_equal_the_scan(
         let want = stored.scan(text, server);
         for (store, page) in [(stores[0], 50), (stores[1], 7)] {
             assert_eq!(
-                pages(store, &by_text(text, server), page).await,
+                store_pages(store, &by_text(text, server), page).await,
                 want,
                 "{text:?} (server {server:?}), pages of {page}, {when}"
             );
@@ -135,7 +117,7 @@ async fn searches_equal_the_scan(
     let common = stored.scan("Failed password", None);
     assert!(common.len() > 1_000);
     assert_eq!(
-        pages(stores[0], &by_text("failed PASSWORD", None), 400).await,
+        store_pages(stores[0], &by_text("failed PASSWORD", None), 400).await,
         common,
         "common text, {when}"
     );
@@ -448,10 +430,13 @@ async fn an_event_committed_after_a_later_one_was_indexed_is_still_found() {
     assert_eq!(want.len(), 2);
     for store in [&a, &b] {
         assert_eq!(
-            pages(store, &by_text("late-commit-marker", None), 50).await,
+            store_pages(store, &by_text("late-commit-marker", None), 50).await,
             want
         );
-        assert_eq!(pages(store, &by_text("LATE-commit", None), 1).await, want);
+        assert_eq!(
+            store_pages(store, &by_text("LATE-commit", None), 1).await,
+            want
+        );
     }
     // Indexed now, once.
     let (copied, more) = a
@@ -464,7 +449,7 @@ async fn an_event_committed_after_a_later_one_was_indexed_is_still_found() {
     assert_eq!(a.event_text_indexed_pg().await.expect("indexed"), 3);
     for store in [&a, &b] {
         assert_eq!(
-            pages(store, &by_text("late-commit-marker", None), 50).await,
+            store_pages(store, &by_text("late-commit-marker", None), 50).await,
             want
         );
     }

@@ -3,7 +3,7 @@
 //! API (filters, cursor paging deep into history, CSV), stats and insights from the rollups, the
 //! live stream, direct callbacks with their secrets, and retention.
 
-use banhub_tests::backends::{Backend, TestDatabase};
+use banhub_tests::backends::{Backend, TestDatabase, store_pages};
 use banhub_tests::on_both_backends;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -1246,24 +1246,6 @@ async fn bare_store(backend: Backend) -> (Store, TestDatabase) {
     let db = TestDatabase::new(backend, "banhub_text");
     let store = Store::connect(&db.url, 4).await.expect("store");
     (store, db)
-}
-
-/// Every event matching `filter`, walking pages of `page`.
-async fn store_pages(store: &Store, filter: &EventFilter, page: usize) -> Vec<(i64, i64)> {
-    let mut out = Vec::new();
-    let mut after = None;
-    loop {
-        let got = store.list_events(filter, after, page).await.expect("page");
-        out.extend(
-            got.events
-                .iter()
-                .map(|e| (e.occurred_at.timestamp_millis(), e.id.0)),
-        );
-        match got.next {
-            Some(next) => after = Some(next),
-            None => return out,
-        }
-    }
 }
 
 async fn text_search_finds_rare_lines_in_the_index_and_the_unindexed_tail(backend: Backend) {

@@ -144,7 +144,7 @@ fn push_range(sql: &mut Sql, filter: &EventFilter) {
 
 /// ` AND logs LIKE '%text%'`: the text anywhere in an event's log lines, ASCII case ignored
 /// (SQLite's `LIKE`; PostgreSQL's `ILIKE` ignores all case).
-pub(super) fn push_text(sql: &mut Sql, text: &str) {
+fn push_text(sql: &mut Sql, text: &str) {
     // Logs are stored as a JSON list, so the text is searched in its JSON-escaped form.
     let inner = event_text::stored_form(text);
     let mut pattern = String::with_capacity(inner.len() + 2);
@@ -306,6 +306,37 @@ impl Store {
         Ok(EventPage { events, next })
     }
 
+    /// The first `wanted` events holding `text` among the newest `window` that match the rest of
+    /// `filter` (after the cursor), when that fills the page: every other match is older, so the
+    /// page is exact. `None` when the window holds fewer: a rare text, for the index.
+    pub(super) async fn text_in_newest(
+        &self,
+        filter: &EventFilter,
+        text: &str,
+        after: Option<Cursor>,
+        wanted: i64,
+        window: i64,
+    ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
+        let rest = EventFilter {
+            text: None,
+            ..filter.clone()
+        };
+        let mut sql = Sql::new(
+            self.backend(),
+            &format!("SELECT {EVENT_COLUMNS} FROM (SELECT {EVENT_COLUMNS} FROM events WHERE 1 = 1"),
+        );
+        push_filter(&mut sql, &rest);
+        push_cursor(&mut sql, after);
+        sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
+            .bind(window)
+            .push(") w WHERE 1 = 1");
+        push_text(&mut sql, text);
+        sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
+            .bind(wanted);
+        let found = read_events(self.db.query_all_raw(sql.build()).await?)?;
+        Ok((i64::try_from(found.len()).unwrap_or(i64::MAX) >= wanted).then_some(found))
+    }
+
     /// A read-only transaction whose statements all see one snapshot of the database: SQLite's
     /// (deferred, WAL) takes it at its first read; PostgreSQL's default level takes one per
     /// statement, so it is asked for repeatable read.
@@ -450,24 +481,10 @@ impl Store {
                 .text_search_indexed(&event_text::match_all(&rare), indexed_to, wanted, push_rest)
                 .await;
         }
-        let rest = EventFilter {
-            text: None,
-            ..filter.clone()
-        };
-        let mut sql = Sql::new(
-            self.backend(),
-            &format!("SELECT {EVENT_COLUMNS} FROM (SELECT {EVENT_COLUMNS} FROM events WHERE 1 = 1"),
-        );
-        push_filter(&mut sql, &rest);
-        push_cursor(&mut sql, after);
-        sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
-            .bind(TEXT_WINDOW)
-            .push(") w WHERE 1 = 1");
-        push_text(&mut sql, text.as_str());
-        sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
-            .bind(wanted);
-        let found = read_events(self.db.query_all_raw(sql.build()).await?)?;
-        if i64::try_from(found.len()).unwrap_or(i64::MAX) >= wanted {
+        if let Some(found) = self
+            .text_in_newest(filter, text.as_str(), after, wanted, TEXT_WINDOW)
+            .await?
+        {
             return Ok(found);
         }
         self.text_search_indexed(query, indexed_to, wanted, push_rest)

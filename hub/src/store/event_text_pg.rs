@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Statement, TransactionTrait};
 use tokio_util::sync::CancellationToken;
 
-use super::event_reads::{push_cursor, push_filter, push_text};
+use super::event_reads::{push_cursor, push_filter};
 use super::events::{EVENT_COLUMNS, Sql, get, read_events, to_u64};
 use super::{Store, StoreError};
 use crate::domain::events::{Cursor, EventFilter, StoredEvent};
@@ -396,24 +396,10 @@ impl Store {
         if words.is_empty() || !self.pg_text_index_exists().await? {
             return Ok(None);
         }
-        let rest = EventFilter {
-            text: None,
-            ..filter.clone()
-        };
-        let mut sql = Sql::new(
-            DbBackend::Postgres,
-            &format!("SELECT {EVENT_COLUMNS} FROM (SELECT {EVENT_COLUMNS} FROM events WHERE 1 = 1"),
-        );
-        push_filter(&mut sql, &rest);
-        push_cursor(&mut sql, after);
-        sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
-            .bind(PG_TEXT_WINDOW)
-            .push(") w WHERE 1 = 1");
-        push_text(&mut sql, text.as_str());
-        sql.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
-            .bind(wanted);
-        let found = read_events(self.db.query_all_raw(sql.build()).await?)?;
-        if i64::try_from(found.len()).unwrap_or(i64::MAX) >= wanted {
+        if let Some(found) = self
+            .text_in_newest(filter, text.as_str(), after, wanted, PG_TEXT_WINDOW)
+            .await?
+        {
             return Ok(Some(found));
         }
 
