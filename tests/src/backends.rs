@@ -1,5 +1,6 @@
 //! The two databases the store-level tests run on, an empty database of either kind, the macro
-//! that runs each such test on both, and reading every page of a store's event list.
+//! that runs each such test on both, a server made in a store, and reading every page of a store's
+//! event list.
 
 use crate::postgres::PostgresServer;
 
@@ -101,4 +102,17 @@ pub async fn store_pages(
             None => return out,
         }
     }
+}
+
+/// A server named `name` (no description, no labels) created directly in `store`.
+pub async fn create_server(store: &banhub::store::Store, name: &str) -> banhub::domain::ServerId {
+    store
+        .create_server(banhub::domain::NewServer {
+            name: banhub::domain::ServerName::parse(name).expect("name"),
+            description: String::new(),
+            labels: banhub::domain::Labels::default(),
+        })
+        .await
+        .expect("server")
+        .id
 }

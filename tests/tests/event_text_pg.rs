@@ -10,9 +10,9 @@ use std::time::Duration;
 use banhub::domain::events::{
     BanFacts, EventBody, EventFilter, EventSource, IpOrCidr, JailName, Logs, NewEvent, SearchText,
 };
-use banhub::domain::{AgentId, Labels, NewServer, ServerId, ServerName};
+use banhub::domain::{AgentId, ServerId};
 use banhub::store::Store;
-use banhub_tests::backends::{Backend, TestDatabase, store_pages};
+use banhub_tests::backends::{Backend, TestDatabase, create_server, store_pages};
 use banhub_tests::wait::wait_until_async;
 use chrono::{DateTime, Utc};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -121,18 +121,6 @@ async fn searches_equal_the_scan(
         common,
         "common text, {when}"
     );
-}
-
-async fn create_server(store: &Store, name: &str) -> ServerId {
-    store
-        .create_server(NewServer {
-            name: ServerName::parse(name).expect("name"),
-            description: String::new(),
-            labels: Labels::default(),
-        })
-        .await
-        .expect("server")
-        .id
 }
 
 fn line(i: u64, ip: &str) -> String {

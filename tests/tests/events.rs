@@ -3,7 +3,7 @@
 //! API (filters, cursor paging deep into history, CSV), stats and insights from the rollups, the
 //! live stream, direct callbacks with their secrets, and retention.
 
-use banhub_tests::backends::{Backend, TestDatabase, store_pages};
+use banhub_tests::backends::{Backend, TestDatabase, create_server, store_pages};
 use banhub_tests::on_both_backends;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -15,7 +15,7 @@ use banhub::domain::events::{
     BanDuration, BanFacts, EventBody, EventFilter, EventKind, EventSource, GapFacts, GapReason,
     IpOrCidr, JailName, Logs, NewEvent, SearchText, SeqRange,
 };
-use banhub::domain::{AgentId, Labels, NewServer, ServerId, ServerName};
+use banhub::domain::{AgentId, ServerId};
 use banhub::store::Store;
 use banhub_tests::PostgresServer;
 use chrono::{DateTime, Utc};
@@ -1250,15 +1250,7 @@ async fn bare_store(backend: Backend) -> (Store, TestDatabase) {
 
 async fn text_search_finds_rare_lines_in_the_index_and_the_unindexed_tail(backend: Backend) {
     let (store, _db) = bare_store(backend).await;
-    let server = store
-        .create_server(NewServer {
-            name: ServerName::parse("text-1").expect("name"),
-            description: String::new(),
-            labels: Labels::default(),
-        })
-        .await
-        .expect("server")
-        .id;
+    let server = create_server(&store, "text-1").await;
     let agent = AgentId::new();
     let base = now_ms() - 5 * DAY;
     // Events out of time order across batches (a late spool), the rare line in a few of them,
@@ -1422,15 +1414,7 @@ async fn network_pages_are_those_of_the_plain_filter(backend: Backend) {
     let (store, _db) = bare_store(backend).await;
     let mut servers = Vec::new();
     for name in ["net-1", "net-2"] {
-        let server = store
-            .create_server(NewServer {
-                name: ServerName::parse(name).expect("name"),
-                description: String::new(),
-                labels: Labels::default(),
-            })
-            .await
-            .expect("server")
-            .id;
+        let server = create_server(&store, name).await;
         servers.push(server);
     }
     let base = now_ms() - 3 * DAY;
@@ -1676,15 +1660,7 @@ async fn stats_of_past_days_follow_late_events(backend: Backend) {
 /// must fall the same way for an event taken from the broadcast and for the same event read back.
 async fn stored_events_carry_the_times_a_read_returns(backend: Backend) {
     let (store, _db) = bare_store(backend).await;
-    let server = store
-        .create_server(NewServer {
-            name: ServerName::parse("times-1").expect("name"),
-            description: String::new(),
-            labels: Labels::default(),
-        })
-        .await
-        .expect("server")
-        .id;
+    let server = create_server(&store, "times-1").await;
     // 0.999 999 ms past a whole millisecond: any rounding other than the store's shows.
     let fine = |ms: i64| at(ms) + chrono::Duration::nanoseconds(999_999);
     let base = now_ms() - HOUR;

@@ -5,14 +5,14 @@
 //! it without writing), and after stops that lost whatever was pending in memory (the store dropped
 //! without a flush, then opened again on the same database, as after a kill).
 
-use banhub_tests::backends::{Backend, TestDatabase};
+use banhub_tests::backends::{Backend, TestDatabase, create_server};
 use banhub_tests::on_both_backends;
 use std::collections::BTreeMap;
 
 use banhub::domain::events::{
     BanDuration, BanFacts, EventBody, EventSource, IpOrCidr, JailName, Logs, NewEvent,
 };
-use banhub::domain::{AgentId, Labels, NewServer, ServerId, ServerName};
+use banhub::domain::{AgentId, ServerId};
 use banhub::store::Store;
 use chrono::{DateTime, Utc};
 
@@ -64,15 +64,7 @@ impl Fleet {
     async fn create(store: &Store) -> Self {
         let mut servers = Vec::new();
         for i in 0..3 {
-            let server = store
-                .create_server(NewServer {
-                    name: ServerName::parse(&format!("rollup-{i}")).expect("name"),
-                    description: String::new(),
-                    labels: Labels::default(),
-                })
-                .await
-                .expect("server")
-                .id;
+            let server = create_server(store, &format!("rollup-{i}")).await;
             servers.push((server, AgentId::new()));
         }
         Self {

@@ -44,9 +44,10 @@ const TEXT_INDEX_BATCH: usize = 500;
 /// … and while ingest is quiet: larger transactions cost less per event (fewer FTS5 segments to
 /// write and merge) and hold up nobody.
 const TEXT_INDEX_BATCH_QUIET: usize = 5_000;
-/// Ingest counts as busy when it asked for the write gate this recently. While it is busy the
-/// indexer leaves SQLite's one writer to it (the indexer's work per event is about a third of
-/// ingest's, and it cannot run beside it), unless it is [`TEXT_INDEX_MAX_BEHIND`] behind.
+/// Ingest counts as busy while one of its transactions runs and this long after the last one
+/// ended (see `Store::ingest_active_within`). While it is busy the indexer leaves SQLite's one
+/// writer to it (the indexer's work per event is about a third of ingest's, and it cannot run
+/// beside it), unless it is [`TEXT_INDEX_MAX_BEHIND`] behind.
 const TEXT_INDEX_QUIET: Duration = Duration::from_millis(250);
 /// Events the indexer may fall behind while it waits for ingest to pause: what a text search scans
 /// instead of asking the index (≈ 0.1–0.3 s of scanning). Further behind, it indexes

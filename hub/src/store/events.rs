@@ -1009,14 +1009,14 @@ impl DeferredRollups {
 /// [`DEFERRED_FLUSH_EVERY`] (PostgreSQL); it ends with the
 /// last handle on the store.
 fn spawn_flusher(deferred: &Arc<DeferredRollups>) {
+    let every = if deferred.rows {
+        DEFERRED_FLUSH_EVERY
+    } else {
+        SQLITE_FLUSH_EVERY
+    };
     let weak = Arc::downgrade(deferred);
     tokio::spawn(async move {
         loop {
-            let every = match weak.upgrade() {
-                Some(deferred) if !deferred.rows => SQLITE_FLUSH_EVERY,
-                Some(_) => DEFERRED_FLUSH_EVERY,
-                None => return,
-            };
             tokio::time::sleep(every).await;
             let Some(deferred) = weak.upgrade() else {
                 return;
