@@ -6,8 +6,11 @@
 //! characters, a host name is cleaned, a ban duration follows fail2ban's convention, and a callback's
 //! address and jail passed [`crate::rules`].
 
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::{Map, Value};
 
 use crate::rules::{IpOrCidr, JailName};
 
@@ -62,8 +65,12 @@ impl Logs {
             total += line.len();
             keep += 1;
         }
-        let lines = cleaned.split_off(cleaned.len() - keep);
-        Self { lines, truncated }
+        // Drop the oldest lines in place (`split_off` would allocate a second vector).
+        cleaned.drain(..cleaned.len() - keep);
+        Self {
+            lines: cleaned,
+            truncated,
+        }
     }
 
     /// Splits a block of text (fail2ban's `<matches>`: one match per line) and caps it.
@@ -108,6 +115,13 @@ impl<'de> Deserialize<'de> for Logs {
 /// Drops control characters (but those `keep` allows) and cuts to `max` bytes at a character
 /// boundary; says whether it had to cut.
 fn clean(raw: &str, max: usize, keep: impl Fn(char) -> bool) -> (String, bool) {
+    // Nearly every line is printable ASCII that fits: copied whole, not a character at a time
+    // (that loop was the largest single cost of a callback). Exactly what the loop would return.
+    let printable_ascii =
+        |b: u8| (0x20..0x7f).contains(&b) || (b.is_ascii() && keep(char::from(b)));
+    if raw.len() <= max && raw.bytes().all(printable_ascii) {
+        return (raw.to_owned(), false);
+    }
     let mut out = String::with_capacity(raw.len().min(max));
     for c in raw.chars().filter(|&c| keep(c) || !c.is_control()) {
         if out.len() + c.len_utf8() > max {
@@ -283,23 +297,29 @@ impl Callback {
     /// jail must pass the shared rules and anything present must make sense, or the whole callback
     /// is refused with the offending field named. `serverId` and unknown fields are ignored: the
     /// receiver knows which server it is, whatever the body claims.
+    ///
+    /// The body is read in one pass into [`Fields`], whose strings borrow from `body` (this runs
+    /// for every ban, and a map of owned values per body was a tenth of the agent's CPU). The
+    /// whole document is read before any field is checked, so malformed JSON anywhere is
+    /// `NotJson` even when a field before it is wrong, and a field named twice counts with its
+    /// last value, as a JSON map would have it.
     pub fn parse(body: &[u8]) -> Result<Self, CallbackError> {
-        let object: Map<String, Value> =
-            serde_json::from_slice(body).map_err(|e| CallbackError::NotJson(e.to_string()))?;
-        let get = |name: &str| object.get(name).filter(|v| !v.is_null());
+        let fields = serde_json::from_slice::<Fields<'_>>(body)
+            .map_err(|e| CallbackError::NotJson(e.to_string()))?;
+        let get = |name: Field| fields.get(name);
 
-        let ip_text = required_str(get("ip"), "ip")?;
+        let ip_text = required_str(get(Field::Ip), "ip")?;
         let ip =
             IpOrCidr::parse(ip_text.trim()).map_err(|e| field("ip", format!("{ip_text:?} {e}")))?;
-        let jail_text = required_str(get("jail"), "jail")?;
+        let jail_text = required_str(get(Field::Jail), "jail")?;
         let jail = JailName::parse(jail_text.trim())
             .map_err(|e| field("jail", format!("{jail_text:?} {e}")))?;
-        let hostname = match get("hostname") {
+        let hostname = match get(Field::Hostname) {
             None => None,
-            Some(Value::String(s)) => Some(clean_hostname(s)).filter(|h| !h.is_empty()),
+            Some(Raw::Str(s)) => Some(clean_hostname(s)).filter(|h| !h.is_empty()),
             Some(_) => return Err(field("hostname", "must be a string")),
         };
-        let failures = number(get("failures"), "failures")?
+        let failures = number(get(Field::Failures), "failures")?
             .map(|n| whole(n, "failures"))
             .transpose()?
             .unwrap_or(0);
@@ -308,10 +328,25 @@ impl Callback {
             jail,
             hostname,
             failures,
-            logs: logs(get("logs"))?,
-            ban_time: first_of(&get, ["banTime", "time"], unix_seconds)?,
-            ban_duration: first_of(&get, ["banDuration", "bantime"], duration)?,
-            ban_count: first_of(&get, ["banCount", "bancount"], whole)?,
+            logs: logs(get(Field::Logs))?,
+            ban_time: first_of(
+                &get,
+                [(Field::BanTime, "banTime"), (Field::Time, "time")],
+                unix_seconds,
+            )?,
+            ban_duration: first_of(
+                &get,
+                [
+                    (Field::BanDuration, "banDuration"),
+                    (Field::Bantime, "bantime"),
+                ],
+                duration,
+            )?,
+            ban_count: first_of(
+                &get,
+                [(Field::BanCount, "banCount"), (Field::Bancount, "bancount")],
+                whole,
+            )?,
         })
     }
 }
@@ -324,13 +359,13 @@ fn field(field: &'static str, reason: impl Into<String>) -> CallbackError {
 }
 
 /// The value under the first name present, converted.
-fn first_of<'a, T>(
-    get: &impl Fn(&str) -> Option<&'a Value>,
-    names: [&'static str; 2],
+fn first_of<'a, 'b: 'a, T>(
+    get: &impl Fn(Field) -> Option<&'a Raw<'b>>,
+    names: [(Field, &'static str); 2],
     convert: fn(f64, &'static str) -> Result<T, CallbackError>,
 ) -> Result<Option<T>, CallbackError> {
-    for name in names {
-        if let Some(n) = number(get(name), name)? {
+    for (key, name) in names {
+        if let Some(n) = number(get(key), name)? {
             return convert(n, name).map(Some);
         }
     }
@@ -338,11 +373,11 @@ fn first_of<'a, T>(
 }
 
 fn required_str<'a>(
-    value: Option<&'a Value>,
+    value: Option<&'a Raw<'_>>,
     name: &'static str,
 ) -> Result<&'a str, CallbackError> {
     match value {
-        Some(Value::String(s)) => Ok(s),
+        Some(Raw::Str(s)) => Ok(s),
         Some(_) => Err(field(name, "must be a string")),
         None => Err(field(name, "is required")),
     }
@@ -350,12 +385,12 @@ fn required_str<'a>(
 
 /// A JSON number or a numeric string; `None` when absent, null or an empty string (what an action
 /// sends when a tag expands to nothing).
-fn number(value: Option<&Value>, name: &'static str) -> Result<Option<f64>, CallbackError> {
+fn number(value: Option<&Raw<'_>>, name: &'static str) -> Result<Option<f64>, CallbackError> {
     let parsed = match value {
         None => return Ok(None),
-        Some(Value::String(s)) if s.trim().is_empty() => return Ok(None),
-        Some(Value::Number(n)) => n.as_f64(),
-        Some(Value::String(s)) => s.trim().parse::<f64>().ok(),
+        Some(Raw::Str(s)) if s.trim().is_empty() => return Ok(None),
+        Some(Raw::Number(n)) => Some(*n),
+        Some(Raw::Str(s)) => s.trim().parse::<f64>().ok(),
         Some(_) => None,
     };
     parsed
@@ -401,21 +436,286 @@ fn duration(n: f64, name: &'static str) -> Result<BanDuration, CallbackError> {
 }
 
 /// `logs` as one string (a line per match) or a list of strings.
-fn logs(value: Option<&Value>) -> Result<Logs, CallbackError> {
+fn logs(value: Option<&Raw<'_>>) -> Result<Logs, CallbackError> {
     match value {
         None => Ok(Logs::default()),
-        Some(Value::String(text)) => Ok(Logs::from_text(text)),
-        Some(Value::Array(items)) => {
-            let mut lines = Vec::with_capacity(items.len());
-            for item in items {
-                let Value::String(text) = item else {
-                    return Err(field("logs", "must be a string or a list of strings"));
-                };
-                lines.extend(text.lines());
-            }
-            Ok(Logs::capped(lines))
-        }
+        Some(Raw::Str(text)) => Ok(Logs::from_text(text)),
+        Some(Raw::Strings(items)) => Ok(Logs::capped(items.iter().flat_map(|text| text.lines()))),
         Some(_) => Err(field("logs", "must be a string or a list of strings")),
+    }
+}
+
+/// The members of a callback body that [`Callback::parse`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Ip,
+    Jail,
+    Hostname,
+    Failures,
+    Logs,
+    BanTime,
+    Time,
+    BanDuration,
+    Bantime,
+    BanCount,
+    Bancount,
+}
+
+impl Field {
+    const COUNT: usize = 11;
+
+    fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "ip" => Self::Ip,
+            "jail" => Self::Jail,
+            "hostname" => Self::Hostname,
+            "failures" => Self::Failures,
+            "logs" => Self::Logs,
+            "banTime" => Self::BanTime,
+            "time" => Self::Time,
+            "banDuration" => Self::BanDuration,
+            "bantime" => Self::Bantime,
+            "banCount" => Self::BanCount,
+            "bancount" => Self::Bancount,
+            _ => return None,
+        })
+    }
+}
+
+/// A member's value as far as the checks look at it. Strings borrow from the body unless JSON
+/// escapes in them made a copy necessary.
+#[derive(Debug, Clone, PartialEq)]
+enum Raw<'a> {
+    Null,
+    Number(f64),
+    Str(Cow<'a, str>),
+    /// An array whose items are all strings (an empty one included).
+    Strings(Vec<Cow<'a, str>>),
+    /// A boolean, an object, or an array holding something other than a string.
+    Other,
+}
+
+/// A callback body read in one pass: the value of each member [`Callback::parse`] reads, the last
+/// one when a name repeats. Every other member is read through (so malformed JSON anywhere is
+/// refused exactly as a full parse would refuse it) and dropped.
+#[derive(Debug, Default)]
+struct Fields<'a> {
+    values: [Option<Raw<'a>>; Field::COUNT],
+}
+
+impl<'a> Fields<'a> {
+    /// The value under `name`; `None` when absent or null.
+    fn get(&self, name: Field) -> Option<&Raw<'a>> {
+        self.values[name as usize]
+            .as_ref()
+            .filter(|v| !matches!(v, Raw::Null))
+    }
+}
+
+impl<'de> Deserialize<'de> for Fields<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(FieldsVisitor)
+    }
+}
+
+struct FieldsVisitor;
+
+impl<'de> Visitor<'de> for FieldsVisitor {
+    type Value = Fields<'de>;
+
+    // What serde_json's own map says, so a body that is not an object is refused in the same words.
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a map")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut fields = Fields::default();
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            match key {
+                Some(name) => fields.values[name as usize] = Some(map.next_value_seed(RawSeed)?),
+                None => map.next_value_seed(Skip)?,
+            }
+        }
+        Ok(fields)
+    }
+}
+
+/// A member name: which [`Field`] it is, if any.
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Option<Field>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for KeySeed {
+    type Value = Option<Field>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: de::Error>(self, name: &str) -> Result<Self::Value, E> {
+        Ok(Field::from_name(name))
+    }
+}
+
+/// Reads any value into a [`Raw`].
+struct RawSeed;
+
+impl<'de> DeserializeSeed<'de> for RawSeed {
+    type Value = Raw<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for RawSeed {
+    type Value = Raw<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Raw::Other)
+    }
+
+    // As `serde_json::Number::as_f64` converts them.
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<Self::Value, E> {
+        Ok(Raw::Number(n as f64))
+    }
+
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<Self::Value, E> {
+        Ok(Raw::Number(n as f64))
+    }
+
+    fn visit_f64<E: de::Error>(self, n: f64) -> Result<Self::Value, E> {
+        Ok(Raw::Number(n))
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Self::Value, E> {
+        Ok(Raw::Str(Cow::Borrowed(s)))
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+        Ok(Raw::Str(Cow::Owned(s.to_owned())))
+    }
+
+    fn visit_string<E: de::Error>(self, s: String) -> Result<Self::Value, E> {
+        Ok(Raw::Str(Cow::Owned(s)))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Raw::Null)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Raw::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut strings = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        let mut all_strings = true;
+        while let Some(item) = seq.next_element_seed(ItemSeed)? {
+            match item {
+                Some(s) if all_strings => strings.push(s),
+                Some(_) => {}
+                None => {
+                    all_strings = false;
+                    strings = Vec::new();
+                }
+            }
+        }
+        Ok(if all_strings {
+            Raw::Strings(strings)
+        } else {
+            Raw::Other
+        })
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        Skip.visit_map(map)?;
+        Ok(Raw::Other)
+    }
+}
+
+/// An array item: the string, or `None` for anything else (read through).
+struct ItemSeed;
+
+impl<'de> DeserializeSeed<'de> for ItemSeed {
+    type Value = Option<Cow<'de, str>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        Ok(match RawSeed.deserialize(deserializer)? {
+            Raw::Str(s) => Some(s),
+            _ => None,
+        })
+    }
+}
+
+/// Reads through any value, checking it as fully as parsing it into a `serde_json::Value` would
+/// (`deserialize_any`, not `deserialize_ignored_any`, which lets invalid UTF-8 and out-of-range
+/// numbers pass), without keeping anything.
+struct Skip;
+
+impl<'de> DeserializeSeed<'de> for Skip {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Skip {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Skip)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_key_seed(Skip)?.is_some() {
+            map.next_value_seed(Skip)?;
+        }
+        Ok(())
     }
 }
 
@@ -531,10 +831,334 @@ mod tests {
         assert!(cb.logs.truncated());
     }
 
+    /// The parser as it was before it read bodies in one borrowed pass: a `serde_json::Map` per
+    /// body, then the same checks. Kept to show that the rewrite accepts and refuses exactly the
+    /// same bodies with the same errors.
+    mod reference {
+        use serde_json::{Map, Value};
+
+        use super::super::{
+            Callback, CallbackError, Logs, clean_hostname, duration, field, unix_seconds, whole,
+        };
+        use crate::rules::{IpOrCidr, JailName};
+
+        pub fn parse(body: &[u8]) -> Result<Callback, CallbackError> {
+            let object: Map<String, Value> =
+                serde_json::from_slice(body).map_err(|e| CallbackError::NotJson(e.to_string()))?;
+            let get = |name: &str| object.get(name).filter(|v| !v.is_null());
+            let ip_text = required_str(get("ip"), "ip")?;
+            let ip = IpOrCidr::parse(ip_text.trim())
+                .map_err(|e| field("ip", format!("{ip_text:?} {e}")))?;
+            let jail_text = required_str(get("jail"), "jail")?;
+            let jail = JailName::parse(jail_text.trim())
+                .map_err(|e| field("jail", format!("{jail_text:?} {e}")))?;
+            let hostname = match get("hostname") {
+                None => None,
+                Some(Value::String(s)) => Some(clean_hostname(s)).filter(|h| !h.is_empty()),
+                Some(_) => return Err(field("hostname", "must be a string")),
+            };
+            let failures = number(get("failures"), "failures")?
+                .map(|n| whole(n, "failures"))
+                .transpose()?
+                .unwrap_or(0);
+            Ok(Callback {
+                ip,
+                jail,
+                hostname,
+                failures,
+                logs: logs(get("logs"))?,
+                ban_time: first_of(&get, ["banTime", "time"], unix_seconds)?,
+                ban_duration: first_of(&get, ["banDuration", "bantime"], duration)?,
+                ban_count: first_of(&get, ["banCount", "bancount"], whole)?,
+            })
+        }
+
+        fn first_of<'a, T>(
+            get: &impl Fn(&str) -> Option<&'a Value>,
+            names: [&'static str; 2],
+            convert: fn(f64, &'static str) -> Result<T, CallbackError>,
+        ) -> Result<Option<T>, CallbackError> {
+            for name in names {
+                if let Some(n) = number(get(name), name)? {
+                    return convert(n, name).map(Some);
+                }
+            }
+            Ok(None)
+        }
+
+        fn required_str<'a>(
+            value: Option<&'a Value>,
+            name: &'static str,
+        ) -> Result<&'a str, CallbackError> {
+            match value {
+                Some(Value::String(s)) => Ok(s),
+                Some(_) => Err(field(name, "must be a string")),
+                None => Err(field(name, "is required")),
+            }
+        }
+
+        fn number(value: Option<&Value>, name: &'static str) -> Result<Option<f64>, CallbackError> {
+            let parsed = match value {
+                None => return Ok(None),
+                Some(Value::String(s)) if s.trim().is_empty() => return Ok(None),
+                Some(Value::Number(n)) => n.as_f64(),
+                Some(Value::String(s)) => s.trim().parse::<f64>().ok(),
+                Some(_) => None,
+            };
+            parsed
+                .filter(|n| n.is_finite())
+                .map(Some)
+                .ok_or_else(|| field(name, "must be a number or a numeric string"))
+        }
+
+        fn logs(value: Option<&Value>) -> Result<Logs, CallbackError> {
+            match value {
+                None => Ok(Logs::default()),
+                Some(Value::String(text)) => Ok(Logs::from_text(text)),
+                Some(Value::Array(items)) => {
+                    let mut lines = Vec::with_capacity(items.len());
+                    for item in items {
+                        let Value::String(text) = item else {
+                            return Err(field("logs", "must be a string or a list of strings"));
+                        };
+                        lines.extend(text.lines());
+                    }
+                    Ok(Logs::capped(lines))
+                }
+                Some(_) => Err(field("logs", "must be a string or a list of strings")),
+            }
+        }
+    }
+
+    /// Bodies that probe every way the parser can accept or refuse.
+    fn tricky_bodies() -> Vec<Vec<u8>> {
+        let deep = format!(
+            r#"{{"ip":"192.0.2.1","jail":"j","x":{}1{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let shallow = format!(
+            r#"{{"ip":"192.0.2.1","jail":"j","x":{}1{}}}"#,
+            "[".repeat(100),
+            "]".repeat(100)
+        );
+        let mut bodies: Vec<Vec<u8>> = [
+            "",
+            " ",
+            "not json",
+            "{",
+            r#"{"ip":"#,
+            "[1,2]",
+            r#""a string""#,
+            "null",
+            "1",
+            "{}",
+            "{} x",
+            " {\"ip\":\"192.0.2.1\",\"jail\":\"j\"} \n",
+            r#"{"ip":"192.0.2.1","jail":"j",}"#,
+            r#"{"ip":"192.0.2.1" "jail":"j"}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","ip":"bad"}"#,
+            r#"{"ip":"bad","ip":"192.0.2.1","jail":"j"}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","jail":null}"#,
+            r#"{"\u0069p":"192.0.2.1","jail":"\u0073shd"}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","logs":["say \"hi\"\n\tx","\u001b[2J"]}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","x":"\ud800"}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","x":"\q"}"#,
+            "{\"ip\":\"192.0.2.1\",\"jail\":\"j\",\"x\":\"a\nb\"}",
+            r#"{"ip":"192.0.2.1","jail":"j","x":1e400}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","x":-1e400}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","failures":1e400}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","x":01}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","x":{"a":[1,{"b":null}],"c":true}}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","x":{"a":1,}}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","logs":[]}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","logs":["a",1]}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","logs":[["a"]]}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","logs":[null]}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","logs":{"a":1}}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","logs":true}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","logs":"a\nb\r\n"}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","logs":["a",1,"#,
+            r#"{"ip":"192.0.2.1","jail":"j","failures":1e20}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","failures":"1e3"}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","failures":" 7 "}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","failures":"0x10"}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","failures":-0}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","failures":-0.0}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","failures":4294967295}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","failures":4294967296}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","failures":18446744073709551616}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","failures":-9223372036854775809}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","failures":[1]}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","banTime":1.5,"time":"x"}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","banTime":"","time":"x"}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","banTime":null,"time":"17"}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","time":"inf"}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","banDuration":-1,"bancount":"2"}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","bantime":"-1.0"}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","bantime":9e15}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","bantime":9.1e15}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","hostname":null}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","hostname":"  "}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","hostname":"a\u0000b\u001bc"}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","hostname":["a"]}"#,
+            r#"{"ip":["192.0.2.1"],"jail":"j"}"#,
+            r#"{"ip":null,"jail":"j"}"#,
+            r#"{"ip":"192.0.2.1","jail":7}"#,
+            r#"{"ip":"192.0.2.1","jail":{}}"#,
+            r#"{"ip":"192.0.2.1","jail":"j","serverId":{"nested":[1,2,3]},"extra":"é"}"#,
+            r#"{"ip":"198.51.100.0/24","jail":"j","logs":"l\u00e9\u0085x"}"#,
+            r#"{"ip":"192.0.2.1","jail":"j"}{"#,
+            &deep,
+            &shallow,
+        ]
+        .iter()
+        .map(|b| b.as_bytes().to_vec())
+        .collect();
+        bodies.push(b"{\"ip\":\"192.0.2.1\xff\",\"jail\":\"j\"}".to_vec());
+        bodies.push(b"{\"ip\":\"192.0.2.1\",\"jail\":\"j\",\"x\":\"\xff\xfe\"}".to_vec());
+        bodies.push(b"{\"ip\":\"192.0.2.1\",\"jail\":\"j\",\"\xc3\":1}".to_vec());
+        bodies.push(b"{\"ip\":\"192.0.2.1\",\"jail\":\"j\",\"logs\":[\"\xed\xa0\x80\"]}".to_vec());
+        let big: Vec<String> = (0..300)
+            .map(|i| format!("{i:04}{}", "y".repeat(200)))
+            .collect();
+        bodies.push(
+            serde_json::json!({"ip": "192.0.2.1", "jail": "j", "logs": big})
+                .to_string()
+                .into_bytes(),
+        );
+        bodies.push(
+            serde_json::json!({"ip": "192.0.2.1", "jail": "j", "logs": big.join("\n")})
+                .to_string()
+                .into_bytes(),
+        );
+        bodies
+    }
+
+    fn same_as_reference(body: &[u8]) {
+        let new = Callback::parse(body);
+        let old = reference::parse(body);
+        assert_eq!(new, old, "body {:?}", String::from_utf8_lossy(body));
+    }
+
+    #[test]
+    fn parses_exactly_as_a_json_map_did() {
+        for body in tricky_bodies() {
+            same_as_reference(&body);
+        }
+    }
+
+    #[test]
+    fn damaged_bodies_are_refused_exactly_as_a_json_map_did() {
+        // Every byte of a full body replaced by each of a few troublemakers, and every cut.
+        let body = br#"{"serverId":"x","ip":"192.0.2.7","jail":"sshd","hostname":"web-1","failures":"3","logs":["a \"b\"","c\\d"],"time":1790000000.5,"banDuration":600,"bancount":2,"z":[{"q":null},true,-1.5e3]}"#;
+        for at in 0..body.len() {
+            same_as_reference(&body[..at]);
+            for byte in [
+                b'"', b'}', b']', b',', b'\\', b'1', b'n', b' ', b'\n', 0xff, 0xc3,
+            ] {
+                let mut damaged = body.to_vec();
+                damaged[at] = byte;
+                same_as_reference(&damaged);
+            }
+        }
+    }
+
+    #[test]
+    fn strings_without_escapes_are_borrowed() {
+        let body = br#"{"ip":"192.0.2.1","jail":"j","logs":["plain","with \"quote\""]}"#;
+        let fields: Fields<'_> = serde_json::from_slice(body).expect("valid");
+        let Some(Raw::Strings(lines)) = fields.get(Field::Logs) else {
+            panic!("logs: {:?}", fields.get(Field::Logs));
+        };
+        assert!(matches!(lines[0], Cow::Borrowed("plain")));
+        assert!(matches!(&lines[1], Cow::Owned(s) if s == "with \"quote\""));
+        assert!(matches!(
+            fields.get(Field::Ip),
+            Some(Raw::Str(Cow::Borrowed(_)))
+        ));
+    }
+
+    #[test]
+    fn refusals_keep_their_fields_and_words() {
+        let reason = |body: &str| {
+            Callback::parse(body.as_bytes())
+                .expect_err(body)
+                .to_string()
+        };
+        assert_eq!(
+            reason("[1,2]"),
+            "the body is not a JSON object: invalid type: sequence, expected a map at line 1 column 0"
+        );
+        assert_eq!(
+            reason("{\"ip\":\"192.0.2.1\",\"jail\":\"j\",\"x\":"),
+            "the body is not a JSON object: EOF while parsing a value at line 1 column 33"
+        );
+        assert_eq!(reason(r#"{"jail":"j"}"#), "field `ip` is required");
+        assert_eq!(
+            reason(r#"{"ip":7,"jail":"j"}"#),
+            "field `ip` must be a string"
+        );
+        assert_eq!(
+            reason(r#"{"ip":"192.0.2.1","jail":"j","logs":["a",1]}"#),
+            "field `logs` must be a string or a list of strings"
+        );
+        assert_eq!(
+            reason(r#"{"ip":"192.0.2.1","jail":"j","failures":true}"#),
+            "field `failures` must be a number or a numeric string"
+        );
+        // Malformed JSON wins over a field that is wrong before it.
+        assert!(matches!(
+            Callback::parse(b"{\"ip\":7,\"x\":\"\xff\"}"),
+            Err(CallbackError::NotJson(_))
+        ));
+    }
+
     fn check_logs(input: &[&str], expected: &[&str], truncated: bool) {
         let logs = Logs::capped(input);
         assert_eq!(logs.lines(), expected, "input {input:?}");
         assert_eq!(logs.truncated(), truncated, "input {input:?}");
+    }
+
+    #[test]
+    fn cleaning_copies_printable_lines_whole_and_loops_over_the_rest() {
+        // The character loop alone, as `clean` was before its fast path.
+        fn by_char(raw: &str, max: usize, keep: impl Fn(char) -> bool) -> (String, bool) {
+            let mut out = String::new();
+            for c in raw.chars().filter(|&c| keep(c) || !c.is_control()) {
+                if out.len() + c.len_utf8() > max {
+                    return (out, true);
+                }
+                out.push(c);
+            }
+            (out, false)
+        }
+        let samples = [
+            "",
+            "plain",
+            "tab\there",
+            "del\u{7f}",
+            "nul\0",
+            "esc\u{1b}[2J",
+            "c1\u{85}x",
+            "é",
+            "a\u{9f}b",
+            "~ !",
+            "\r\n",
+            "x\u{200b}y",
+        ];
+        for sample in samples {
+            for max in [0, 1, 2, 3, 4, 5, 6, 64] {
+                for keep_tab in [false, true] {
+                    let keep = |c: char| keep_tab && c == '\t';
+                    assert_eq!(
+                        clean(sample, max, keep),
+                        by_char(sample, max, keep),
+                        "{sample:?} max {max} keep tab {keep_tab}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
