@@ -4,8 +4,12 @@
 //! segment  = header frame*
 //! header   = "BHSPOOL\x01" epoch:u64 first_seq:u64 reserved:u32 crc:u32      (32 bytes, little endian)
 //! frame    = len:u32 crc:u32 body                                            (crc over len ‖ body)
-//! body     = seq:u64 json                                                    (len = 8 + json length)
+//! body     = seq:u64 payload                                                 (len = 8 + payload length)
 //! ```
+//!
+//! The payload is one event in one of the versioned encodings of [`super::record`] (JSON in
+//! segments written by older agents, binary for bans and unbans since), told apart by its first
+//! byte; framing, checksums and recovery do not look inside it.
 //!
 //! The length is inside the checksum so that a torn or flipped length is caught, not followed.
 
@@ -15,11 +19,11 @@ use std::ops::Range;
 pub const HEADER_LEN: usize = 32;
 /// Bytes before a frame's body.
 pub const FRAME_PREFIX_LEN: usize = 8;
-/// The largest JSON document one record may hold.
-pub const MAX_JSON_LEN: usize = 64 * 1024;
-/// The smallest body: a sequence number and `{}`.
+/// The largest payload (encoded event) one record may hold.
+pub const MAX_PAYLOAD_LEN: usize = 64 * 1024;
+/// The smallest body: a sequence number and two bytes (`{}`; a binary record is longer).
 const MIN_BODY_LEN: usize = 8 + 2;
-const MAX_BODY_LEN: usize = 8 + MAX_JSON_LEN;
+const MAX_BODY_LEN: usize = 8 + MAX_PAYLOAD_LEN;
 const MAGIC: &[u8; 8] = b"BHSPOOL\x01";
 
 /// A segment header's contents.
@@ -55,31 +59,31 @@ impl Header {
 }
 
 /// Frames one record.
-pub fn encode(seq: u64, json: &[u8], out: &mut Vec<u8>) {
-    let body_len = 8 + json.len();
-    // Callers check MAX_JSON_LEN first, so the length always fits.
+pub fn encode(seq: u64, payload: &[u8], out: &mut Vec<u8>) {
+    let body_len = 8 + payload.len();
+    // Callers check MAX_PAYLOAD_LEN first, so the length always fits.
     let len = u32::try_from(body_len).unwrap_or(u32::MAX).to_le_bytes();
     let seq = seq.to_le_bytes();
     let mut hasher = crc32fast::Hasher::new();
     hasher.update(&len);
     hasher.update(&seq);
-    hasher.update(json);
+    hasher.update(payload);
     out.extend_from_slice(&len);
     out.extend_from_slice(&hasher.finalize().to_le_bytes());
     out.extend_from_slice(&seq);
-    out.extend_from_slice(json);
+    out.extend_from_slice(payload);
 }
 
-/// The encoded size of a record holding `json_len` bytes of JSON.
-pub fn frame_len(json_len: usize) -> usize {
-    FRAME_PREFIX_LEN + 8 + json_len
+/// The encoded size of a record holding `payload_len` bytes of payload.
+pub fn frame_len(payload_len: usize) -> usize {
+    FRAME_PREFIX_LEN + 8 + payload_len
 }
 
 /// A frame that checked out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame<'a> {
     pub seq: u64,
-    pub json: &'a [u8],
+    pub payload: &'a [u8],
     /// Total bytes of the frame, prefix included.
     pub len: usize,
 }
@@ -113,7 +117,7 @@ pub fn decode(bytes: &[u8]) -> Result<Frame<'_>, Bad> {
     }
     Ok(Frame {
         seq: le_u64(&body[..8]),
-        json: &body[8..],
+        payload: &body[8..],
         len: FRAME_PREFIX_LEN + body_len,
     })
 }
@@ -226,7 +230,7 @@ mod tests {
         assert_eq!(out.len(), frame_len(7));
         let frame = decode(&out).expect("good frame");
         assert_eq!(
-            (frame.seq, frame.json, frame.len),
+            (frame.seq, frame.payload, frame.len),
             (9, &br#"{"a":1}"#[..], out.len())
         );
         for cut in 0..out.len() {

@@ -14,6 +14,7 @@
 
 pub mod event;
 mod frame;
+mod record;
 mod store;
 
 use std::path::{Path, PathBuf};
@@ -25,7 +26,7 @@ pub use event::{
     BanDuration, BanEvent, Event, GapEvent, GapReason, JailName, Logs, SeqRange, Source,
     clean_hostname,
 };
-pub use frame::MAX_JSON_LEN;
+pub use frame::MAX_PAYLOAD_LEN;
 use store::Store;
 
 /// Requests waiting for the writer thread; callers wait beyond this.
@@ -56,7 +57,7 @@ impl Default for SpoolConfig {
 
 impl SpoolConfig {
     /// The smallest segment that holds the largest record with room to spare.
-    pub const MIN_SEGMENT_BYTES: u64 = 2 * MAX_JSON_LEN as u64;
+    pub const MIN_SEGMENT_BYTES: u64 = 2 * MAX_PAYLOAD_LEN as u64;
 
     fn check(&self) -> Result<(), SpoolError> {
         if self.segment_bytes < Self::MIN_SEGMENT_BYTES {

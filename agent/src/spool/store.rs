@@ -21,7 +21,8 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::event::{Event, GapEvent, GapReason, SeqRange};
-use super::frame::{self, HEADER_LEN, Header, MAX_JSON_LEN};
+use super::frame::{self, HEADER_LEN, Header, MAX_PAYLOAD_LEN};
+use super::record;
 use super::{Head, OnCorruption, Position, Record, SpoolConfig, SpoolError, now_ms};
 
 const META_FILE: &str = "spool.json";
@@ -188,6 +189,8 @@ pub(super) struct Store {
     active: Option<File>,
     /// Framed records of the current batch not yet written to `active`.
     buf: Vec<u8>,
+    /// The payload being framed, kept to reuse its allocation from one record to the next.
+    scratch: Vec<u8>,
     /// The directory gained or lost entries that must be durable before the batch is answered.
     dir_dirty: bool,
     next_seq: u64,
@@ -269,6 +272,7 @@ impl Store {
             segments: VecDeque::new(),
             active: None,
             buf: Vec::new(),
+            scratch: Vec::new(),
             dir_dirty: false,
             next_seq: 1,
             acked,
@@ -478,18 +482,20 @@ impl Store {
         let count = events.len();
         let mut results = Vec::with_capacity(count);
         let mut failure = None;
+        let mut payload = std::mem::take(&mut self.scratch);
         for event in events {
-            match serde_json::to_vec(&event) {
+            payload.clear();
+            match record::encode(&event, &mut payload) {
                 Err(e) => results.push(Err(SpoolError::Encode(Arc::new(e)))),
-                Ok(json) if json.len() > MAX_JSON_LEN => {
+                Ok(()) if payload.len() > MAX_PAYLOAD_LEN => {
                     results.push(Err(SpoolError::EventTooLarge {
-                        size: json.len(),
-                        max: MAX_JSON_LEN,
+                        size: payload.len(),
+                        max: MAX_PAYLOAD_LEN,
                     }));
                 }
-                Ok(json) => match self.push(&json, matches!(event, Event::Gap(_))) {
+                Ok(()) => match self.push(&payload, matches!(event, Event::Gap(_))) {
                     Ok(seq) => {
-                        self.tail.push(seq, event, json.len());
+                        self.tail.push(seq, event, payload.len());
                         results.push(Ok(seq));
                     }
                     Err(e) => {
@@ -499,6 +505,7 @@ impl Store {
                 },
             }
         }
+        self.scratch = payload;
         if failure.is_none()
             && let Err(e) = self.flush()
         {
@@ -514,14 +521,14 @@ impl Store {
     }
 
     /// Frames one record into the batch buffer, making room and rotating first as needed.
-    fn push(&mut self, json: &[u8], is_gap: bool) -> Result<u64, SpoolError> {
-        let need = frame::frame_len(json.len()) as u64;
+    fn push(&mut self, payload: &[u8], is_gap: bool) -> Result<u64, SpoolError> {
+        let need = frame::frame_len(payload.len()) as u64;
         self.make_room(need)?;
-        self.frame_record(json, need, is_gap)?;
+        self.frame_record(payload, need, is_gap)?;
         Ok(self.next_seq - 1)
     }
 
-    fn frame_record(&mut self, json: &[u8], need: u64, is_gap: bool) -> Result<(), SpoolError> {
+    fn frame_record(&mut self, payload: &[u8], need: u64, is_gap: bool) -> Result<(), SpoolError> {
         let full = self
             .segments
             .back()
@@ -537,7 +544,7 @@ impl Store {
         if is_gap {
             segment.gaps.push(seq);
         }
-        frame::encode(seq, json, &mut self.buf);
+        frame::encode(seq, payload, &mut self.buf);
         segment.size += need;
         self.bytes += need;
         self.next_seq += 1;
@@ -593,10 +600,11 @@ impl Store {
                 oldest_received_at_ms: dropped.oldest,
                 newest_received_at_ms: dropped.newest,
             });
-            let json = serde_json::to_vec(&gap).map_err(|e| SpoolError::Encode(Arc::new(e)))?;
-            let need = frame::frame_len(json.len()) as u64;
-            self.frame_record(&json, need, true)?;
-            self.tail.push(self.next_seq - 1, gap, json.len());
+            let mut payload = Vec::new();
+            record::encode(&gap, &mut payload).map_err(|e| SpoolError::Encode(Arc::new(e)))?;
+            let need = frame::frame_len(payload.len()) as u64;
+            self.frame_record(&payload, need, true)?;
+            self.tail.push(self.next_seq - 1, gap, payload.len());
         }
         Ok(())
     }
@@ -867,13 +875,10 @@ impl Store {
     }
 }
 
-/// Whether the record at `offset` is a gap. Serde writes an internally tagged enum's tag first,
-/// so the JSON of a gap starts with exactly these bytes.
+/// Whether the record at `offset` is a gap (see [`record::is_gap`]).
 fn is_gap_frame(bytes: &[u8], offset: u64) -> bool {
     let body = usize::try_from(offset).unwrap_or(usize::MAX) + frame::FRAME_PREFIX_LEN + 8;
-    bytes
-        .get(body..)
-        .is_some_and(|json| json.starts_with(br#"{"kind":"gap""#))
+    bytes.get(body..).is_some_and(record::is_gap)
 }
 
 fn decode_event(path: &Path, offset: u64, bytes: &[u8]) -> Result<Event, SpoolError> {
@@ -882,7 +887,7 @@ fn decode_event(path: &Path, offset: u64, bytes: &[u8]) -> Result<Event, SpoolEr
         offset,
     };
     let frame = frame::decode(bytes).map_err(|_| corrupt())?;
-    serde_json::from_slice(frame.json).map_err(|e| {
+    record::decode(frame.payload).map_err(|e| {
         tracing::error!(path = %path.display(), offset, error = %e, "spool record does not parse");
         corrupt()
     })

@@ -226,7 +226,8 @@ async fn damage_in_the_middle_is_refused_or_salvaged_with_a_gap() {
 async fn damage_in_an_older_segment_is_salvaged_too() {
     let dir = TempDir::new().expect("tempdir");
     let spool = open(&dir, small()).await;
-    append_all(&spool, (1..=1200).map(ban)).await;
+    // Enough for three segments of the smallest size (binary records are about 140 bytes).
+    append_all(&spool, (1..=3000).map(ban)).await;
     spool.close().await;
     let files = segments(&dir);
     assert!(files.len() >= 3, "{files:?}");
@@ -252,12 +253,13 @@ async fn damage_in_an_older_segment_is_salvaged_too() {
     };
     let spool = open(&dir, config).await;
     let records = spool.pending(0, usize::MAX).await.expect("pending");
-    assert_eq!(records.len(), 1200, "1199 events and one gap");
+    assert_eq!(records.len(), 3000, "2999 events and one gap");
     assert!(records.iter().all(|r| r.seq != last_seq));
-    let Event::Gap(gap) = &records[1199].event else {
-        panic!("not a gap: {:?}", records[1199]);
+    // The gap goes after the last record, which was number 3000.
+    let Event::Gap(gap) = &records[2999].event else {
+        panic!("not a gap: {:?}", records[2999]);
     };
-    assert_eq!(records[1199].seq, 1201);
+    assert_eq!(records[2999].seq, 3001);
     assert_eq!(
         gap.ranges,
         [SeqRange {
@@ -273,7 +275,8 @@ async fn acks_persist_and_compaction_deletes_acknowledged_segments() {
     let dir = TempDir::new().expect("tempdir");
     let spool = open(&dir, small()).await;
     let epoch = spool.epoch();
-    let n = 1200;
+    // Enough for three segments of the smallest size (binary records are about 140 bytes).
+    let n = 3000;
     append_all(&spool, (1..=n).map(ban)).await;
     let before = segments(&dir);
     assert!(before.len() >= 3, "{} segments", before.len());
@@ -544,4 +547,132 @@ async fn acknowledged_records_leave_memory_and_still_read_back() {
         (51..=60).collect::<Vec<_>>()
     );
     assert_eq!(next, again, "memory and disk agree");
+}
+
+/// A spool as an agent before binary records left it: every frame's payload is JSON (a gap
+/// among them). After the upgrade the same spool opens, delivers those records, takes new (binary)
+/// ones in the same segment, and after a restart reads both kinds back from disk.
+#[tokio::test]
+async fn json_records_written_before_the_upgrade_still_read() {
+    let dir = TempDir::new().expect("tempdir");
+    let spool = open(&dir, small()).await;
+    let epoch = spool.epoch();
+    spool.close().await;
+
+    let gap = Event::Gap(GapEvent {
+        reason: GapReason::Overflow,
+        ranges: vec![SeqRange { first: 1, last: 2 }],
+        lost: 2,
+        detected_at_ms: 1_790_000_000_000,
+        oldest_received_at_ms: None,
+        newest_received_at_ms: None,
+    });
+    let old: Vec<Event> = [gap].into_iter().chain((4..=6).map(ban)).collect();
+    let mut segment = frame::Header {
+        epoch,
+        first_seq: 3,
+    }
+    .encode()
+    .to_vec();
+    for (seq, event) in (3..).zip(&old) {
+        let json = serde_json::to_vec(event).expect("json");
+        assert_eq!(json[0], b'{');
+        frame::encode(seq, &json, &mut segment);
+    }
+    fs::write(dir.path().join(format!("{:020}.seg", 3)), &segment).expect("write segment");
+
+    let spool = open(&dir, small()).await;
+    assert_eq!(spool.head().await.expect("head").position.seq, 6);
+    let records = spool.pending(0, 10).await.expect("pending");
+    let events: Vec<Event> = records.iter().map(|r| r.event.clone()).collect();
+    assert_eq!(events, old);
+    assert_eq!(records[0].seq, 3);
+
+    // New records follow in the same segment, binary.
+    let positions = append_all(&spool, (7..=9).map(ban)).await;
+    assert_eq!(
+        positions.iter().map(|p| p.seq).collect::<Vec<_>>(),
+        [7, 8, 9]
+    );
+    spool.close().await;
+    let [file] = &segments(&dir)[..] else {
+        panic!("one segment");
+    };
+    let bytes = fs::read(file).expect("read");
+    let payloads: Vec<u8> = frame::scan(&bytes, 0)
+        .frames
+        .iter()
+        .map(|&(_, offset)| {
+            let at = usize::try_from(offset).expect("offset");
+            frame::decode(&bytes[at..]).expect("frame").payload[0]
+        })
+        .collect();
+    assert_eq!(
+        payloads,
+        [
+            b'{',
+            b'{',
+            b'{',
+            b'{',
+            record::BINARY_V1,
+            record::BINARY_V1,
+            record::BINARY_V1
+        ]
+    );
+
+    // After a restart nothing is in memory: both kinds come back from the file.
+    let spool = open(&dir, small()).await;
+    let records = spool.pending(0, 10).await.expect("pending");
+    let expected: Vec<Event> = old.into_iter().chain((7..=9).map(ban)).collect();
+    assert_eq!(
+        records.into_iter().map(|r| r.event).collect::<Vec<_>>(),
+        expected
+    );
+    assert_eq!(records_seqs(&spool).await, (3..=9).collect::<Vec<u64>>());
+    spool.ack(epoch, 9).await.expect("ack");
+    assert_eq!(spool.head().await.expect("head").depth, 0);
+}
+
+async fn records_seqs(spool: &Spool) -> Vec<u64> {
+    spool
+        .pending(0, 100)
+        .await
+        .expect("pending")
+        .iter()
+        .map(|r| r.seq)
+        .collect()
+}
+
+/// A binary record cut short by a crash is a torn tail like a JSON one: truncated, its number
+/// reused, the records before it kept.
+#[tokio::test]
+async fn torn_binary_record_is_truncated() {
+    let dir = TempDir::new().expect("tempdir");
+    let spool = open(&dir, SpoolConfig::default()).await;
+    append_all(&spool, (1..=3).map(ban)).await;
+    spool.close().await;
+    let [segment] = &segments(&dir)[..] else {
+        panic!("one segment");
+    };
+    let clean_len = fs::metadata(segment).expect("stat").len();
+    let mut payload = Vec::new();
+    record::encode(&ban(4), &mut payload).expect("encode");
+    assert_eq!(payload[0], record::BINARY_V1);
+    let mut frame = Vec::new();
+    frame::encode(4, &payload, &mut frame);
+    for cut in [9, 17, frame.len() / 2, frame.len() - 1] {
+        let mut file = OpenOptions::new().append(true).open(segment).expect("open");
+        file.write_all(&frame[..cut]).expect("write");
+        drop(file);
+        let spool = open(&dir, SpoolConfig::default()).await;
+        assert_eq!(
+            fs::metadata(segment).expect("stat").len(),
+            clean_len,
+            "cut {cut}"
+        );
+        let records = spool.pending(0, 10).await.expect("pending");
+        assert_eq!(records.len(), 3);
+        assert_eq!(records[2].event, ban(3));
+        spool.close().await;
+    }
 }
