@@ -145,7 +145,13 @@ fn clean(raw: &str, max: usize, keep: impl Fn(char) -> bool) -> (String, bool) {
 /// its callback secret), so anything printable is kept rather than refused.
 pub fn clean_hostname(raw: &str) -> String {
     let (cleaned, _) = clean(raw.trim(), MAX_HOSTNAME_BYTES, |_| false);
-    cleaned.trim().to_owned()
+    // Dropped characters or the cut can leave blanks at either end; usually there are none, and
+    // the cleaned string is kept rather than copied again.
+    if cleaned.trim().len() == cleaned.len() {
+        cleaned
+    } else {
+        cleaned.trim().to_owned()
+    }
 }
 
 /// How long a ban lasts. fail2ban writes a permanent ban's time as `-1`, and so does the JSON.
@@ -312,8 +318,15 @@ impl Callback {
     /// `NotJson` even when a field before it is wrong, and a field named twice counts with its
     /// last value, as a JSON map would have it.
     pub fn parse(body: &[u8]) -> Result<Self, CallbackError> {
-        let fields = serde_json::from_slice::<Fields<'_>>(body)
-            .map_err(|e| CallbackError::NotJson(e.to_string()))?;
+        // One UTF-8 check of the whole body costs less than serde_json's check of each string
+        // (keys included). A body that is not UTF-8 is read from bytes, which refuses it in the
+        // same words as before (the position of the first bad string); for UTF-8 the two readers
+        // behave alike.
+        let fields = match std::str::from_utf8(body) {
+            Ok(text) => serde_json::from_str::<Fields<'_>>(text),
+            Err(_) => serde_json::from_slice::<Fields<'_>>(body),
+        }
+        .map_err(|e| CallbackError::NotJson(e.to_string()))?;
         let get = |name: Field| fields.get(name);
 
         let ip_text = required_str(get(Field::Ip), "ip")?;

@@ -10,7 +10,8 @@
 //! ```text
 //! binary_v1 = 0x01 kind:u8 source:u8 flags:u8 received_at_ms:i64 failures:u32
 //!             [ban_time:i64] [ban_duration:i64] [ban_count:u32]     (present as flags say)
-//!             ip:str jail:str hostname:str lines:u16 line:str*
+//!             ip jail:str hostname:str lines:u16 line:str*
+//! ip        = 0x04 octets:4 | 0x06 octets:16 | 0x44 octets:4 prefix:u8 | 0x66 octets:16 prefix:u8
 //! str       = len:u16 utf-8 bytes                                   (integers little endian)
 //! kind      = 0 ban, 1 unban          source = 0 action, 1 observed
 //! flags     = bit 0 ban_time, bit 1 ban_duration, bit 2 ban_count, bit 3 logs truncated
@@ -21,9 +22,10 @@
 //! callback could not. A reader must know every encoding ever written; an unknown first byte is an
 //! unreadable record.
 
-use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use banhub_proto::rules::IpOrCidr;
+use ipnet::IpNet;
 
 use super::event::{BanDuration, BanEvent, Event, JailName, Logs, Source, clean_hostname};
 
@@ -41,6 +43,10 @@ const HAS_BAN_DURATION: u8 = 1 << 1;
 const HAS_BAN_COUNT: u8 = 1 << 2;
 const LOGS_TRUNCATED: u8 = 1 << 3;
 const KNOWN_FLAGS: u8 = HAS_BAN_TIME | HAS_BAN_DURATION | HAS_BAN_COUNT | LOGS_TRUNCATED;
+const IP_V4: u8 = 4;
+const IP_V6: u8 = 6;
+const NET_V4: u8 = 0x44;
+const NET_V6: u8 = 0x66;
 
 /// Why a payload is not an event.
 #[derive(Debug, thiserror::Error)]
@@ -93,12 +99,7 @@ fn encode_binary(kind: u8, ban: &BanEvent, out: &mut Vec<u8>) -> Option<()> {
     if let Some(count) = ban.ban_count {
         out.extend_from_slice(&count.to_le_bytes());
     }
-    // The address as its canonical text, written in place: its length slot is filled after.
-    let at = out.len();
-    out.extend_from_slice(&[0, 0]);
-    write!(out, "{}", ban.ip).ok()?;
-    let len = u16::try_from(out.len() - at - 2).ok()?;
-    out[at..at + 2].copy_from_slice(&len.to_le_bytes());
+    put_ip(out, &ban.ip);
     put_str(out, ban.jail.as_str())?;
     put_str(out, &ban.hostname)?;
     let lines = ban.logs.lines();
@@ -107,6 +108,30 @@ fn encode_binary(kind: u8, ban: &BanEvent, out: &mut Vec<u8>) -> Option<()> {
         put_str(out, line)?;
     }
     Some(())
+}
+
+/// The address as its octets (formatting it as text cost as much as the rest of the record).
+fn put_ip(out: &mut Vec<u8>, ip: &IpOrCidr) {
+    match ip {
+        IpOrCidr::Ip(IpAddr::V4(v4)) => {
+            out.push(IP_V4);
+            out.extend_from_slice(&v4.octets());
+        }
+        IpOrCidr::Ip(IpAddr::V6(v6)) => {
+            out.push(IP_V6);
+            out.extend_from_slice(&v6.octets());
+        }
+        IpOrCidr::Net(IpNet::V4(net)) => {
+            out.push(NET_V4);
+            out.extend_from_slice(&net.addr().octets());
+            out.push(net.prefix_len());
+        }
+        IpOrCidr::Net(IpNet::V6(net)) => {
+            out.push(NET_V6);
+            out.extend_from_slice(&net.addr().octets());
+            out.push(net.prefix_len());
+        }
+    }
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) -> Option<()> {
@@ -157,7 +182,7 @@ fn decode_binary(bytes: &[u8]) -> Result<Event, &'static str> {
     let ban_count = (flags & HAS_BAN_COUNT != 0)
         .then(|| r.array().map(u32::from_le_bytes))
         .transpose()?;
-    let ip = IpOrCidr::parse(r.str()?).map_err(|_| "address breaks the rule")?;
+    let ip = r.ip()?;
     let jail = JailName::parse(r.str()?).map_err(|_| "jail name breaks the rule")?;
     let hostname = clean_hostname(r.str()?);
     let count = u16::from_le_bytes(r.array()?);
@@ -211,6 +236,25 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
+    /// An address, through the shared rule: rebuilt, written as text and parsed like a
+    /// callback's (only a backlog is read back, so the detour costs little).
+    fn ip(&mut self) -> Result<IpOrCidr, &'static str> {
+        let text = match self.array::<1>()?[0] {
+            IP_V4 => Ipv4Addr::from(self.array::<4>()?).to_string(),
+            IP_V6 => Ipv6Addr::from(self.array::<16>()?).to_string(),
+            NET_V4 => {
+                let addr = Ipv4Addr::from(self.array::<4>()?);
+                format!("{addr}/{}", self.array::<1>()?[0])
+            }
+            NET_V6 => {
+                let addr = Ipv6Addr::from(self.array::<16>()?);
+                format!("{addr}/{}", self.array::<1>()?[0])
+            }
+            _ => return Err("unknown address family"),
+        };
+        IpOrCidr::parse(&text).map_err(|_| "address breaks the rule")
+    }
+
     fn str(&mut self) -> Result<&'a str, &'static str> {
         let len = u16::from_le_bytes(self.array()?);
         std::str::from_utf8(self.take(usize::from(len))?).map_err(|_| "text is not UTF-8")
@@ -259,6 +303,7 @@ mod tests {
                 ban_duration: Some(BanDuration::Seconds(600)),
                 ..ban("198.51.100.0/24", false)
             }),
+            Event::Unban(ban("2001:db8::17", false)),
             Event::Gap(GapEvent {
                 reason: GapReason::Overflow,
                 ranges: vec![SeqRange { first: 3, last: 9 }],
@@ -344,9 +389,10 @@ mod tests {
         let mut raw = vec![BINARY_V1, KIND_BAN, SOURCE_ACTION, 0];
         raw.extend_from_slice(&1i64.to_le_bytes());
         raw.extend_from_slice(&0u32.to_le_bytes());
-        let with = |ip: &str| {
+        let with = |ip: &[u8]| {
             let mut r = raw.clone();
-            for s in [ip, "sshd", "h\u{1b}ost"] {
+            r.extend_from_slice(ip);
+            for s in ["sshd", "h\u{1b}ost"] {
                 put_str(&mut r, s).expect("fits");
             }
             r.extend_from_slice(&60u16.to_le_bytes());
@@ -355,8 +401,17 @@ mod tests {
             }
             r
         };
-        assert!(decode(&with("127.0.0.1")).is_err());
-        let Event::Ban(b) = decode(&with("192.0.2.1")).expect("decode") else {
+        assert!(decode(&with(&[IP_V4, 127, 0, 0, 1])).is_err());
+        // Host bits set, and a prefix longer than the address: refused as a callback's would be.
+        assert!(decode(&with(&[NET_V4, 192, 0, 2, 1, 24])).is_err());
+        assert!(decode(&with(&[NET_V4, 192, 0, 2, 0, 33])).is_err());
+        assert!(decode(&with(&[9, 192, 0, 2, 1])).is_err());
+        // A /32 is the address itself, as `IpOrCidr::parse` has it.
+        let Event::Ban(b) = decode(&with(&[NET_V4, 192, 0, 2, 1, 32])).expect("decode") else {
+            panic!("not a ban");
+        };
+        assert_eq!(b.ip, IpOrCidr::parse("192.0.2.1").expect("ip"));
+        let Event::Ban(b) = decode(&with(&[IP_V4, 192, 0, 2, 1])).expect("decode") else {
             panic!("not a ban");
         };
         assert_eq!(b.hostname, "host");

@@ -367,8 +367,8 @@ async fn full_spool_drops_the_oldest_and_records_each_drop_as_a_gap() {
     spool.ack(epoch, 0).await.expect("ack nothing");
     append_all(&spool, (1..=100).map(ban)).await;
     spool.ack(epoch, 100).await.expect("ack the first hundred");
-    // About 330 bytes a record, so 4000 records are three times the bound.
-    append_all(&spool, (101..=4000).map(ban)).await;
+    // About 130 bytes a record (binary), so 12000 records are three times the bound.
+    append_all(&spool, (101..=12000).map(ban)).await;
 
     let head = spool.head().await.expect("head");
     assert!(head.bytes <= config.max_bytes, "{head:?}");
@@ -404,11 +404,11 @@ async fn full_spool_drops_the_oldest_and_records_each_drop_as_a_gap() {
         .count() as u64;
     assert_eq!(
         bans + lost,
-        3900,
+        11900,
         "every appended event is stored or counted lost"
     );
     // Each gap record takes a number; a dropped one is folded into a later gap.
-    assert!(last >= 4000 + gaps.len() as u64);
+    assert!(last >= 12000 + gaps.len() as u64);
     // A gap comes with the first event after the drop, so one gap covers a whole segment.
     assert!(gaps.len() < 20, "{} gaps", gaps.len());
 }
