@@ -164,6 +164,12 @@ impl Cli {
     }
 }
 
+/// mimalloc instead of the C library's allocator: ingest allocates and frees many small values per
+/// event (decoded protobuf strings, row values, TLS records) across threads, and glibc's malloc took
+/// about a third of the hub's CPU in the ingest benchmark's profile (see bench/README.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let settings = match Settings::load(cli.config.as_deref(), cli.overrides()) {
