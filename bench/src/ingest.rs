@@ -435,7 +435,7 @@ fn prepare_requests(host: &Host, bodies: &[String]) -> anyhow::Result<(String, V
 
 /// Posts the prepared `requests` with `clients` concurrent keep-alive connections, one request in
 /// flight on each (as many callbacks at once as there are clients, never more); returns each
-/// accepted event's sequence number with the moment its 200 arrived.
+/// accepted event (see [`Accepted`]).
 ///
 /// The load generator shares the two cores with the relay, the agent and the hub, so every
 /// microsecond it spends per request is taken from what is measured (a general-purpose client cost
@@ -446,7 +446,7 @@ async fn post_all(
     addr: &str,
     requests: Arc<Vec<Vec<u8>>>,
     clients: usize,
-) -> anyhow::Result<Vec<(u64, Instant)>> {
+) -> anyhow::Result<Vec<Accepted>> {
     let addr = addr.to_owned();
     let (done, result) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
@@ -466,7 +466,7 @@ async fn run_clients(
     addr: String,
     requests: Arc<Vec<Vec<u8>>>,
     clients: usize,
-) -> anyhow::Result<Vec<(u64, Instant)>> {
+) -> anyhow::Result<Vec<Accepted>> {
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::with_capacity(clients);
     for _ in 0..clients {
@@ -479,8 +479,14 @@ async fn run_clients(
                 let Some(request) = requests.get(i) else {
                     break;
                 };
+                let sent = Instant::now();
                 let seq = connection.post(request).await?;
-                accepted.push((seq, Instant::now()));
+                let answered = Instant::now();
+                accepted.push(Accepted {
+                    seq,
+                    answered,
+                    round_trip: answered - sent,
+                });
             }
             anyhow::Ok(accepted)
         }));
@@ -490,6 +496,15 @@ async fn run_clients(
         all.extend(task.await??);
     }
     Ok(all)
+}
+
+/// One callback the relay accepted: its sequence number, when its 200 arrived, and how long after
+/// the request was sent (the relay's answer waits for the spool's `fsync`, so with one request in
+/// flight per client this round trip bounds what the clients can post).
+struct Accepted {
+    seq: u64,
+    answered: Instant,
+    round_trip: Duration,
 }
 
 /// One keep-alive HTTP/1.1 connection to the relay, reading answers into one reused buffer.
@@ -650,7 +665,7 @@ async fn full_path(
     let (addr, requests) = prepare_requests(&host, &bodies)?;
     let accepted = post_all(&addr, Arc::new(requests), args.clients).await?;
     poll_commits(poller.clone(), 0, accepted.len(), Instant::now() + DEADLINE).await?;
-    let above = accepted.iter().map(|(seq, _)| *seq).max().unwrap_or(0);
+    let above = accepted.iter().map(|one| one.seq).max().unwrap_or(0);
 
     let bodies: Vec<String> = (0..args.events)
         .map(|_| generator.sample(now).callback_json(hostname))
@@ -705,13 +720,14 @@ async fn full_path(
         .collect();
 
     let mut latencies = Vec::with_capacity(accepted.len());
-    for (seq, ok_at) in &accepted {
+    for one in &accepted {
         let committed = commits
-            .get(seq)
-            .with_context(|| format!("seq {seq} was accepted but never committed"))?;
-        latencies.push(committed.saturating_duration_since(*ok_at));
+            .get(&one.seq)
+            .with_context(|| format!("seq {} was accepted but never committed", one.seq))?;
+        latencies.push(committed.saturating_duration_since(one.answered));
     }
     let latency = Summary::of(latencies);
+    let round_trip = Summary::of(accepted.iter().map(|one| one.round_trip).collect());
     let n = args.events as f64;
     println!(
         "full path (relay → spool → session → hub → {}): {} callbacks from {} clients",
@@ -726,6 +742,12 @@ async fn full_path(
         n / elapsed.as_secs_f64(),
         posted.as_secs_f64(),
         n / posted.as_secs_f64()
+    );
+    println!(
+        "  POST → 200 at the clients: p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms",
+        ms(round_trip.p50),
+        ms(round_trip.p99),
+        ms(round_trip.max)
     );
     println!(
         "  relay 200 → committed at the hub: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (poll every \
