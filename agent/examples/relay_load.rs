@@ -2,7 +2,11 @@
 //! instructions per event under `valgrind --tool=callgrind` (the machine is shared, so wall-clock
 //! figures would say little; instruction counts repeat).
 //!
-//! `cargo run --release -p banhub-agent --example relay_load -- EVENTS [CLIENTS]`
+//! `cargo run --release -p banhub-agent --example relay_load -- EVENTS [CLIENTS] [deliver]`
+//!
+//! With `deliver`, the stored events are then also taken from the spool in batches, turned into
+//! the protocol's messages as the session sends them and acknowledged (no hub: gRPC encoding and
+//! TLS are left out), which adds the delivery side's cost per event.
 //!
 //! The relay and its spool run on a two-worker runtime as in the agent; the clients run on the main
 //! thread's own current-thread runtime, so `--separate-threads=yes` tells their instructions
@@ -12,6 +16,7 @@
 
 use std::time::Duration;
 
+use banhub_agent::link::delivery::to_wire;
 use banhub_agent::relay::{LoopbackAddr, Relay, RelaySecret};
 use banhub_agent::spool::{Spool, SpoolConfig};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -22,6 +27,7 @@ fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let events: usize = args.next().map_or(Ok(10_000), |a| a.parse())?;
     let clients: usize = args.next().map_or(Ok(16), |a| a.parse())?;
+    let deliver = args.next().is_some_and(|a| a == "deliver");
     let dir = tempfile::TempDir::new()?;
 
     let agent = tokio::runtime::Builder::new_multi_thread()
@@ -101,13 +107,31 @@ fn main() -> anyhow::Result<()> {
             "the spool holds {} events, not {events}",
             head.position.seq
         );
+        if deliver {
+            let mut sent = 0;
+            let mut fields = 0usize;
+            while sent < head.position.seq {
+                let records = spool.pending(sent, 1000).await?;
+                let Some(last) = records.last().map(|r| r.seq) else {
+                    break;
+                };
+                let wire: Vec<_> = records.into_iter().map(to_wire).collect();
+                fields += wire.iter().map(|e| e.logs.len()).sum::<usize>();
+                spool.ack(spool.epoch(), last).await?;
+                sent = last;
+            }
+            anyhow::ensure!(sent == events as u64 && fields > 0, "delivered {sent}");
+        }
         shutdown.cancel();
         served.await??;
         spool.close().await;
         anyhow::Ok(())
     })?;
     agent.shutdown_timeout(Duration::from_secs(5));
-    println!("{events} callbacks stored through the relay by {clients} clients");
+    println!(
+        "{events} callbacks stored through the relay by {clients} clients{}",
+        if deliver { ", then delivered" } else { "" }
+    );
     Ok(())
 }
 

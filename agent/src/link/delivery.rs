@@ -170,7 +170,8 @@ fn ban_to_wire(seq: u64, kind: EventKind, ban: BanEvent) -> pb::Event {
         jail: ban.jail.as_str().to_owned(),
         hostname: ban.hostname,
         failures: ban.failures,
-        logs: ban.logs.lines().to_vec(),
+        // Moved, not copied: the record is consumed here.
+        logs: ban.logs.into_lines(),
         ban_time_unix: ban.ban_time,
         ban_duration_secs: ban.ban_duration.map(|d| d.as_seconds()),
         ban_count: ban.ban_count,
