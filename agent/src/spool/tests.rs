@@ -115,16 +115,23 @@ async fn a_second_process_cannot_open_the_same_spool() {
     open(&dir, SpoolConfig::default()).await;
 }
 
-#[tokio::test]
-async fn torn_tail_is_truncated_and_its_number_reused() {
-    let dir = TempDir::new().expect("tempdir");
-    let spool = open(&dir, SpoolConfig::default()).await;
+/// A closed spool in `dir` holding bans 1–3 in its one segment: the segment and its length.
+async fn three_bans_in_one_segment(dir: &TempDir) -> (PathBuf, u64) {
+    let spool = open(dir, SpoolConfig::default()).await;
     append_all(&spool, (1..=3).map(ban)).await;
     spool.close().await;
-    let [segment] = &segments(&dir)[..] else {
+    let [segment] = &segments(dir)[..] else {
         panic!("one segment");
     };
     let clean_len = fs::metadata(segment).expect("stat").len();
+    (segment.clone(), clean_len)
+}
+
+#[tokio::test]
+async fn torn_tail_is_truncated_and_its_number_reused() {
+    let dir = TempDir::new().expect("tempdir");
+    let (segment, clean_len) = three_bans_in_one_segment(&dir).await;
+    let segment = &segment;
 
     // A fourth record cut off halfway, as a crash during its write leaves it.
     let mut frame = Vec::new();
@@ -648,13 +655,8 @@ async fn records_seqs(spool: &Spool) -> Vec<u64> {
 #[tokio::test]
 async fn torn_binary_record_is_truncated() {
     let dir = TempDir::new().expect("tempdir");
-    let spool = open(&dir, SpoolConfig::default()).await;
-    append_all(&spool, (1..=3).map(ban)).await;
-    spool.close().await;
-    let [segment] = &segments(&dir)[..] else {
-        panic!("one segment");
-    };
-    let clean_len = fs::metadata(segment).expect("stat").len();
+    let (segment, clean_len) = three_bans_in_one_segment(&dir).await;
+    let segment = &segment;
     let mut payload = Vec::new();
     record::encode(&ban(4), &mut payload).expect("encode");
     assert_eq!(payload[0], record::BINARY_V1);
