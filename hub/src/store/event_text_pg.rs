@@ -133,16 +133,27 @@ fn plan(rows: &[(i64, i64, i64)], budget: i64) -> Pass {
 }
 
 impl Store {
-    /// Whether the `pg_trgm` index of M0013 exists (PostgreSQL with the extension).
+    /// Whether the `pg_trgm` index of M0013 exists (PostgreSQL with the extension). Once seen, the
+    /// answer is kept: only a down migration removes the index, and every search asked (a round
+    /// trip before each). Until then each call asks again, so an index that another replica's
+    /// migration creates later is noticed.
     pub(super) async fn pg_text_index_exists(&self) -> Result<bool, StoreError> {
+        use std::sync::atomic::Ordering;
+        if self.pg_text_index_seen.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
         let sql = Statement::from_string(
             DbBackend::Postgres,
             format!("SELECT to_regclass('{INDEX_NAME}') IS NOT NULL"),
         );
-        Ok(match self.db.query_one_raw(sql).await? {
+        let exists = match self.db.query_one_raw(sql).await? {
             Some(row) => get::<bool>(&row, 0)?,
             None => false,
-        })
+        };
+        if exists {
+            self.pg_text_index_seen.store(true, Ordering::Relaxed);
+        }
+        Ok(exists)
     }
 
     /// Pending rows of the PostgreSQL text index (ingest transactions not yet indexed); 0 on

@@ -82,6 +82,9 @@ pub struct Store {
     /// This hub's ingest transactions: the text indexer keeps off the gate while ingest is busy
     /// (see [`Store::ingest_active_within`]).
     ingest_activity: std::sync::Arc<events::IngestActivity>,
+    /// PostgreSQL: set once the `pg_trgm` index of M0013 was seen to exist, so that text searches
+    /// stop asking (see [`Store::pg_text_index_exists`]).
+    pg_text_index_seen: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Ingest transactions at once unless configured otherwise (`database.ingest_writers`).
@@ -134,6 +137,7 @@ impl Store {
             )),
             write_gate: std::sync::Arc::new(tokio::sync::Mutex::new(())),
             ingest_activity: std::sync::Arc::default(),
+            pg_text_index_seen: std::sync::Arc::default(),
         };
         store.deferred = Some(store.start_deferred_rollups().await?);
         Ok(store)
