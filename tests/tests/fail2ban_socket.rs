@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use banhub_agent::fail2ban::{Fail2banError, Fail2banSocket, JailStatus, Value};
 use banhub_tests::fail2ban::Fail2banSandbox;
+use banhub_tests::wait::wait_until_async;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 const BAN_DEADLINE: Duration = Duration::from_secs(10);
@@ -119,11 +120,24 @@ async fn log_burst_bans_and_banned_shows_it() {
         .client(&["get", "testauth", "banned"])
         .expect("client");
     assert_eq!(client, "['203.0.113.7']");
-    let actions = std::fs::read_to_string(sandbox.actions_path()).expect("actions.txt");
-    assert!(
-        actions.contains("ban testauth 203.0.113.7 failures=3 bantime=600"),
-        "{actions}"
-    );
+    // fail2ban lists a ban as soon as it took it; the action's command may still be writing.
+    wait_for_lines(
+        &sandbox.actions_path(),
+        &["ban testauth 203.0.113.7 failures=3 bantime=600"],
+    )
+    .await;
+}
+
+/// Waits (up to [`BAN_DEADLINE`]) until the file that a jail's action writes holds every one of
+/// `lines`; fails with what it holds.
+async fn wait_for_lines(path: &std::path::Path, lines: &[&str]) {
+    let read = || std::fs::read_to_string(path).unwrap_or_default();
+    let written = wait_until_async(BAN_DEADLINE, "the action's lines", || async {
+        let text = read();
+        lines.iter().all(|line| text.contains(line))
+    })
+    .await;
+    assert!(written.is_ok(), "{}: {:?}", path.display(), read());
 }
 
 #[tokio::test]
@@ -348,11 +362,11 @@ async fn status_short_agrees_with_fail2ban_client() {
     let mut banned = socket.banned("dummyjail").await.expect("banned");
     banned.sort();
     assert_eq!(banned, ["198.51.100.1", "2001:db8::1"]);
-    let dummy = std::fs::read_to_string(sandbox.dir().join("dummy.txt")).expect("dummy.txt");
-    assert!(
-        dummy.contains("+198.51.100.1") && dummy.contains("+2001:db8::1"),
-        "{dummy}"
-    );
+    wait_for_lines(
+        &sandbox.dir().join("dummy.txt"),
+        &["+198.51.100.1", "+2001:db8::1"],
+    )
+    .await;
 }
 
 #[tokio::test]
