@@ -12,6 +12,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 
+use sea_orm::sqlx::sqlite::SqliteConnectOptions;
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, FromQueryResult,
     QueryResult, Statement, TransactionTrait, Value,
@@ -36,13 +37,13 @@ const DAY_MS: i64 = 24 * HOUR_MS;
 /// SQLite page cache of a connection that writes events, in KiB. The default (2 MiB) is far smaller
 /// than what one batch touches (the events, five indexes, the per-address rollups), so a
 /// transaction would spill pages to the WAL and rewrite them many times over.
-const SQLITE_WRITER_CACHE_KIB: u32 = 32 * 1024;
+pub(super) const SQLITE_WRITER_CACHE_KIB: u32 = 32 * 1024;
 /// WAL pages after which a committing event writer checkpoints (SQLite's default is 1,000). One
 /// batch of 1,000 events changes ≈ 2,500 pages (the rows, five indexes, per-address rollups spread
 /// over the whole key range), so with the default every commit was followed by a checkpoint that
 /// copied all of them into the database file again. With a larger WAL a page changed by several
 /// batches in a row is copied once.
-const SQLITE_WRITER_AUTOCHECKPOINT_PAGES: u32 = 16 * 1024;
+pub(super) const SQLITE_WRITER_AUTOCHECKPOINT_PAGES: u32 = 16 * 1024;
 /// Bans from which an address is in the partial ranking index of `ip_stats` (`ip_stats_hot`), and
 /// of `ip_servers` (`ip_servers_hot`); the numbers are those of migration M0002.
 pub(super) const HOT_IP_BANS: i64 = 8;
@@ -58,7 +59,7 @@ pub(super) const DISTINCT_IPS: &str = "distinct_ips";
 /// (see [`DeferredRollups`]).
 const ROLLUPS_APPLIED_TO: &str = "rollups_applied_to";
 /// How often PostgreSQL's pending rollup rows are applied.
-const DEFERRED_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+const PG_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// How often SQLite's deferred per-address rollups are written. Each write upserts every address
 /// banned since the last one, at random places in two tables keyed by address, so nearly every
 /// page of those tables is rewritten whatever the number of addresses: measured over 300k
@@ -866,8 +867,8 @@ impl Rollups {
 /// transaction.
 #[derive(Debug)]
 pub(super) struct DeferredRollups {
-    /// The store's pool, for the task that flushes (which holds only a weak reference, so it ends
-    /// with the last handle on the store).
+    /// The store's writer connection (SQLite; the pool on PostgreSQL), for the task that flushes
+    /// (which holds only a weak reference, so it ends with the last handle on the store).
     db: DatabaseConnection,
     /// The bans of committed events not written yet; `upto` is the highest event id committed.
     pending: tokio::sync::Mutex<Rollups>,
@@ -986,7 +987,7 @@ impl DeferredRollups {
         let result = async {
             // SQLite only: behind the write gate like every heavy writer.
             let _gate = Arc::clone(&self.write_gate).lock_owned().await;
-            let txn = begin_writing(&self.db).await?;
+            let txn = self.db.begin().await?;
             rollups.apply_deferred(&txn).await?;
             txn.commit().await?;
             Ok::<_, StoreError>(())
@@ -1006,11 +1007,11 @@ impl DeferredRollups {
 }
 
 /// The task that writes the deferred rollups every [`SQLITE_FLUSH_EVERY`] (SQLite) or
-/// [`DEFERRED_FLUSH_EVERY`] (PostgreSQL); it ends with the
+/// [`PG_FLUSH_EVERY`] (PostgreSQL); it ends with the
 /// last handle on the store.
 fn spawn_flusher(deferred: &Arc<DeferredRollups>) {
     let every = if deferred.rows {
-        DEFERRED_FLUSH_EVERY
+        PG_FLUSH_EVERY
     } else {
         SQLITE_FLUSH_EVERY
     };
@@ -1068,27 +1069,21 @@ impl Drop for IngestRunning<'_> {
 /// The write gate's guard (see [`Store::write_gate`]); `None` on PostgreSQL.
 pub(super) type WriteGuard = Option<tokio::sync::OwnedMutexGuard<()>>;
 
-/// Begins a transaction that writes events or rollups, with the writers' settings on SQLite; the
-/// caller holds the write gate (see [`Store::write_gate`]).
-async fn begin_writing(db: &DatabaseConnection) -> Result<DatabaseTransaction, StoreError> {
-    let txn = db.begin().await?;
-    if db.get_database_backend() == DbBackend::Sqlite {
-        // Per connection and cheap to repeat; it has to be set on whichever pooled connection
-        // this transaction got.
-        txn.execute_unprepared(&format!("PRAGMA cache_size = -{SQLITE_WRITER_CACHE_KIB}"))
-            .await?;
-        txn.execute_unprepared(&format!(
-            "PRAGMA wal_autocheckpoint = {SQLITE_WRITER_AUTOCHECKPOINT_PAGES}"
-        ))
-        .await?;
+/// The settings of SQLite's writer connection (see `Store::writer`), on top of every connection's;
+/// applied each time it connects.
+pub(super) fn sqlite_writer_settings(sqlite: SqliteConnectOptions) -> SqliteConnectOptions {
+    sqlite
+        .pragma("cache_size", format!("-{SQLITE_WRITER_CACHE_KIB}"))
+        .pragma(
+            "wal_autocheckpoint",
+            SQLITE_WRITER_AUTOCHECKPOINT_PAGES.to_string(),
+        )
         // A multi-row insert or upsert inside a transaction keeps a statement journal (the pages
         // it changed, to undo the statement alone if it fails halfway). With files for temporary
         // storage a journal over 64 KiB spills to a temporary file, and every batch's inserts did:
         // measured, 13 % of the hub's CPU during ingest went to writing it. In memory it is only
         // ever as large as one statement's pages.
-        txn.execute_unprepared("PRAGMA temp_store = MEMORY").await?;
-    }
-    Ok(txn)
+        .pragma("temp_store", "MEMORY")
 }
 
 async fn add_total(txn: &DatabaseTransaction, name: &str, delta: i64) -> Result<(), StoreError> {
@@ -1133,13 +1128,13 @@ impl Store {
         ended > 0 && now_ms().saturating_sub(ended) < window
     }
 
-    /// Begins a transaction that writes events and rollups, behind the write gate (see
-    /// [`Store::write_gate`]); the guard is to be held until the commit.
+    /// Begins a transaction that writes events and rollups on the writer connection, behind the
+    /// write gate (see [`Store::write_gate`]); the guard is to be held until the commit.
     pub(super) async fn begin_writer(
         &self,
     ) -> Result<(DatabaseTransaction, WriteGuard), StoreError> {
         let gate = self.write_gate().await;
-        Ok((begin_writing(&self.writer).await?, gate))
+        Ok((self.writer.begin().await?, gate))
     }
 
     /// An empty batch of `agent`'s spool `epoch` to add events to, then store with
@@ -1408,8 +1403,8 @@ impl Store {
     }
 
     /// Writes the pending per-address rollups (SQLite; on PostgreSQL they are always written).
-    /// Runs every few seconds by itself (every second on PostgreSQL); a read of `ip_stats`, `ip_servers` or the distinct
-    /// address total calls it first, so it sees every committed event.
+    /// Runs every few seconds by itself (every second on PostgreSQL); a read of `ip_stats`,
+    /// `ip_servers` or the distinct address total calls it first, so it sees every committed event.
     pub async fn flush_rollups(&self) -> Result<(), StoreError> {
         let Some(deferred) = &self.deferred else {
             return Ok(());

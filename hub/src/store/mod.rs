@@ -98,6 +98,18 @@ fn to_time(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or_default()
 }
 
+/// The settings of every SQLite connection (see [`Store::connect`]).
+fn sqlite_settings(
+    sqlite: sea_orm::sqlx::sqlite::SqliteConnectOptions,
+) -> sea_orm::sqlx::sqlite::SqliteConnectOptions {
+    use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+    sqlite
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(Duration::from_secs(5))
+        .foreign_keys(true)
+}
+
 impl Store {
     /// Connects and brings the schema up to date.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
@@ -112,18 +124,16 @@ impl Store {
         // synchronous so a commit is on disk before it returns: the hub acknowledges a batch after
         // its commit and the agent then deletes those events, so a commit that a power cut could
         // still undo (NORMAL, in WAL mode) would lose them.
-        options.map_sqlx_sqlite_opts(|sqlite| {
-            use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
-            sqlite
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Full)
-                .busy_timeout(Duration::from_secs(5))
-                .foreign_keys(true)
-        });
+        options.map_sqlx_sqlite_opts(sqlite_settings);
         let db = Database::connect(options.clone()).await?;
         migration::Migrator::up(&db, None).await?;
         let writer = if db.get_database_backend() == DbBackend::Sqlite {
-            options.max_connections(1).min_connections(1);
+            options
+                .max_connections(1)
+                .min_connections(1)
+                .map_sqlx_sqlite_opts(|sqlite| {
+                    events::sqlite_writer_settings(sqlite_settings(sqlite))
+                });
             Database::connect(options).await?
         } else {
             db.clone()
@@ -491,4 +501,49 @@ fn to_server(row: server::Model) -> Result<Server, StoreError> {
         hostname: row.hostname,
         last_address: row.last_address,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+
+    use super::Store;
+    use super::events::{SQLITE_WRITER_AUTOCHECKPOINT_PAGES, SQLITE_WRITER_CACHE_KIB};
+
+    async fn pragma(db: &DatabaseConnection, name: &str) -> i64 {
+        let row = db
+            .query_one_raw(Statement::from_string(
+                DbBackend::Sqlite,
+                format!("PRAGMA {name}"),
+            ))
+            .await
+            .expect("pragma")
+            .expect("a row");
+        row.try_get_by_index(0).expect("an integer")
+    }
+
+    /// The heavy writers' settings are set once, when the writer connects, not per transaction:
+    /// the writer has them, and the read pool keeps SQLite's defaults.
+    #[tokio::test]
+    async fn the_sqlite_writer_connection_has_the_writers_settings() {
+        let dir = tempfile::TempDir::new().expect("tempdir");
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("hub.db").display());
+        let store = Store::connect(&url, 2).await.expect("connect");
+        let writer = &store.writer;
+        assert_eq!(
+            pragma(writer, "cache_size").await,
+            -i64::from(SQLITE_WRITER_CACHE_KIB)
+        );
+        assert_eq!(
+            pragma(writer, "wal_autocheckpoint").await,
+            i64::from(SQLITE_WRITER_AUTOCHECKPOINT_PAGES)
+        );
+        // 2 = MEMORY.
+        assert_eq!(pragma(writer, "temp_store").await, 2);
+        // Every connection's settings hold on the writer too.
+        assert_eq!(pragma(writer, "synchronous").await, 2, "FULL");
+        assert_eq!(pragma(writer, "foreign_keys").await, 1);
+        assert_eq!(pragma(&store.db, "temp_store").await, 0);
+        assert_eq!(pragma(&store.db, "synchronous").await, 2, "FULL");
+    }
 }
