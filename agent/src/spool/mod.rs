@@ -290,6 +290,8 @@ struct Writer {
 impl Writer {
     fn run(mut self, mut rx: mpsc::Receiver<Request>) {
         let mut queue = Vec::new();
+        let mut group = Vec::new();
+        let mut others = Vec::new();
         while let Some(first) = rx.blocking_recv() {
             queue.push(first);
             while queue.len() < MAX_GROUP {
@@ -298,23 +300,25 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            // Requests are served in order; consecutive appends form one group commit.
-            let mut group = Vec::new();
+            // Every append taken in this round forms one group commit, and the other requests are
+            // served after it, in order. Under load delivery's reads and acks arrive between
+            // appends; serving them in arrival order cut the group in two (two syncs where one
+            // does). Serving them after the commit only lets them see more, all of it durable.
             for request in queue.drain(..) {
                 match request {
                     Request::Append(event, reply) => group.push((event, reply)),
-                    other => {
-                        self.append_group(&mut group);
-                        if let Request::Close(done) = other {
-                            self.close_store();
-                            let _ = done.send(());
-                            return;
-                        }
-                        self.serve(other);
-                    }
+                    other => others.push(other),
                 }
             }
             self.append_group(&mut group);
+            for other in others.drain(..) {
+                if let Request::Close(done) = other {
+                    self.close_store();
+                    let _ = done.send(());
+                    return;
+                }
+                self.serve(other);
+            }
         }
         // Every handle is gone.
         self.close_store();

@@ -678,3 +678,63 @@ async fn torn_binary_record_is_truncated() {
         spool.close().await;
     }
 }
+
+/// Runs the writer on this thread over the requests already queued, as it would find them after
+/// a sync, and returns once it has served them all.
+fn serve_queued(dir: &TempDir, requests: Vec<Request>) {
+    let store = store::Store::open(dir.path(), SpoolConfig::default()).expect("open store");
+    let (durable, _) = watch::channel(store.last_seq());
+    let (tx, rx) = mpsc::channel(QUEUE);
+    for request in requests {
+        assert!(tx.try_send(request).is_ok(), "queue has room");
+    }
+    drop(tx);
+    Writer {
+        store: Some(store),
+        dir: dir.path().to_owned(),
+        config: SpoolConfig::default(),
+        durable,
+    }
+    .run(rx);
+}
+
+#[test]
+fn a_read_queued_between_appends_does_not_split_their_group_commit() {
+    let dir = TempDir::new().expect("tempdir");
+    let (first, mut first_rx) = oneshot::channel();
+    let (read, mut read_rx) = oneshot::channel();
+    let (second, mut second_rx) = oneshot::channel();
+    let (head, mut head_rx) = oneshot::channel();
+    serve_queued(
+        &dir,
+        vec![
+            Request::Append(ban(1), first),
+            Request::Pending(0, 10, read),
+            Request::Head(head),
+            Request::Append(ban(2), second),
+        ],
+    );
+    assert_eq!(
+        first_rx.try_recv().expect("answered").expect("stored").seq,
+        1
+    );
+    assert_eq!(
+        second_rx.try_recv().expect("answered").expect("stored").seq,
+        2
+    );
+    // Both appends were committed together before the read was served, so it sees both.
+    let records = read_rx.try_recv().expect("answered").expect("read");
+    assert_eq!(
+        records.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    assert_eq!(
+        head_rx
+            .try_recv()
+            .expect("answered")
+            .expect("head")
+            .position
+            .seq,
+        2
+    );
+}
