@@ -14,6 +14,7 @@ pub mod events;
 mod migration;
 mod places;
 mod settings;
+mod sqlite_memory;
 
 pub use places::IpBans;
 pub use settings::{CallbackSecretRow, RotateOutcome};
@@ -125,6 +126,9 @@ impl Store {
         // its commit and the agent then deletes those events, so a commit that a power cut could
         // still undo (NORMAL, in WAL mode) would lose them.
         options.map_sqlx_sqlite_opts(sqlite_settings);
+        if url.starts_with("sqlite:") {
+            sqlite_memory::install();
+        }
         let db = Database::connect(options.clone()).await?;
         migration::Migrator::up(&db, None).await?;
         let writer = if db.get_database_backend() == DbBackend::Sqlite {
