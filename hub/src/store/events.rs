@@ -484,6 +484,12 @@ impl Rollups {
         type Key<'a> = (Grain, Option<ServerId>, &'a str, i64, &'static str);
         let mut counts: HashMap<Key<'_>, i64, foldhash::fast::RandomState> = HashMap::default();
         let mut server_texts: HashMap<ServerId, String> = HashMap::new();
+        let mut server_text = |id: ServerId| {
+            server_texts
+                .entry(id)
+                .or_insert_with(|| id.to_string())
+                .clone()
+        };
         for event in events {
             self.upto = self.upto.max(event.id.0);
             // The end-to-end probe proves delivery; it is not traffic to count.
@@ -515,18 +521,14 @@ impl Rollups {
                     last: at,
                     last_jail: facts.jail.as_str().to_owned(),
                 };
-                let server = server_texts
-                    .entry(server)
-                    .or_insert_with(|| server.to_string())
-                    .clone();
                 self.ip_servers
-                    .entry((facts.ip.to_string(), server))
+                    .entry((facts.ip.to_string(), server_text(server)))
                     .and_modify(|a| a.add(&agg))
                     .or_insert(agg);
             }
         }
         for ((grain, server, jail, bucket, kind), count) in counts {
-            let server = server.map_or_else(String::new, |s| s.to_string());
+            let server = server.map_or_else(String::new, &mut server_text);
             *self
                 .counts
                 .entry((grain, server, jail.to_owned(), bucket, kind))

@@ -126,9 +126,8 @@ impl Store {
         // its commit and the agent then deletes those events, so a commit that a power cut could
         // still undo (NORMAL, in WAL mode) would lose them.
         options.map_sqlx_sqlite_opts(sqlite_settings);
-        if url.starts_with("sqlite:") {
-            sqlite_memory::install();
-        }
+        // Before any connection; harmless when the database is PostgreSQL (SQLite is then unused).
+        sqlite_memory::install();
         let db = Database::connect(options.clone()).await?;
         migration::Migrator::up(&db, None).await?;
         let writer = if db.get_database_backend() == DbBackend::Sqlite {
