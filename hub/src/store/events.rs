@@ -20,6 +20,7 @@ use sea_orm::{
 use subtle::ConstantTimeEq;
 
 use super::entities::{agent_cursor, event};
+use super::sqlite_ingest::{self, IngestTxn};
 use super::{Store, StoreError, now_ms, to_time};
 use crate::domain::events::{
     BanDuration, BanFacts, EventBody, EventId, EventKind, EventSource, GapFacts, GapReason,
@@ -31,7 +32,7 @@ use crate::domain::{AgentId, Server, ServerId};
 /// table is written by at most five distinct statement texts, which the driver prepares once per
 /// connection and reuses (a statement per batch length would be prepared anew almost every batch).
 /// 256 rows of the widest table (19 values) stay well under SQLite's 32,766 parameters.
-const CHUNK_SIZES: [usize; 5] = [256, 64, 16, 4, 1];
+pub(super) const CHUNK_SIZES: [usize; 5] = [256, 64, 16, 4, 1];
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 24 * HOUR_MS;
 /// SQLite page cache of a connection that writes events, in KiB. The default (2 MiB) is far smaller
@@ -133,9 +134,8 @@ pub struct PreparedBatch {
     slots: HashMap<u64, NewEvent>,
     /// The sequence numbers in arrival order, repeats left out.
     order: Vec<u64>,
-    /// SQLite: the row values of `order`'s events ([`EVENT_COLUMNS`] without the id); empty on
-    /// PostgreSQL, whose insert builds them itself.
-    rows: Vec<Vec<Value>>,
+    /// SQLite: the rows of `order`'s events; empty on PostgreSQL, whose insert builds them itself.
+    rows: Vec<EventRow>,
     build_rows: bool,
     seqs: Option<(u64, u64)>,
 }
@@ -147,16 +147,9 @@ impl PreparedBatch {
         let std::collections::hash_map::Entry::Vacant(slot) = self.slots.entry(seq) else {
             return Ok(());
         };
-        let seq_db = to_i64(seq, "sequence number")?;
+        to_i64(seq, "sequence number")?;
         if self.build_rows {
-            let epoch = to_i64(self.epoch, "epoch")?;
-            self.rows.push(event_values(
-                &self.server_text,
-                Some(&self.agent_text),
-                Some((epoch, seq_db)),
-                &event,
-                self.stored_at,
-            )?);
+            self.rows.push(EventRow::new(&event)?);
         }
         slot.insert(event);
         self.order.push(seq);
@@ -242,6 +235,11 @@ impl Sql {
     pub(super) fn build(self) -> Statement {
         Statement::from_sql_and_values(self.backend, self.text, self.values)
     }
+
+    /// The text and the values, for a driver other than sea-orm's (see `sqlite_ingest`).
+    pub(super) fn into_parts(self) -> (String, Vec<Value>) {
+        (self.text, self.values)
+    }
 }
 
 /// `items` cut into consecutive slices of the [`CHUNK_SIZES`], largest first.
@@ -274,6 +272,65 @@ pub(super) fn get<T: sea_orm::TryGetable>(
     row.try_get_by_index(index).map_err(StoreError::from)
 }
 
+/// An event's own columns of its `events` row: all but the id and the columns a batch shares
+/// (server, agent, epoch, time stored) and the sequence number. Built once per event.
+#[derive(Debug)]
+pub(super) struct EventRow {
+    pub kind: &'static str,
+    pub source: &'static str,
+    pub ip: Option<String>,
+    pub ip_key: Option<Vec<u8>>,
+    pub jail: Option<String>,
+    pub hostname: String,
+    pub failures: i64,
+    pub logs: String,
+    pub ban_time: Option<i64>,
+    pub ban_duration: Option<i64>,
+    pub ban_count: Option<i64>,
+    pub lost: Option<i64>,
+    pub detail: Option<String>,
+    pub occurred_at: i64,
+}
+
+impl EventRow {
+    pub(super) fn new(event: &NewEvent) -> Result<Self, StoreError> {
+        let facts = event.body.facts();
+        let logs = match facts {
+            Some(f) => serde_json::to_string(f.logs.lines())
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            None => "[]".to_owned(),
+        };
+        let (lost, detail) = match &event.body {
+            EventBody::Gap(gap) => (
+                Some(to_i64(gap.lost, "lost count")?),
+                Some(
+                    serde_json::json!({"reason": gap.reason.as_str(), "ranges": gap.ranges})
+                        .to_string(),
+                ),
+            ),
+            _ => (None, None),
+        };
+        Ok(Self {
+            kind: event.kind().as_str(),
+            source: event.source.as_str(),
+            ip: facts.map(|f| f.ip.to_string()),
+            ip_key: facts.map(|f| ip_key(&f.ip).to_vec()),
+            jail: facts.map(|f| f.jail.as_str().to_owned()),
+            hostname: facts.map(|f| f.hostname.clone()).unwrap_or_default(),
+            failures: i64::from(facts.map(|f| f.failures).unwrap_or(0)),
+            logs,
+            ban_time: facts.and_then(|f| f.ban_time),
+            ban_duration: facts
+                .and_then(|f| f.ban_duration)
+                .map(BanDuration::as_seconds),
+            ban_count: facts.and_then(|f| f.ban_count).map(i64::from),
+            lost,
+            detail,
+            occurred_at: event.occurred_at.timestamp_millis(),
+        })
+    }
+}
+
 /// The values of one `events` row, in [`EVENT_COLUMNS`] order without the id.
 fn event_values(
     server: &str,
@@ -282,45 +339,26 @@ fn event_values(
     event: &NewEvent,
     stored_at: i64,
 ) -> Result<Vec<Value>, StoreError> {
-    let facts = event.body.facts();
-    let logs = match facts {
-        Some(f) => {
-            serde_json::to_string(f.logs.lines()).map_err(|e| StoreError::Corrupt(e.to_string()))?
-        }
-        None => "[]".to_owned(),
-    };
-    let (lost, detail) = match &event.body {
-        EventBody::Gap(gap) => (
-            Some(to_i64(gap.lost, "lost count")?),
-            Some(
-                serde_json::json!({"reason": gap.reason.as_str(), "ranges": gap.ranges})
-                    .to_string(),
-            ),
-        ),
-        _ => (None, None),
-    };
+    let row = EventRow::new(event)?;
     Ok(vec![
         server.to_owned().into(),
         agent.map(str::to_owned).into(),
         position.map(|p| p.0).into(),
         position.map(|p| p.1).into(),
-        event.kind().as_str().into(),
-        event.source.as_str().into(),
-        facts.map(|f| f.ip.to_string()).into(),
-        facts.map(|f| ip_key(&f.ip).to_vec()).into(),
-        facts.map(|f| f.jail.as_str().to_owned()).into(),
-        facts.map(|f| f.hostname.clone()).unwrap_or_default().into(),
-        i64::from(facts.map(|f| f.failures).unwrap_or(0)).into(),
-        logs.into(),
-        facts.and_then(|f| f.ban_time).into(),
-        facts
-            .and_then(|f| f.ban_duration)
-            .map(BanDuration::as_seconds)
-            .into(),
-        facts.and_then(|f| f.ban_count).map(i64::from).into(),
-        lost.into(),
-        detail.into(),
-        event.occurred_at.timestamp_millis().into(),
+        row.kind.into(),
+        row.source.into(),
+        row.ip.into(),
+        row.ip_key.into(),
+        row.jail.into(),
+        row.hostname.into(),
+        row.failures.into(),
+        row.logs.into(),
+        row.ban_time.into(),
+        row.ban_duration.into(),
+        row.ban_count.into(),
+        row.lost.into(),
+        row.detail.into(),
+        row.occurred_at.into(),
         stored_at.into(),
     ])
 }
@@ -328,9 +366,6 @@ fn event_values(
 const INSERT_EVENTS: &str = "INSERT INTO events (server_id, agent_id, epoch, seq, kind, source, ip, \
     ip_key, jail, hostname, failures, logs, ban_time, ban_duration, ban_count, lost, detail, \
     occurred_at, stored_at) VALUES ";
-const INSERT_EVENTS_WITH_ID: &str = "INSERT INTO events (id, server_id, agent_id, epoch, seq, kind, \
-    source, ip, ip_key, jail, hostname, failures, logs, ban_time, ban_duration, ban_count, lost, \
-    detail, occurred_at, stored_at) VALUES ";
 
 fn to_event(row: event::Model) -> Result<StoredEvent, StoreError> {
     let corrupt = |what: &str| StoreError::Corrupt(format!("event {}: {what}", row.id));
@@ -677,6 +712,18 @@ impl Rollups {
     async fn apply(self, txn: &DatabaseTransaction) -> Result<(), StoreError> {
         let backend = txn.get_database_backend();
         let new_ips = self.apply_addresses(txn).await?;
+        for sql in self.count_statements(backend) {
+            txn.execute_raw(sql.build()).await?;
+        }
+        if new_ips > 0 {
+            add_total(txn, DISTINCT_IPS, new_ips).await?;
+        }
+        Ok(())
+    }
+
+    /// The upserts that add the counts to the hourly and daily tables.
+    fn count_statements(&self, backend: DbBackend) -> Vec<Sql> {
+        let mut statements = Vec::new();
         for grain in [Grain::Hour, Grain::Day] {
             let rows: Vec<_> = self.counts.iter().filter(|(k, _)| k.0 == grain).collect();
             let table = grain.table();
@@ -701,13 +748,10 @@ impl Rollups {
                     ]);
                 }
                 sql.push(&tail);
-                txn.execute_raw(sql.build()).await?;
+                statements.push(sql);
             }
         }
-        if new_ips > 0 {
-            add_total(txn, DISTINCT_IPS, new_ips).await?;
-        }
-        Ok(())
+        statements
     }
 
     /// Adds the batch's bans to `ip_servers` and `ip_stats`; returns how many addresses were new.
@@ -1103,6 +1147,80 @@ pub(super) fn sqlite_writer_settings(sqlite: SqliteConnectOptions) -> SqliteConn
         .pragma("temp_store", "MEMORY")
 }
 
+/// The upsert of an agent's cursor for a batch of `epoch` up to `max_seq`; returns the cursor.
+fn cursor_upsert(backend: DbBackend, agent: &str, epoch: i64, max_seq: i64, stored_at: i64) -> Sql {
+    let mut sql = Sql::new(
+        backend,
+        "INSERT INTO agent_cursors (agent_id, epoch, last_seq, updated_at) VALUES ",
+    );
+    sql.tuple([
+        agent.to_owned().into(),
+        epoch.into(),
+        max_seq.into(),
+        stored_at.into(),
+    ])
+    .push(
+        " ON CONFLICT (agent_id, epoch) DO UPDATE SET \
+         last_seq = CASE WHEN excluded.last_seq > agent_cursors.last_seq \
+             THEN excluded.last_seq ELSE agent_cursors.last_seq END, \
+         updated_at = excluded.updated_at \
+         RETURNING last_seq",
+    );
+    sql
+}
+
+/// The events a batch stored, taken out of `slots`, from what its insert returned: `(id, seq)`
+/// in id order.
+fn stored_events(
+    (server, agent, epoch): (ServerId, AgentId, u64),
+    stored_at: i64,
+    slots: &mut HashMap<u64, NewEvent>,
+    inserted: Vec<(i64, u64)>,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    let mut stored = Vec::with_capacity(inserted.len());
+    for (id, seq) in inserted {
+        let event = slots.remove(&seq).ok_or_else(|| {
+            StoreError::Corrupt(format!("the insert returned sequence number {seq} twice"))
+        })?;
+        stored.push(StoredEvent {
+            id: EventId(id),
+            server_id: server,
+            agent_id: Some(agent),
+            position: Some(SpoolPosition { epoch, seq }),
+            // As stored (milliseconds), so the live stream and the alert worker see what a read
+            // returns, to the edge of a window.
+            occurred_at: to_time(event.occurred_at.timestamp_millis()),
+            stored_at: to_time(stored_at),
+            source: event.source,
+            body: event.body,
+        });
+    }
+    Ok(stored)
+}
+
+/// Commits a SQLite ingest transaction (`commit`), releases the write gate and hands the batch's
+/// per-address rollups to the pending ones (see [`DeferredRollups`]). The commit and the
+/// hand-over run in their own task: a caller that gives up (a session ending) must not leave a
+/// committed batch whose bans never reach the pending rollups, which a later watermark would then
+/// pass.
+async fn hand_over(
+    deferred: &Arc<DeferredRollups>,
+    commit: impl std::future::Future<Output = Result<(), StoreError>> + Send + 'static,
+    gate: WriteGuard,
+    addresses: Rollups,
+) -> Result<(), StoreError> {
+    let deferred = Arc::clone(deferred);
+    tokio::spawn(async move {
+        let mut pending = deferred.pending.lock().await;
+        commit.await?;
+        drop(gate);
+        pending.merge_addresses(addresses);
+        Ok::<_, StoreError>(())
+    })
+    .await
+    .map_err(|e| StoreError::Corrupt(format!("the commit task failed: {e}")))?
+}
+
 async fn add_total(txn: &DatabaseTransaction, name: &str, delta: i64) -> Result<(), StoreError> {
     let mut sql = Sql::new(
         txn.get_database_backend(),
@@ -1262,6 +1380,86 @@ impl Store {
         batch: PreparedBatch,
         rollups: bool,
     ) -> Result<IngestOutcome, StoreError> {
+        if self.backend() == DbBackend::Sqlite {
+            return self.store_batch_sqlite(batch, rollups).await;
+        }
+        let PreparedBatch {
+            server,
+            agent,
+            epoch,
+            server_text,
+            agent_text,
+            stored_at,
+            mut slots,
+            order,
+            rows: _,
+            build_rows: _,
+            seqs,
+        } = batch;
+        let epoch_db = to_i64(epoch, "epoch")?;
+        let Some((_, max_seq)) = seqs else {
+            return self.nothing_stored(agent, epoch).await;
+        };
+        let max_seq_db = to_i64(max_seq, "sequence number")?;
+
+        let (txn, gate) = self.begin_writer().await?;
+        // The cursor first: its row lock orders two transactions of one agent.
+        let sql = cursor_upsert(self.backend(), &agent_text, epoch_db, max_seq_db, stored_at);
+        let committed: i64 = match txn.query_one_raw(sql.build()).await? {
+            Some(row) => get(&row, 0)?,
+            None => max_seq_db,
+        };
+        let inserted = self
+            .insert_batch_returning(
+                &txn,
+                &slots,
+                &order,
+                (&server_text, &agent_text, epoch_db),
+                stored_at,
+            )
+            .await?;
+        // The text index's pending range of this transaction (see `event_text_pg`).
+        if let (Some(first), Some(last)) = (inserted.first(), inserted.last()) {
+            super::event_text_pg::note_pending(&txn, first.0, last.0).await?;
+        }
+        let stored = stored_events((server, agent, epoch), stored_at, &mut slots, inserted)?;
+        if rollups {
+            self.commit_with_rollups(txn, gate, Rollups::of(&stored))
+                .await?;
+        } else {
+            txn.commit().await?;
+        }
+        Ok(IngestOutcome {
+            committed_seq: to_u64(committed),
+            stored,
+        })
+    }
+
+    /// The outcome of a batch without events.
+    async fn nothing_stored(
+        &self,
+        agent: AgentId,
+        epoch: u64,
+    ) -> Result<IngestOutcome, StoreError> {
+        Ok(IngestOutcome {
+            committed_seq: self.committed_seq(agent, epoch).await?,
+            stored: Vec::new(),
+        })
+    }
+
+    /// SQLite's [`Store::store_batch`], on the writer connection through sqlx (see
+    /// `sqlite_ingest`). The transaction holds SQLite's write lock, so nobody else inserts
+    /// meanwhile: the stored sequence numbers of the batch's range are read once, and the new
+    /// events get explicit ids following the table's highest id ever (AUTOINCREMENT's counter, so
+    /// ids are still never reused), without reading a row back per event. Should the check ever
+    /// miss one, the unique index on `(agent_id, epoch, seq)` fails the transaction instead of
+    /// storing it twice. The per-address rollups go to the pending ones once committed (see
+    /// [`DeferredRollups`]).
+    async fn store_batch_sqlite(
+        &self,
+        batch: PreparedBatch,
+        rollups: bool,
+    ) -> Result<IngestOutcome, StoreError> {
         let PreparedBatch {
             server,
             agent,
@@ -1275,91 +1473,94 @@ impl Store {
             build_rows: _,
             seqs,
         } = batch;
+        if rows.len() != order.len() {
+            return Err(StoreError::Corrupt(
+                "a batch prepared for PostgreSQL was stored on SQLite".to_owned(),
+            ));
+        }
         let epoch_db = to_i64(epoch, "epoch")?;
         let Some((min_seq, max_seq)) = seqs else {
-            return Ok(IngestOutcome {
-                committed_seq: self.committed_seq(agent, epoch).await?,
-                stored: Vec::new(),
-            });
+            return self.nothing_stored(agent, epoch).await;
         };
-        let min_seq_db = to_i64(min_seq, "sequence number")?;
         let max_seq_db = to_i64(max_seq, "sequence number")?;
+        let backend = DbBackend::Sqlite;
 
-        let (txn, gate) = self.begin_writer().await?;
+        let gate = self.write_gate().await;
+        let mut txn = IngestTxn::begin(self.writer.get_sqlite_connection_pool()).await?;
         // The cursor first: the first statement writes, so SQLite takes its write lock at once
         // (waiting out its busy timeout) rather than failing a read transaction that later wants
-        // to write, and on PostgreSQL the cursor's row lock orders two transactions of one agent.
-        let mut sql = Sql::new(
-            self.backend(),
-            "INSERT INTO agent_cursors (agent_id, epoch, last_seq, updated_at) VALUES ",
-        );
-        sql.tuple([
-            agent_text.clone().into(),
-            epoch_db.into(),
-            max_seq_db.into(),
-            stored_at.into(),
-        ])
-        .push(
-            " ON CONFLICT (agent_id, epoch) DO UPDATE SET \
-             last_seq = CASE WHEN excluded.last_seq > agent_cursors.last_seq \
-                 THEN excluded.last_seq ELSE agent_cursors.last_seq END, \
-             updated_at = excluded.updated_at \
-             RETURNING last_seq",
-        );
-        let committed: i64 = match txn.query_one_raw(sql.build()).await? {
-            Some(row) => get(&row, 0)?,
-            None => max_seq_db,
-        };
-
-        let inserted = if self.backend() == DbBackend::Sqlite {
-            self.insert_batch_sqlite(
-                &txn,
-                &order,
-                rows,
-                (&agent_text, epoch_db),
-                (min_seq_db, max_seq_db),
-            )
+        // to write.
+        let sql = cursor_upsert(backend, &agent_text, epoch_db, max_seq_db, stored_at);
+        let committed = txn
+            .column(sql)
             .await?
-        } else {
-            let inserted = self
-                .insert_batch_returning(
-                    &txn,
-                    &slots,
-                    &order,
-                    (&server_text, &agent_text, epoch_db),
-                    stored_at,
-                )
-                .await?;
-            // The text index's pending range of this transaction (see `event_text_pg`).
-            if let (Some(first), Some(last)) = (inserted.first(), inserted.last()) {
-                super::event_text_pg::note_pending(&txn, first.0, last.0).await?;
+            .first()
+            .copied()
+            .unwrap_or(max_seq_db);
+
+        let mut sql = Sql::new(backend, "SELECT seq FROM events WHERE agent_id = ");
+        sql.bind(agent_text.clone())
+            .push(" AND epoch = ")
+            .bind(epoch_db)
+            .push(" AND seq BETWEEN ")
+            .bind(to_i64(min_seq, "sequence number")?)
+            .push(" AND ")
+            .bind(max_seq_db);
+        let existing: std::collections::HashSet<i64> = txn.column(sql).await?.into_iter().collect();
+        let mut new = Vec::with_capacity(order.len());
+        for (seq, row) in order.into_iter().zip(rows) {
+            let seq_db = to_i64(seq, "sequence number")?;
+            if !existing.contains(&seq_db) {
+                new.push((seq_db, row));
             }
-            inserted
-        };
-        let mut stored = Vec::with_capacity(inserted.len());
-        for (id, seq) in inserted {
-            let event = slots.remove(&seq).ok_or_else(|| {
-                StoreError::Corrupt(format!("the insert returned sequence number {seq} twice"))
-            })?;
-            stored.push(StoredEvent {
-                id: EventId(id),
-                server_id: server,
-                agent_id: Some(agent),
-                position: Some(SpoolPosition { epoch, seq }),
-                // As stored (milliseconds), so the live stream and the alert worker see what a
-                // read returns, to the edge of a window.
-                occurred_at: to_time(event.occurred_at.timestamp_millis()),
-                stored_at: to_time(stored_at),
-                source: event.source,
-                body: event.body,
+        }
+        let mut inserted = Vec::with_capacity(new.len());
+        if !new.is_empty() {
+            let sql = Sql::new(
+                backend,
+                "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), \
+                 COALESCE((SELECT MAX(id) FROM events), 0))",
+            );
+            let mut id = txn.column(sql).await?.first().copied().unwrap_or(0);
+            let shared = sqlite_ingest::Shared {
+                server: &server_text,
+                agent: &agent_text,
+                epoch: epoch_db,
+                stored_at,
+            };
+            let sizes: Vec<usize> = fixed_chunks(&new).map(<[_]>::len).collect();
+            let mut new = new.into_iter();
+            for size in sizes {
+                let mut chunk = Vec::with_capacity(size);
+                for (seq, row) in new.by_ref().take(size) {
+                    id += 1;
+                    inserted.push((id, to_u64(seq)));
+                    chunk.push((id, seq, row));
+                }
+                txn.insert_events(&shared, chunk).await?;
+            }
+        }
+        let stored = stored_events((server, agent, epoch), stored_at, &mut slots, inserted)?;
+        if !rollups {
+            txn.commit().await?;
+            return Ok(IngestOutcome {
+                committed_seq: to_u64(committed),
+                stored,
             });
         }
-        if rollups {
-            self.commit_with_rollups(txn, gate, Rollups::of(&stored))
-                .await?;
-        } else {
-            txn.commit().await?;
+        let deferred = self.deferred.as_ref().filter(|d| !d.rows).ok_or_else(|| {
+            StoreError::Corrupt("the SQLite store's pending rollups are not started".to_owned())
+        })?;
+        let mut counts = Rollups::of(&stored);
+        let addresses = Rollups {
+            ip_servers: std::mem::take(&mut counts.ip_servers),
+            upto: counts.upto,
+            ..Rollups::default()
+        };
+        for sql in counts.count_statements(backend) {
+            txn.execute(sql).await?;
         }
+        hand_over(deferred, txn.commit(), gate, addresses).await?;
         Ok(IngestOutcome {
             committed_seq: to_u64(committed),
             stored,
@@ -1398,19 +1599,8 @@ impl Store {
             ..Rollups::default()
         };
         rollups.apply(&txn).await?;
-        // The commit and the hand-over run in their own task: a caller that gives up (a session
-        // ending) must not leave a committed batch whose bans never reach the pending rollups,
-        // which a later watermark would then pass.
-        let deferred = Arc::clone(deferred);
-        tokio::spawn(async move {
-            let mut pending = deferred.pending.lock().await;
-            txn.commit().await?;
-            drop(gate);
-            pending.merge_addresses(addresses);
-            Ok::<_, StoreError>(())
-        })
-        .await
-        .map_err(|e| StoreError::Corrupt(format!("the commit task failed: {e}")))?
+        let commit = async move { txn.commit().await.map_err(StoreError::from) };
+        hand_over(deferred, commit, gate, addresses).await
     }
 
     /// How many events' bans the start of this store wrote to the per-address rollups again
@@ -1562,75 +1752,6 @@ impl Store {
         ));
         spawn_flusher(&deferred);
         Ok(deferred)
-    }
-
-    /// SQLite: inserts the batch's events that are not stored yet and returns their `(id, seq)`
-    /// in id order, without reading a row back per event. The transaction holds SQLite's write
-    /// lock, so nobody else inserts meanwhile: the stored sequence numbers of the batch's range
-    /// are read once, and the new events get explicit ids following the table's highest id ever
-    /// (AUTOINCREMENT's counter, so ids are still never reused). Should the check ever miss one,
-    /// the unique index on `(agent_id, epoch, seq)` fails the transaction instead of storing it
-    /// twice.
-    async fn insert_batch_sqlite(
-        &self,
-        txn: &DatabaseTransaction,
-        order: &[u64],
-        rows: Vec<Vec<Value>>,
-        (agent, epoch): (&str, i64),
-        (min_seq, max_seq): (i64, i64),
-    ) -> Result<Vec<(i64, u64)>, StoreError> {
-        if rows.len() != order.len() {
-            return Err(StoreError::Corrupt(
-                "a batch prepared for PostgreSQL was stored on SQLite".to_owned(),
-            ));
-        }
-        let mut sql = Sql::new(self.backend(), "SELECT seq FROM events WHERE agent_id = ");
-        sql.bind(agent.to_owned())
-            .push(" AND epoch = ")
-            .bind(epoch)
-            .push(" AND seq BETWEEN ")
-            .bind(min_seq)
-            .push(" AND ")
-            .bind(max_seq);
-        let mut existing = std::collections::HashSet::new();
-        for row in txn.query_all_raw(sql.build()).await? {
-            existing.insert(to_u64(get(&row, 0)?));
-        }
-        let new: Vec<(u64, Vec<Value>)> = order
-            .iter()
-            .copied()
-            .zip(rows)
-            .filter(|(seq, _)| !existing.contains(seq))
-            .collect();
-        if new.is_empty() {
-            return Ok(Vec::new());
-        }
-        let sql = Sql::new(
-            self.backend(),
-            "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), \
-             COALESCE((SELECT MAX(id) FROM events), 0))",
-        );
-        let base: i64 = match txn.query_one_raw(sql.build()).await? {
-            Some(row) => get(&row, 0)?,
-            None => 0,
-        };
-        let mut inserted = Vec::with_capacity(new.len());
-        let mut id = base;
-        let sizes: Vec<usize> = fixed_chunks(&new).map(<[_]>::len).collect();
-        let mut new = new.into_iter();
-        for size in sizes {
-            let mut sql = Sql::new(self.backend(), INSERT_EVENTS_WITH_ID);
-            for (i, (seq, values)) in new.by_ref().take(size).enumerate() {
-                if i > 0 {
-                    sql.push(", ");
-                }
-                id += 1;
-                sql.tuple(std::iter::once(Value::from(id)).chain(values));
-                inserted.push((id, seq));
-            }
-            txn.execute_raw(sql.build()).await?;
-        }
-        Ok(inserted)
     }
 
     /// PostgreSQL: inserts the batch, skipping events already stored, and returns the `(id, seq)`

@@ -14,6 +14,7 @@ pub mod events;
 mod migration;
 mod places;
 mod settings;
+mod sqlite_ingest;
 mod sqlite_memory;
 
 pub use places::IpBans;
