@@ -1523,8 +1523,8 @@ impl Store {
             );
             let mut id = txn.column(sql).await?.first().copied().unwrap_or(0);
             let shared = sqlite_ingest::Shared {
-                server: &server_text,
-                agent: &agent_text,
+                server: server_text.as_str().into(),
+                agent: agent_text.as_str().into(),
                 epoch: epoch_db,
                 stored_at,
             };

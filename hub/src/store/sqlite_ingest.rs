@@ -4,16 +4,18 @@
 //! sea-orm hands a statement's values to sqlx by cloning them (every string of every row) and then
 //! converting each into sqlx's own argument, and an events insert of a batch carries most of the
 //! batch's bytes: measured, a seventh of the hub's CPU during ingest went to that and to building
-//! the values. Here the rows' values move into sqlx's arguments once, and the values every row of
-//! a statement shares (server, agent, epoch, time stored) are bound once per statement as numbered
-//! parameters. The statement texts are built once per process, one per chunk size.
+//! the values. Here the rows' values move into sqlx's arguments once, and the texts the rows of a
+//! batch share (server, agent) are one allocation each, bound to every row. The statement texts
+//! are built once per process, one per chunk size. (Numbered parameters, to bind the shared values
+//! once per statement, cost far more: sqlx looks up every parameter's name, and SQLite finds a
+//! name by walking the list of all of them.)
 //!
 //! The inserts are `INSERT OR FAIL`: with SQLite's default (`ABORT`) a statement that may fail
 //! halfway keeps a journal of every page it changes, to undo itself alone. An ingest transaction
 //! that fails in any statement is rolled back whole, so that journal was never needed; with `FAIL`
 //! SQLite does not keep it. The unique index on `(agent_id, epoch, seq)` still refuses a repeat.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use sea_orm::sqlx::sqlite::{SqliteArguments, SqliteRow};
 use sea_orm::sqlx::{self, Arguments as _, Row as _, Sqlite};
@@ -22,15 +24,14 @@ use sea_orm::{DbErr, RuntimeErr, Value};
 use super::StoreError;
 use super::events::{CHUNK_SIZES, EventRow, Sql};
 
-/// Values bound once per insert statement: `?1` server, `?2` agent, `?3` epoch, `?4` stored at.
-const SHARED_VALUES: usize = 4;
-/// Values bound per row: the id, the sequence number and the 14 of an [`EventRow`].
-const ROW_VALUES: usize = 16;
+/// Values bound per row: the id, the sequence number, the 14 of an [`EventRow`] and the 4 of
+/// [`Shared`].
+const ROW_VALUES: usize = 20;
 
-/// What the rows of one insert statement share.
-pub(super) struct Shared<'a> {
-    pub server: &'a str,
-    pub agent: &'a str,
+/// What the rows of a batch share.
+pub(super) struct Shared {
+    pub server: Arc<str>,
+    pub agent: Arc<str>,
     pub epoch: i64,
     pub stored_at: i64,
 }
@@ -83,7 +84,6 @@ fn insert_text(rows: usize) -> Result<&'static str, StoreError> {
 }
 
 fn build_insert_text(rows: usize) -> String {
-    use std::fmt::Write as _;
     let mut text = String::from(
         "INSERT OR FAIL INTO events (id, seq, kind, source, ip, ip_key, jail, hostname, failures, \
          logs, ban_time, ban_duration, ban_count, lost, detail, occurred_at, server_id, agent_id, \
@@ -94,12 +94,10 @@ fn build_insert_text(rows: usize) -> String {
             text.push_str(", ");
         }
         text.push('(');
-        let first = SHARED_VALUES + row * ROW_VALUES + 1;
-        for n in first..first + ROW_VALUES {
-            // Writing into a String cannot fail.
-            let _ = write!(text, "?{n}, ");
+        for n in 0..ROW_VALUES {
+            text.push_str(if n == 0 { "?" } else { ", ?" });
         }
-        text.push_str("?1, ?2, ?3, ?4)");
+        text.push(')');
     }
     text
 }
@@ -134,17 +132,13 @@ impl IngestTxn {
     /// Inserts `rows` (`(id, seq, row)`, as many as one of [`CHUNK_SIZES`]) in one statement.
     pub(super) async fn insert_events(
         &mut self,
-        shared: &Shared<'_>,
+        shared: &Shared,
         rows: Vec<(i64, i64, EventRow)>,
     ) -> Result<(), StoreError> {
         let text = insert_text(rows.len())?;
         let mut args = SqliteArguments::default();
-        args.add(shared.server.to_owned()).map_err(bind_error)?;
-        args.add(shared.agent.to_owned()).map_err(bind_error)?;
-        args.add(shared.epoch).map_err(bind_error)?;
-        args.add(shared.stored_at).map_err(bind_error)?;
         for (id, seq, row) in rows {
-            add_row(&mut args, id, seq, row).map_err(bind_error)?;
+            add_row(&mut args, id, seq, row, shared).map_err(bind_error)?;
         }
         sqlx::query_with(text, args)
             .execute(&mut *self.0)
@@ -164,6 +158,7 @@ fn add_row(
     id: i64,
     seq: i64,
     row: EventRow,
+    shared: &Shared,
 ) -> Result<(), sqlx::error::BoxDynError> {
     args.add(id)?;
     args.add(seq)?;
@@ -181,6 +176,10 @@ fn add_row(
     args.add(row.lost)?;
     args.add(row.detail)?;
     args.add(row.occurred_at)?;
+    args.add(Arc::clone(&shared.server))?;
+    args.add(Arc::clone(&shared.agent))?;
+    args.add(shared.epoch)?;
+    args.add(shared.stored_at)?;
     Ok(())
 }
 
@@ -189,23 +188,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_row_binds_its_own_values_and_the_shared_ones() {
+    fn each_row_has_a_placeholder_per_column() {
         let text = build_insert_text(2);
-        let (_, values) = text.split_once("VALUES ").expect("an insert");
+        let (columns, values) = text.split_once(" VALUES ").expect("an insert");
+        let row = format!("({})", vec!["?"; ROW_VALUES].join(", "));
+        assert_eq!(values, format!("{row}, {row}"));
         assert_eq!(
-            values,
-            "(?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, \
-             ?1, ?2, ?3, ?4), \
-             (?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, \
-             ?1, ?2, ?3, ?4)"
+            columns.matches(',').count() + 1,
+            ROW_VALUES,
+            "one column per value"
         );
-        let columns = text.matches(',').count() - values.matches(',').count() + 1;
-        assert_eq!(columns, ROW_VALUES + SHARED_VALUES, "one column per value");
     }
 
     #[test]
     fn the_largest_chunk_stays_under_sqlites_parameter_limit() {
-        let most = SHARED_VALUES + CHUNK_SIZES[0] * ROW_VALUES;
+        let most = CHUNK_SIZES[0] * ROW_VALUES;
         assert!(most <= 32_766, "{most} parameters");
         assert!(insert_text(CHUNK_SIZES[0]).is_ok());
         assert!(insert_text(CHUNK_SIZES[0] + 1).is_err());
