@@ -8,7 +8,8 @@
 //!    transaction, so a restart neither loses nor repeats an alert. The events are those of the
 //!    live broadcast when it holds every id right after the cursor (the common case: no read back),
 //!    else they are read from the store; the cursor alone, while nothing matches, is written at
-//!    most once a second.
+//!    most once a second. While no rule can match (alerts off, or no rule enabled), events are
+//!    neither kept nor read: the cursor moves past them by id.
 //! 2. *Close*: a digest whose window has passed is closed and gets one delivery per channel.
 //! 3. *Deliver*: due deliveries are sent; a failure worth retrying is retried with exponential
 //!    backoff until `alerts.maxAttempts`, then reported failed.
