@@ -46,14 +46,36 @@ impl Logs {
         S: AsRef<str>,
     {
         let mut truncated = false;
-        let mut cleaned: Vec<String> = Vec::new();
-        for line in lines {
-            let (line, cut) = clean(line.as_ref(), MAX_LOG_LINE_BYTES, |c| c == '\t');
-            truncated |= cut;
-            if !line.is_empty() {
-                cleaned.push(line);
-            }
-        }
+        let cleaned: Vec<String> = lines
+            .into_iter()
+            .filter_map(|line| {
+                let (line, cut) = clean(line.as_ref(), MAX_LOG_LINE_BYTES, |c| c == '\t');
+                truncated |= cut;
+                (!line.is_empty()).then_some(line)
+            })
+            .collect();
+        Self::newest(cleaned, truncated)
+    }
+
+    /// [`Logs::capped`] of lines already owned, as decoded from the agent's frames: a line that
+    /// needs no cleaning (nearly all) is kept as it is rather than copied, and the vector too.
+    pub fn capped_owned(lines: Vec<String>) -> Self {
+        let mut truncated = false;
+        // `filter_map` over the vector's own iterator collects into the same allocation.
+        let cleaned: Vec<String> = lines
+            .into_iter()
+            .filter_map(|line| {
+                let (line, cut) = clean_owned(line, MAX_LOG_LINE_BYTES, |c| c == '\t');
+                truncated |= cut;
+                (!line.is_empty()).then_some(line)
+            })
+            .collect();
+        Self::newest(cleaned, truncated)
+    }
+
+    /// Keeps the newest of the `cleaned` lines within the caps. When there are too many, the
+    /// newest (last) ones are kept: they are the ones that tipped the ban.
+    fn newest(mut cleaned: Vec<String>, mut truncated: bool) -> Self {
         // Walk from the newest line back, keeping lines while they fit.
         let mut total = 0usize;
         let mut keep = 0usize;
@@ -122,14 +144,31 @@ impl<'de> Deserialize<'de> for Logs {
 /// Drops control characters (but those `keep` allows) and cuts to `max` bytes at a character
 /// boundary; says whether it had to cut.
 fn clean(raw: &str, max: usize, keep: impl Fn(char) -> bool) -> (String, bool) {
-    // Nearly every line is printable ASCII that fits: copied whole, not a character at a time
-    // (that loop was the largest single cost of a callback). Exactly what the loop returns for it.
-    // A fold without an early exit, so the compiler checks many bytes at a time; a line with a
-    // tab (or anything else) takes the loop.
-    let printable_ascii = |ok: bool, b: u8| ok & (0x20..0x7f).contains(&b);
-    if raw.len() <= max && raw.bytes().fold(true, printable_ascii) {
+    if is_clean(raw, max) {
         return (raw.to_owned(), false);
     }
+    clean_chars(raw, max, keep)
+}
+
+/// [`clean`] of an owned string, returned as it is when it needs no cleaning.
+fn clean_owned(raw: String, max: usize, keep: impl Fn(char) -> bool) -> (String, bool) {
+    if is_clean(&raw, max) {
+        return (raw, false);
+    }
+    clean_chars(&raw, max, keep)
+}
+
+/// Whether `raw` is printable ASCII that fits in `max` bytes: what [`clean`] returns unchanged.
+/// Nearly every line is, and is then copied whole rather than a character at a time (that loop was
+/// the largest single cost of a callback). A fold without an early exit, so the compiler checks
+/// many bytes at a time; a line with a tab (or anything else) takes the loop.
+fn is_clean(raw: &str, max: usize) -> bool {
+    let printable_ascii = |ok: bool, b: u8| ok & (0x20..0x7f).contains(&b);
+    raw.len() <= max && raw.bytes().fold(true, printable_ascii)
+}
+
+/// [`clean`], a character at a time.
+fn clean_chars(raw: &str, max: usize, keep: impl Fn(char) -> bool) -> (String, bool) {
     let mut out = String::with_capacity(raw.len().min(max));
     for c in raw.chars().filter(|&c| keep(c) || !c.is_control()) {
         if out.len() + c.len_utf8() > max {
@@ -151,6 +190,16 @@ pub fn clean_hostname(raw: &str) -> String {
         cleaned
     } else {
         cleaned.trim().to_owned()
+    }
+}
+
+/// [`clean_hostname`] of an owned string, returned as it is when it needs no cleaning (the usual
+/// case: a host name as the agent already cleaned it).
+pub fn clean_hostname_owned(raw: String) -> String {
+    if raw.trim().len() == raw.len() && is_clean(&raw, MAX_HOSTNAME_BYTES) {
+        raw
+    } else {
+        clean_hostname(&raw)
     }
 }
 
@@ -1212,6 +1261,39 @@ mod tests {
         assert!(logs.truncated());
 
         assert_eq!(Logs::from_text("a\nb\r\n\nc").lines(), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn owned_logs_and_hostnames_are_capped_the_same() {
+        let long = "é".repeat(MAX_LOG_LINE_BYTES);
+        let many: Vec<String> = (0..80).map(|i| format!("line {i}")).collect();
+        let big: Vec<String> = (0..40)
+            .map(|i| format!("{i:04}{}", "x".repeat(1000)))
+            .collect();
+        let cases: Vec<Vec<String>> = vec![
+            Vec::new(),
+            vec!["a\tb".into(), "c".into()],
+            vec!["a\rb\0c\u{7f}d\u{85}e".into()],
+            vec!["".into(), "\r".into(), "x".into()],
+            vec![long, "plain".into()],
+            vec!["x".repeat(MAX_LOG_LINE_BYTES + 1)],
+            many,
+            big,
+        ];
+        for lines in cases {
+            assert_eq!(Logs::capped_owned(lines.clone()), Logs::capped(&lines));
+        }
+        for name in [
+            "web-1",
+            "  web-1\n",
+            "a\u{1b}b",
+            "\u{1b} web-2 \t",
+            "",
+            "hôte",
+            &"h".repeat(300),
+        ] {
+            assert_eq!(clean_hostname_owned(name.to_owned()), clean_hostname(name));
+        }
     }
 
     #[test]

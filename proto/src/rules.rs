@@ -83,6 +83,15 @@ macro_rules! name_type {
                 Ok(Self(raw.to_owned()))
             }
 
+            /// [`Self::parse`] of an owned string, kept rather than copied; a refused string comes
+            /// back with the reason.
+            pub fn parse_owned(raw: String) -> Result<Self, (NameError, String)> {
+                match check_name(&raw) {
+                    Ok(()) => Ok(Self(raw)),
+                    Err(e) => Err((e, raw)),
+                }
+            }
+
             /// The name as text; safe as one file name component and as one fail2ban argument.
             pub fn as_str(&self) -> &str {
                 &self.0
@@ -305,6 +314,21 @@ mod tests {
         addr("::1", Err(AddressError::NotAClient));
         addr("0.0.0.0", Err(AddressError::NotAClient));
         addr("224.0.0.1", Err(AddressError::NotAClient));
+    }
+
+    #[test]
+    fn owned_names_follow_the_rule() {
+        for raw in ["sshd", "nginx.http-auth_2@x", "", "../etc", "a b", "jäil"] {
+            let owned = JailName::parse_owned(raw.to_owned());
+            assert_eq!(
+                owned.clone().map_err(|(e, _)| e),
+                JailName::parse(raw),
+                "{raw:?}"
+            );
+            if let Err((_, back)) = owned {
+                assert_eq!(back, raw);
+            }
+        }
     }
 
     #[test]

@@ -63,6 +63,16 @@ impl State {
         state
     }
 
+    /// Forgets the windows of rules that are gone (or no longer spike rules).
+    pub fn forget_removed_rules(&mut self, alerts: &Alerts) {
+        self.spikes.retain(|id, _| {
+            alerts
+                .rules
+                .iter()
+                .any(|r| &r.id == id && r.spike.is_some())
+        });
+    }
+
     /// The longest window of the enabled spike rules, if any.
     pub fn longest_window(alerts: &Alerts) -> Option<std::time::Duration> {
         alerts
@@ -115,6 +125,12 @@ fn in_scope(rule: &AlertRule, event: &StoredEvent, jail: &str, country: Option<&
         && (rule.countries.is_empty() || country.is_some_and(|c| rule.countries.contains(c)))
 }
 
+/// Whether any event can match: alerts are on and a rule is enabled. Otherwise [`evaluate`] finds
+/// nothing and changes no window, whatever the events.
+pub fn can_match(alerts: &Alerts) -> bool {
+    alerts.enabled && alerts.rules.iter().any(|r| r.enabled)
+}
+
 /// The matches of every enabled rule among `events`, grouped by rule.
 pub fn evaluate<E: Borrow<StoredEvent>>(
     alerts: &Alerts,
@@ -123,14 +139,8 @@ pub fn evaluate<E: Borrow<StoredEvent>>(
     geoip: Option<&GeoIp>,
     ban_counts: &HashMap<String, u64>,
 ) -> Vec<RuleMatches> {
-    // Forget the windows of rules that are gone.
-    state.spikes.retain(|id, _| {
-        alerts
-            .rules
-            .iter()
-            .any(|r| &r.id == id && r.spike.is_some())
-    });
-    if !alerts.enabled {
+    state.forget_removed_rules(alerts);
+    if !can_match(alerts) {
         return Vec::new();
     }
     let mut out: Vec<RuleMatches> = alerts
@@ -292,6 +302,33 @@ mod tests {
         assert_eq!(counts(&found, "ssh"), 2);
         assert_eq!(counts(&found, "nginx on b"), 0);
         assert!(found.iter().all(|m| !m.matches.is_empty()));
+    }
+
+    #[test]
+    fn nothing_can_match_without_an_enabled_rule_or_with_alerts_off() {
+        let s = ServerId::new();
+        let events = vec![ban(1, s, "sshd", "192.0.2.1", 0)];
+        let mut off = rule("off");
+        off.enabled = false;
+        let mut disabled = alerts(vec![rule("any")]);
+        disabled.enabled = false;
+        for (settings, expected) in [
+            (alerts(Vec::new()), false),
+            (alerts(vec![off.clone()]), false),
+            (disabled, false),
+            (alerts(vec![off, rule("any")]), true),
+        ] {
+            assert_eq!(can_match(&settings), expected, "{settings:?}");
+            // What the worker passes over unmatched would have matched nothing.
+            let found = evaluate(
+                &settings,
+                &events,
+                &mut State::default(),
+                None,
+                &HashMap::new(),
+            );
+            assert_eq!(!found.is_empty(), expected, "{settings:?}");
+        }
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //!    transaction, so a restart neither loses nor repeats an alert. The events are those of the
 //!    live broadcast when it holds every id right after the cursor (the common case: no read back),
 //!    else they are read from the store; the cursor alone, while nothing matches, is written at
-//!    most once a second.
+//!    most once a second. While no rule can match (alerts off, or no rule enabled), events are
+//!    neither kept nor read: the cursor moves past them by id.
 //! 2. *Close*: a digest whose window has passed is closed and gets one delivery per channel.
 //! 3. *Deliver*: due deliveries are sent; a failure worth retrying is retried with exponential
 //!    backoff until `alerts.maxAttempts`, then reported failed.
@@ -33,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::domain::events::{EventFilter, EventId, EventKind, StoredEvent};
 use crate::events::Events;
 use crate::settings::SettingsService;
+use crate::settings::model::Alerts as AlertSettings;
 use crate::store::{Store, StoreError};
 use model::{AttemptOutcome, Channel, Delivery, DeliveryFilter, Digest, NewDelivery};
 
@@ -133,7 +135,7 @@ impl Alerts {
             stored: cursor,
             written_at: tokio::time::Instant::now(),
         };
-        let mut heard = Heard::new();
+        let mut heard = Heard::default();
         loop {
             if let Err(e) = self.match_step(&mut position, &mut state, &mut heard).await {
                 tracing::warn!(error = %e, "alerts: matching events failed; retrying");
@@ -141,6 +143,10 @@ impl Alerts {
             if let Err(e) = self.close_due().await {
                 tracing::warn!(error = %e, "alerts: closing digests failed; retrying");
             }
+            // Events are kept only while a rule may match them; otherwise the next step passes
+            // over them by id. Should a rule appear meanwhile, what was not kept is read from the
+            // store.
+            heard.keeping = matcher::can_match(&self.0.settings.current().settings.alerts);
             tokio::select! {
                 () = self.0.shutdown.cancelled() => return,
                 // The broadcast carries one message per committed event: the ones already queued
@@ -227,12 +233,18 @@ impl Alerts {
         heard: &mut Heard,
     ) -> Result<(), StoreError> {
         loop {
+            let now_set = self.0.settings.current();
+            if !matcher::can_match(&now_set.settings.alerts) {
+                return self
+                    .pass_over(position, state, heard, &now_set.settings.alerts)
+                    .await;
+            }
             // What was heard up to the cursor is matched already.
-            *heard = heard.split_off(&(position.cursor + 1));
+            heard.events = heard.events.split_off(&(position.cursor + 1));
             let mut events: Vec<Arc<StoredEvent>> = Vec::new();
             let mut next = position.cursor + 1;
             while events.len() < HEARD_BATCH {
-                let Some(event) = heard.get(&next) else {
+                let Some(event) = heard.events.get(&next) else {
                     break;
                 };
                 events.push(Arc::clone(event));
@@ -272,43 +284,85 @@ impl Alerts {
                     HashMap::new()
                 };
             let matches = matcher::evaluate(alerts, batch, state, geoip.as_deref(), &counts);
-            let found: usize = matches.iter().map(|m| m.matches.len()).sum();
-            if found == 0 && position.written_at.elapsed() < CURSOR_WRITE_EVERY {
-                // Nothing to record: the cursor is written with the next match, or within a
-                // second. A stop meanwhile matches these events again after the start, which
-                // records nothing twice (they matched nothing, from the same windows: the windows
-                // are rebuilt from the stored bans up to the stored cursor).
-                position.cursor = upto;
-            } else {
-                let now = Utc::now().timestamp_millis();
-                if self
-                    .0
-                    .store
-                    .record_alert_matches(position.stored, upto, matches, now)
-                    .await?
-                {
-                    if found > 0 {
-                        tracing::debug!(matches = found, upto, "alert rules matched");
-                    }
-                    position.cursor = upto;
-                } else {
-                    // Another hub moved the cursor: follow it, with the spike windows as that hub
-                    // left them (it matched events this one never saw).
-                    position.cursor = self.0.store.alert_cursor().await?.unwrap_or(upto);
-                    *state = self.seeded_state(position.cursor).await;
-                }
-                position.stored = position.cursor;
-                position.written_at = tokio::time::Instant::now();
-            }
+            self.record(position, state, upto, matches).await?;
             if from_store && (ready < events.len() || events.len() < BATCH) {
                 return Ok(());
             }
-            if !from_store && !heard.contains_key(&(position.cursor + 1)) {
+            if !from_store && !heard.events.contains_key(&(position.cursor + 1)) {
                 // What the broadcast brought is matched; the store is read at the next tick if
                 // an event's message was lost.
                 return Ok(());
             }
         }
+    }
+
+    /// The step while no rule can match (alerts off, or no rule enabled): the cursor moves past
+    /// every committed event, by id, without reading or matching one, which would match nothing.
+    /// The newest id heard on the broadcast is committed; when nothing new was heard (a start,
+    /// events another hub stored), the store says which is the newest. A hole in the ids is not
+    /// waited for: whatever fills it would match nothing either.
+    async fn pass_over(
+        &self,
+        position: &mut Position,
+        state: &mut matcher::State,
+        heard: &mut Heard,
+        alerts: &AlertSettings,
+    ) -> Result<(), StoreError> {
+        state.forget_removed_rules(alerts);
+        heard.events.clear();
+        let newest = if heard.newest > position.cursor {
+            heard.newest
+        } else {
+            self.0
+                .store
+                .last_event_id()
+                .await?
+                .map_or(position.cursor, |id| id.0)
+        };
+        if newest > position.cursor {
+            self.record(position, state, newest, Vec::new()).await?;
+        }
+        Ok(())
+    }
+
+    /// Moves the cursor to `upto`, past events matched into `matches`: written with the matches,
+    /// or (nothing matched) at most once every [`CURSOR_WRITE_EVERY`].
+    async fn record(
+        &self,
+        position: &mut Position,
+        state: &mut matcher::State,
+        upto: i64,
+        matches: Vec<model::RuleMatches>,
+    ) -> Result<(), StoreError> {
+        let found: usize = matches.iter().map(|m| m.matches.len()).sum();
+        if found == 0 && position.written_at.elapsed() < CURSOR_WRITE_EVERY {
+            // Nothing to record: the cursor is written with the next match, or within a
+            // second. A stop meanwhile matches these events again after the start, which
+            // records nothing twice (they matched nothing, from the same windows: the windows
+            // are rebuilt from the stored bans up to the stored cursor).
+            position.cursor = upto;
+            return Ok(());
+        }
+        let now = Utc::now().timestamp_millis();
+        if self
+            .0
+            .store
+            .record_alert_matches(position.stored, upto, matches, now)
+            .await?
+        {
+            if found > 0 {
+                tracing::debug!(matches = found, upto, "alert rules matched");
+            }
+            position.cursor = upto;
+        } else {
+            // Another hub moved the cursor: follow it, with the spike windows as that hub
+            // left them (it matched events this one never saw).
+            position.cursor = self.0.store.alert_cursor().await?.unwrap_or(upto);
+            *state = self.seeded_state(position.cursor).await;
+        }
+        position.stored = position.cursor;
+        position.written_at = tokio::time::Instant::now();
+        Ok(())
     }
 
     /// The GeoIP database of `path`, opened once per path (and again when the file changes).
@@ -564,10 +618,16 @@ impl Alerts {
     }
 }
 
-/// Drops the wake-up hints already queued (one per committed event; lagging is fine, the store is
-/// read anyway).
-/// Committed events heard on the live broadcast and not matched yet, by id.
-type Heard = std::collections::BTreeMap<i64, Arc<StoredEvent>>;
+/// Committed events heard on the live broadcast and not matched yet.
+#[derive(Default)]
+struct Heard {
+    /// The events, by id, heard while [`Heard::keeping`].
+    events: std::collections::BTreeMap<i64, Arc<StoredEvent>>,
+    /// The highest id heard.
+    newest: i64,
+    /// Whether events are kept: only while a rule may match them (see [`matcher::can_match`]).
+    keeping: bool,
+}
 
 /// Where matching stands.
 struct Position {
@@ -600,8 +660,63 @@ fn hear(
 }
 
 fn keep(heard: &mut Heard, event: Arc<StoredEvent>) {
+    heard.newest = heard.newest.max(event.id.0);
     // Bounded: beyond this the worker is far behind and reads from the store anyway.
-    if heard.len() < HEARD_MAX {
-        heard.insert(event.id.0, event);
+    if heard.keeping && heard.events.len() < HEARD_MAX {
+        heard.events.insert(event.id.0, event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::DateTime;
+
+    use super::*;
+    use crate::domain::ServerId;
+    use crate::domain::events::{BanFacts, EventBody, EventSource, IpOrCidr, JailName, Logs};
+
+    fn event(id: i64) -> Arc<StoredEvent> {
+        let at = DateTime::from_timestamp_millis(1_700_000_000_000).expect("time");
+        Arc::new(StoredEvent {
+            id: EventId(id),
+            server_id: ServerId::new(),
+            agent_id: None,
+            position: None,
+            occurred_at: at,
+            stored_at: at,
+            source: EventSource::Direct,
+            body: EventBody::Ban(BanFacts {
+                ip: IpOrCidr::parse("192.0.2.7").expect("ip"),
+                jail: JailName::parse("sshd").expect("jail"),
+                hostname: String::new(),
+                failures: 3,
+                logs: Logs::default(),
+                ban_time: None,
+                ban_duration: None,
+                ban_count: None,
+            }),
+        })
+    }
+
+    #[tokio::test]
+    async fn events_are_kept_only_while_a_rule_may_match_them() {
+        let (live, mut wake) = tokio::sync::broadcast::channel(16);
+        let mut heard = Heard::default();
+        for id in [3, 1, 2] {
+            live.send(event(id)).expect("a subscriber");
+        }
+        let first = wake.recv().await;
+        hear(first, &mut wake, &mut heard);
+        assert_eq!(heard.newest, 3);
+        assert!(heard.events.is_empty(), "kept while no rule can match");
+
+        heard.keeping = true;
+        for id in [5, 4] {
+            live.send(event(id)).expect("a subscriber");
+        }
+        let first = wake.recv().await;
+        hear(first, &mut wake, &mut heard);
+        assert_eq!(heard.newest, 5);
+        assert_eq!(heard.events.keys().copied().collect::<Vec<_>>(), [4, 5]);
     }
 }

@@ -1,15 +1,17 @@
 //! Event batches from an agent's spool, turned into domain events. Every field is parsed again here:
 //! the agent validated it, but the hub trusts no string that crossed the network.
 
+use banhub_proto::event::clean_hostname_owned;
 use banhub_proto::v1::{self as pb, EventKind as PbKind, EventSource as PbSource};
 use chrono::{DateTime, Utc};
 
 use crate::domain::events::{
     BanDuration, BanFacts, EventBody, EventSource, GapFacts, GapReason, IpOrCidr, JailName, Logs,
-    NewEvent, SeqRange, clean_hostname,
+    NewEvent, SeqRange,
 };
 
-/// Converts one protocol event; `Err` says why it cannot be stored.
+/// Converts one protocol event; `Err` says why it cannot be stored. The event's strings are moved
+/// into the domain event where they pass their rules as they are (nearly always), not copied.
 pub fn to_new_event(event: pb::Event) -> Result<(u64, NewEvent), String> {
     let seq = event.seq;
     if seq == 0 {
@@ -38,17 +40,27 @@ pub fn to_new_event(event: pb::Event) -> Result<(u64, NewEvent), String> {
                 .collect(),
         }),
         PbKind::Ban | PbKind::Unban => {
+            let pb::Event {
+                ip,
+                jail,
+                hostname,
+                failures,
+                logs,
+                ban_time_unix,
+                ban_duration_secs,
+                ban_count,
+                ..
+            } = event;
             let facts = BanFacts {
-                ip: IpOrCidr::parse(&event.ip)
-                    .map_err(|e| format!("seq {seq}: ip {:?} {e}", event.ip))?,
-                jail: JailName::parse(&event.jail)
-                    .map_err(|e| format!("seq {seq}: jail {:?} {e}", event.jail))?,
-                hostname: clean_hostname(&event.hostname),
-                failures: event.failures,
-                logs: Logs::capped(&event.logs),
-                ban_time: event.ban_time_unix,
-                ban_duration: event.ban_duration_secs.and_then(BanDuration::from_seconds),
-                ban_count: event.ban_count,
+                ip: IpOrCidr::parse(&ip).map_err(|e| format!("seq {seq}: ip {ip:?} {e}"))?,
+                jail: JailName::parse_owned(jail)
+                    .map_err(|(e, jail)| format!("seq {seq}: jail {jail:?} {e}"))?,
+                hostname: clean_hostname_owned(hostname),
+                failures,
+                logs: Logs::capped_owned(logs),
+                ban_time: ban_time_unix,
+                ban_duration: ban_duration_secs.and_then(BanDuration::from_seconds),
+                ban_count,
             };
             if kind == PbKind::Ban {
                 EventBody::Ban(facts)
