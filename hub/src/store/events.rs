@@ -776,15 +776,22 @@ impl Rollups {
         let serial = backend == DbBackend::Sqlite;
         let mut new_pairs: HashMap<&str, i64> = HashMap::new();
         // As stored, in the order of the tables' keys: neighbouring upserts share pages, and
-        // PostgreSQL's writers lock rows in one order.
-        let ip_servers: BTreeMap<(String, String), &IpAgg> = self
+        // PostgreSQL's writers lock rows in one order. A batch has few servers, each written once.
+        let mut server_texts: HashMap<ServerId, String> = HashMap::new();
+        let mut pairs: Vec<((String, String), &IpAgg)> = self
             .ip_servers
             .iter()
-            .map(|((ip, server), agg)| ((ip.to_string(), server.to_string()), agg))
+            .map(|((ip, server), agg)| {
+                let server = server_texts
+                    .entry(*server)
+                    .or_insert_with(|| server.to_string())
+                    .clone();
+                ((ip.to_string(), server), agg)
+            })
             .collect();
+        pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
 
         // Per address and server. Written before `ip_stats`, whose server count is read from it.
-        let pairs: Vec<_> = ip_servers.iter().collect();
         for chunk in fixed_chunks(&pairs) {
             let mut sql = Sql::new(
                 backend,
@@ -823,7 +830,9 @@ impl Rollups {
                 let ip: String = get(&row, 0)?;
                 let server: String = get(&row, 1)?;
                 let bans: i64 = get(&row, 2)?;
-                if let Some(((ip, _), agg)) = ip_servers.get_key_value(&(ip, server))
+                let key = (ip, server);
+                if let Ok(at) = pairs.binary_search_by(|pair| pair.0.cmp(&key))
+                    && let ((ip, _), agg) = &pairs[at]
                     && agg.bans == bans
                 {
                     *new_pairs.entry(ip.as_str()).or_default() += 1;
@@ -834,7 +843,7 @@ impl Rollups {
         // Per address: the batch's bans over every server, the server of the latest ban, and on
         // how many servers the batch banned it.
         let mut per_ip: BTreeMap<&str, (IpAgg, &str, i64)> = BTreeMap::new();
-        for ((ip, server), agg) in &ip_servers {
+        for ((ip, server), agg) in &pairs {
             match per_ip.get_mut(ip.as_str()) {
                 None => {
                     per_ip.insert(ip, ((*agg).clone(), server, 1));
