@@ -757,6 +757,30 @@ async fn full_path(
         ms(latency.max),
         POLL.as_millis()
     );
+    // Each poll that saw the cursor move saw one commit or more (two within a poll look like one,
+    // so the mean per transaction is an upper bound).
+    let mut per_poll: HashMap<Instant, u64> = HashMap::new();
+    for at in commits.values() {
+        *per_poll.entry(*at).or_default() += 1;
+    }
+    let mut sizes: Vec<u64> = per_poll.into_values().collect();
+    sizes.sort_unstable();
+    let size_at = |q: f64| {
+        sizes
+            .get((sizes.len().saturating_sub(1) as f64 * q) as usize)
+            .copied()
+            .unwrap_or(0)
+    };
+    println!(
+        "  commits seen by the poller: {} (≤ {:.0} events per transaction on average; events per \
+         commit seen p10 {}, p50 {}, p90 {}, max {})",
+        sizes.len(),
+        n / sizes.len().max(1) as f64,
+        size_at(0.1),
+        size_at(0.5),
+        size_at(0.9),
+        size_at(1.0)
+    );
     println!(
         "  CPU seconds: hub {:.1}, agent {:.1}, clients+poller {:.1}{}; load average {} before, {} \
          after",

@@ -22,11 +22,15 @@ pub const BATCH_EVENTS: usize = 1000;
 pub const BATCH_BYTES: usize = 2 << 20;
 /// Bytes counted per event for its fields other than the log lines (a generous bound).
 const EVENT_OVERHEAD: usize = 512;
-/// Batches sent but not yet acknowledged. The hub stores up to four batches' worth in one
-/// transaction and reads on while it commits (up to sixteen), so under a backlog its next
-/// transaction is ready when one commits; with four, the writer waited for the agent's next
-/// batches after each commit (an ack's round trip per transaction).
-pub const MAX_IN_FLIGHT: usize = 16;
+/// Events sent but not yet acknowledged. The hub stores what queued up behind its transaction in
+/// flight in its next one (up to 8,000 events) and, under a sustained load, waits a moment for a
+/// large transaction; it reads up to 16,000 events ahead. The window is counted in events, not
+/// batches: while the spool is written in small groups, batches are small, and a window of sixteen
+/// batches held the hub's transactions to a few hundred events each (with four, the writer waited
+/// for the agent's next batches after each commit: an ack's round trip per transaction).
+pub const MAX_IN_FLIGHT_EVENTS: u64 = 16_000;
+/// Batches sent but not yet acknowledged, at most (a bound on the bookkeeping of many tiny ones).
+pub const MAX_IN_FLIGHT_BATCHES: usize = 256;
 
 /// The spool as one session sees it.
 #[derive(Debug)]
@@ -35,6 +39,8 @@ pub struct Delivery {
     epoch: u64,
     /// The highest sequence number put into a batch in this session.
     sent: u64,
+    /// The highest sequence number the hub acknowledged (or that was acknowledged at the start).
+    acked: u64,
     /// The last sequence number of each batch awaiting its ack, oldest first.
     in_flight: VecDeque<u64>,
     durable: watch::Receiver<u64>,
@@ -69,6 +75,7 @@ impl Delivery {
             spool,
             epoch,
             sent: acked,
+            acked,
             in_flight: VecDeque::new(),
         })
     }
@@ -80,10 +87,16 @@ impl Delivery {
 
     /// The next batch to send, if there is room in flight and something new in the spool.
     pub async fn next_batch(&mut self) -> Result<Option<AgentFrame>, SpoolError> {
-        if self.in_flight.len() >= MAX_IN_FLIGHT || *self.durable.borrow() <= self.sent {
+        // Sequence numbers rise by one, so the window holds `sent - acked` events.
+        let room = MAX_IN_FLIGHT_EVENTS.saturating_sub(self.sent.saturating_sub(self.acked));
+        if room == 0
+            || self.in_flight.len() >= MAX_IN_FLIGHT_BATCHES
+            || *self.durable.borrow() <= self.sent
+        {
             return Ok(None);
         }
-        let mut records = self.spool.pending(self.sent, BATCH_EVENTS).await?;
+        let most = usize::try_from(room).map_or(BATCH_EVENTS, |room| room.min(BATCH_EVENTS));
+        let mut records = self.spool.pending(self.sent, most).await?;
         let mut bytes = 0;
         let fits = records
             .iter()
@@ -121,6 +134,7 @@ impl Delivery {
         while self.in_flight.front().is_some_and(|&last| last <= seq) {
             self.in_flight.pop_front();
         }
+        self.acked = self.acked.max(seq.min(self.sent));
         self.spool.ack(epoch, seq).await
     }
 }
@@ -182,5 +196,93 @@ fn ban_to_wire(seq: u64, kind: EventKind, ban: BanEvent) -> pb::Event {
         }
         .into(),
         ..pb::Event::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use banhub_proto::rules::IpOrCidr;
+    use tempfile::TempDir;
+
+    use super::*;
+    use crate::spool::{BanDuration, JailName, Logs, SpoolConfig};
+
+    fn ban(i: u32) -> Event {
+        Event::Ban(BanEvent {
+            ip: IpOrCidr::parse(&format!("192.0.2.{}", i % 250 + 1)).expect("ip"),
+            jail: JailName::parse("sshd").expect("jail"),
+            hostname: "web-1".to_owned(),
+            failures: i,
+            logs: Logs::capped([format!("Failed login for root (event {i})")]),
+            ban_time: Some(1_790_000_000),
+            ban_duration: Some(BanDuration::Seconds(600)),
+            ban_count: Some(1),
+            received_at_ms: 1_790_000_000_000 + i64::from(i),
+            source: Source::Action,
+        })
+    }
+
+    fn batch_seqs(frame: &AgentFrame) -> Vec<u64> {
+        match &frame.body {
+            Some(agent_frame::Body::Events(batch)) => batch.events.iter().map(|e| e.seq).collect(),
+            other => panic!("not an event batch: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn small_batches_go_out_beyond_sixteen_while_the_window_has_room() {
+        let dir = TempDir::new().expect("tempdir");
+        let spool = Spool::open(dir.path(), SpoolConfig::default())
+            .await
+            .expect("open");
+        let mut delivery = Delivery::start(spool.clone(), 0).await.expect("start");
+        for i in 0..40u32 {
+            spool.append(ban(i)).await.expect("append");
+            let frame = delivery
+                .next_batch()
+                .await
+                .expect("read")
+                .expect("a batch while the window has room");
+            assert_eq!(batch_seqs(&frame), vec![u64::from(i) + 1]);
+        }
+        assert!(delivery.next_batch().await.expect("read").is_none());
+    }
+
+    #[tokio::test]
+    async fn the_window_holds_a_bounded_number_of_events_and_an_ack_reopens_it() {
+        let dir = TempDir::new().expect("tempdir");
+        let spool = Spool::open(dir.path(), SpoolConfig::default())
+            .await
+            .expect("open");
+        let total = u32::try_from(MAX_IN_FLIGHT_EVENTS).expect("fits") + 5;
+        let appends: Vec<_> = (0..total)
+            .map(|i| {
+                let spool = spool.clone();
+                tokio::spawn(async move { spool.append(ban(i)).await })
+            })
+            .collect();
+        for append in appends {
+            append.await.expect("task").expect("append");
+        }
+        let mut delivery = Delivery::start(spool.clone(), 0).await.expect("start");
+        let mut sent = Vec::new();
+        while let Some(frame) = delivery.next_batch().await.expect("read") {
+            sent.extend(batch_seqs(&frame));
+        }
+        let window: Vec<u64> = (1..=MAX_IN_FLIGHT_EVENTS).collect();
+        assert_eq!(sent, window, "the window is full, in order");
+
+        delivery
+            .on_ack(spool.epoch(), 1_000)
+            .await
+            .expect("ack the first batch");
+        let rest = delivery
+            .next_batch()
+            .await
+            .expect("read")
+            .expect("the ack made room");
+        let expected: Vec<u64> = (MAX_IN_FLIGHT_EVENTS + 1..=u64::from(total)).collect();
+        assert_eq!(batch_seqs(&rest), expected);
+        assert!(delivery.next_batch().await.expect("read").is_none());
     }
 }

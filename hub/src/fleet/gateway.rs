@@ -7,9 +7,15 @@
 //!
 //! Event batches are pipelined: one transaction per session commits at a time (in a task of its
 //! own), while the session goes on reading the agent's next frames and building their rows; what
-//! arrived meanwhile is stored by the next transaction, merged. Everything an agent sends is handled
-//! in its order: an ack goes out only after the commit that holds its events, acks go out in
-//! sequence order, and a frame read behind event batches is handled after their commit.
+//! arrived meanwhile is stored by the next transaction, merged. Under a sustained load (the last
+//! transaction held at least [`LINGER_FROM`] events) the next one waits up to [`LINGER`] for
+//! [`COALESCE_EVENTS`] to queue up: every transaction rewrites the index pages its rows land on
+//! (the address index's anywhere in the key range), so a few large transactions write far less
+//! than many small ones, and the CPU they leave is the relay's. A trickle is stored at once.
+//!
+//! Everything an agent sends is handled in its order: an ack goes out only after the commit that
+//! holds its events, acks go out in sequence order, and a frame read behind event batches is
+//! handled after their commit (it ends a linger).
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
@@ -40,12 +46,18 @@ const HELLO_DEADLINE: Duration = Duration::from_secs(10);
 const SEEN_WRITE_INTERVAL: Duration = Duration::from_secs(30);
 /// Servers per "last seen" statement.
 const SEEN_CHUNK: usize = 500;
-/// Most events stored in one transaction when an agent's batches queue up behind a commit (four
+/// Most events stored in one transaction when an agent's batches queue up behind a commit (eight
 /// batches of the agent's largest).
-const COALESCE_EVENTS: usize = 4_000;
+const COALESCE_EVENTS: usize = 8_000;
 /// Events read ahead of the transaction in flight at most; the session stops reading frames
-/// beyond (the agent keeps only a few batches unacknowledged anyway).
-const READ_AHEAD_EVENTS: usize = 4 * COALESCE_EVENTS;
+/// beyond (the agent keeps at most as many unacknowledged: `MAX_IN_FLIGHT_EVENTS`).
+const READ_AHEAD_EVENTS: usize = 2 * COALESCE_EVENTS;
+/// Events in a session's last transaction from which its next one lingers (see the module docs).
+/// Below, events arrive slower than the store takes them and are stored at once.
+const LINGER_FROM: usize = 1_000;
+/// How long the next transaction waits at most, from when the last one committed, for
+/// [`COALESCE_EVENTS`] to queue up. Bounds what lingering adds to an event's way to the store.
+const LINGER: Duration = Duration::from_millis(250);
 /// How long a stopping session waits for its transaction in flight, to acknowledge it.
 const STOP_COMMIT_WAIT: Duration = Duration::from_secs(2);
 
@@ -73,12 +85,32 @@ struct Pipeline {
     queue: VecDeque<Queued>,
     /// Events in `queue`.
     queued_events: usize,
+    /// Until when the next transaction may wait for more events: set when a transaction of at
+    /// least [`LINGER_FROM`] events commits, cleared when the next one starts.
+    linger_until: Option<Instant>,
 }
 
 impl Pipeline {
     /// Whether the session may read another frame now.
     fn reads(&self) -> bool {
         self.queued_events < READ_AHEAD_EVENTS
+    }
+
+    /// A transaction of `events` committed: the next one may linger if it was large.
+    fn on_commit(&mut self, events: usize) {
+        self.linger_until = (events >= LINGER_FROM).then(|| Instant::now() + LINGER);
+    }
+
+    /// Whether the `events` at the head of the queue wait for more: the last transaction was
+    /// large and committed less than [`LINGER`] ago, and these are fewer than [`COALESCE_EVENTS`]
+    /// with nothing queued behind them.
+    fn lingers(&self, events: usize) -> bool {
+        lingers(self.linger_until, Instant::now(), events, self.queue.len())
+    }
+
+    /// When a lingering transaction starts anyway; `None` while none lingers.
+    fn linger_ends(&self) -> Option<Instant> {
+        self.linger_until.filter(|_| self.in_flight.is_none())
     }
 
     /// The commit of the transaction in flight (never ready without one).
@@ -216,6 +248,20 @@ impl AgentGateway for Gateway {
     }
 }
 
+/// Whether, at `now`, the `events` at the head of a queue of `queued` frames wait for more, the
+/// last commit having allowed a wait `until` then.
+fn lingers(until: Option<Instant>, now: Instant, events: usize, queued: usize) -> bool {
+    until.is_some_and(|until| now < until) && events < COALESCE_EVENTS && queued == 1
+}
+
+/// Ready at `at`; never without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 fn gauge(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -294,6 +340,7 @@ impl SessionTask {
         let mut pending: HashMap<String, oneshot::Sender<CommandResult>> = HashMap::new();
         let mut pipeline = Pipeline::default();
         loop {
+            let linger_ends = pipeline.linger_ends();
             tokio::select! {
                 biased;
                 () = self.registration.stop.cancelled() => {
@@ -314,9 +361,17 @@ impl SessionTask {
                     let Some(flight) = pipeline.in_flight.take() else {
                         continue;
                     };
+                    pipeline.on_commit(flight.events);
                     if let Err(reason) = self.acknowledge(flight.epoch, flight.last_seq, flight.events, done).await {
                         return reason;
                     }
+                    if let Err(reason) = self.advance(&mut pipeline, &mut pending).await {
+                        return reason;
+                    }
+                }
+                () = sleep_until(linger_ends) => {
+                    // The wait is over: what is queued goes now, and nothing waits on the timer.
+                    pipeline.linger_until = None;
                     if let Err(reason) = self.advance(&mut pipeline, &mut pending).await {
                         return reason;
                     }
@@ -416,13 +471,34 @@ impl SessionTask {
 
     /// Handles what is queued, in order, until a transaction is in flight: frames are handled, the
     /// next batch starts its transaction in a task of its own (so the session reads on while it
-    /// commits). `Err` ends the session with the reason.
+    /// commits), unless it lingers (see [`Pipeline::lingers`]). `Err` ends the session with the
+    /// reason.
     async fn advance(
         &mut self,
         pipeline: &mut Pipeline,
         pending: &mut HashMap<String, oneshot::Sender<CommandResult>>,
     ) -> Result<(), String> {
+        self.advance_with(pipeline, pending, true).await
+    }
+
+    /// [`Self::advance`]; with `linger` false, a transaction never waits (the session is ending).
+    async fn advance_with(
+        &mut self,
+        pipeline: &mut Pipeline,
+        pending: &mut HashMap<String, oneshot::Sender<CommandResult>>,
+        linger: bool,
+    ) -> Result<(), String> {
         while pipeline.in_flight.is_none() {
+            let waits = match pipeline.queue.front() {
+                Some(Queued::Events { batch, .. }) => {
+                    let events = batch.len();
+                    linger && pipeline.lingers(events)
+                }
+                _ => false,
+            };
+            if waits {
+                break;
+            }
             match pipeline.queue.pop_front() {
                 None => break,
                 Some(Queued::Frame(body)) => self.on_frame(body, pending)?,
@@ -436,6 +512,7 @@ impl SessionTask {
                             .await?;
                         continue;
                     }
+                    pipeline.linger_until = None;
                     let service = self.fleet.events().clone();
                     let task = tokio::spawn(
                         async move { service.ingest_prepared(batch).await }.in_current_span(),
@@ -461,7 +538,7 @@ impl SessionTask {
         reason: String,
     ) -> String {
         loop {
-            if let Err(reason) = self.advance(&mut pipeline, pending).await {
+            if let Err(reason) = self.advance_with(&mut pipeline, pending, false).await {
                 return reason;
             }
             let Some(flight) = pipeline.in_flight.take() else {
@@ -563,5 +640,47 @@ pub(super) async fn write_seen(fleet: Fleet, shutdown: tokio_util::sync::Cancell
                 break;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn after_a_small_transaction_the_next_one_starts_at_once() {
+        let mut pipeline = Pipeline::default();
+        pipeline.on_commit(LINGER_FROM - 1);
+        assert_eq!(pipeline.linger_until, None);
+        assert!(!lingers(pipeline.linger_until, Instant::now(), 1, 1));
+        assert_eq!(pipeline.linger_ends(), None);
+    }
+
+    #[test]
+    fn after_a_large_transaction_a_small_batch_waits_until_the_linger_runs_out() {
+        let before = Instant::now();
+        let mut pipeline = Pipeline::default();
+        pipeline.on_commit(LINGER_FROM);
+        let until = pipeline
+            .linger_until
+            .expect("a large commit allows a linger");
+        assert!(until >= before + LINGER && until <= Instant::now() + LINGER);
+        assert_eq!(pipeline.linger_ends(), Some(until));
+        assert!(lingers(
+            Some(until),
+            until - Duration::from_millis(1),
+            500,
+            1
+        ));
+        assert!(!lingers(Some(until), until, 500, 1));
+    }
+
+    #[test]
+    fn a_full_batch_or_a_frame_behind_it_goes_at_once() {
+        let until = Some(Instant::now() + LINGER);
+        let now = Instant::now();
+        assert!(lingers(until, now, COALESCE_EVENTS - 1, 1));
+        assert!(!lingers(until, now, COALESCE_EVENTS, 1));
+        assert!(!lingers(until, now, 10, 2));
     }
 }
