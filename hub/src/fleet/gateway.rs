@@ -8,8 +8,9 @@
 //! Event batches are pipelined: one transaction per session commits at a time (in a task of its
 //! own), while the session goes on reading the agent's next frames and building their rows; what
 //! arrived meanwhile is stored by the next transaction, merged. Under a sustained load (the last
-//! transaction held at least [`LINGER_FROM`] events) the next one waits up to [`LINGER`] for
-//! [`COALESCE_EVENTS`] to queue up: every transaction rewrites the index pages its rows land on
+//! transaction held at least [`LINGER_MIN_EVENTS`] events, arrived at [`LINGER_MIN_RATE`] or more
+//! since the commit before) the next one waits up to [`LINGER`] for [`COALESCE_EVENTS`] to queue
+//! up: every transaction rewrites the index pages its rows land on
 //! (the address index's anywhere in the key range), so a few large transactions write far less
 //! than many small ones, and the CPU they leave is the relay's. A trickle is stored at once.
 //!
@@ -52,9 +53,14 @@ const COALESCE_EVENTS: usize = 8_000;
 /// Events read ahead of the transaction in flight at most; the session stops reading frames
 /// beyond (the agent keeps at most as many unacknowledged: `MAX_IN_FLIGHT_EVENTS`).
 const READ_AHEAD_EVENTS: usize = 2 * COALESCE_EVENTS;
-/// Events in a session's last transaction from which its next one lingers (see the module docs).
-/// Below, events arrive slower than the store takes them and are stored at once.
-const LINGER_FROM: usize = 1_000;
+/// Events a session's last transaction must hold for the next one to linger (see the module
+/// docs), so a short burst is not held back.
+const LINGER_MIN_EVENTS: usize = 100;
+/// Events per second, over a session's last transaction and the time since the commit before it,
+/// from which the next transaction lingers. The rate, not the size, decides: while the store
+/// keeps up, each transaction holds what arrived during the last commit, which is few when
+/// commits are quick, so small transactions would keep the next ones small.
+const LINGER_MIN_RATE: f64 = 2_000.0;
 /// How long the next transaction waits at most, from when the last one committed, for
 /// [`COALESCE_EVENTS`] to queue up. Bounds what lingering adds to an event's way to the store.
 const LINGER: Duration = Duration::from_millis(250);
@@ -85,9 +91,11 @@ struct Pipeline {
     queue: VecDeque<Queued>,
     /// Events in `queue`.
     queued_events: usize,
-    /// Until when the next transaction may wait for more events: set when a transaction of at
-    /// least [`LINGER_FROM`] events commits, cleared when the next one starts.
+    /// Until when the next transaction may wait for more events: set when a commit shows a
+    /// sustained load, cleared when the next transaction starts.
     linger_until: Option<Instant>,
+    /// When the last transaction committed.
+    last_commit: Option<Instant>,
 }
 
 impl Pipeline {
@@ -96,9 +104,14 @@ impl Pipeline {
         self.queued_events < READ_AHEAD_EVENTS
     }
 
-    /// A transaction of `events` committed: the next one may linger if it was large.
+    /// A transaction of `events` committed: the next one may linger if they came fast.
     fn on_commit(&mut self, events: usize) {
-        self.linger_until = (events >= LINGER_FROM).then(|| Instant::now() + LINGER);
+        let now = Instant::now();
+        let sustained = self
+            .last_commit
+            .is_some_and(|last| sustained(events, now.saturating_duration_since(last)));
+        self.linger_until = sustained.then(|| now + LINGER);
+        self.last_commit = Some(now);
     }
 
     /// Whether the `events` at the head of the queue wait for more: the last transaction was
@@ -246,6 +259,11 @@ impl AgentGateway for Gateway {
             ReceiverStream::new(out_rx).map(|frame| Ok(*frame)),
         )))
     }
+}
+
+/// Whether `events` stored in one transaction, `since` the commit before it, show a sustained load.
+fn sustained(events: usize, since: Duration) -> bool {
+    events >= LINGER_MIN_EVENTS && events as f64 >= LINGER_MIN_RATE * since.as_secs_f64()
 }
 
 /// Whether, at `now`, the `events` at the head of a queue of `queued` frames wait for more, the
@@ -648,22 +666,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn after_a_small_transaction_the_next_one_starts_at_once() {
+    fn a_trickle_or_a_short_burst_is_stored_at_once() {
         let mut pipeline = Pipeline::default();
-        pipeline.on_commit(LINGER_FROM - 1);
-        assert_eq!(pipeline.linger_until, None);
+        pipeline.on_commit(5_000);
+        assert_eq!(pipeline.linger_until, None, "the first commit has no rate");
+        pipeline.on_commit(LINGER_MIN_EVENTS - 1);
+        assert_eq!(pipeline.linger_until, None, "a short burst");
         assert!(!lingers(pipeline.linger_until, Instant::now(), 1, 1));
         assert_eq!(pipeline.linger_ends(), None);
+        // 150 events over a second is 150/s.
+        assert!(!sustained(150, Duration::from_secs(1)));
     }
 
     #[test]
-    fn after_a_large_transaction_a_small_batch_waits_until_the_linger_runs_out() {
-        let before = Instant::now();
+    fn a_sustained_load_lingers_whatever_the_size_of_the_last_transaction() {
+        // 300 events 50 ms after the commit before: 6,000/s.
+        assert!(sustained(300, Duration::from_millis(50)));
+        assert!(sustained(8_000, Duration::from_secs(2)));
+        assert!(!sustained(8_000, Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn after_a_sustained_commit_a_small_batch_waits_until_the_linger_runs_out() {
         let mut pipeline = Pipeline::default();
-        pipeline.on_commit(LINGER_FROM);
+        pipeline.on_commit(1_000);
+        let before = Instant::now();
+        pipeline.on_commit(1_000);
         let until = pipeline
             .linger_until
-            .expect("a large commit allows a linger");
+            .expect("1,000 events at once allow a linger");
         assert!(until >= before + LINGER && until <= Instant::now() + LINGER);
         assert_eq!(pipeline.linger_ends(), Some(until));
         assert!(lingers(
