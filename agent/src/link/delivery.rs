@@ -201,26 +201,11 @@ fn ban_to_wire(seq: u64, kind: EventKind, ban: BanEvent) -> pb::Event {
 
 #[cfg(test)]
 mod tests {
-    use banhub_proto::rules::IpOrCidr;
     use tempfile::TempDir;
 
     use super::*;
-    use crate::spool::{BanDuration, JailName, Logs, SpoolConfig};
-
-    fn ban(i: u32) -> Event {
-        Event::Ban(BanEvent {
-            ip: IpOrCidr::parse(&format!("192.0.2.{}", i % 250 + 1)).expect("ip"),
-            jail: JailName::parse("sshd").expect("jail"),
-            hostname: "web-1".to_owned(),
-            failures: i,
-            logs: Logs::capped([format!("Failed login for root (event {i})")]),
-            ban_time: Some(1_790_000_000),
-            ban_duration: Some(BanDuration::Seconds(600)),
-            ban_count: Some(1),
-            received_at_ms: 1_790_000_000_000 + i64::from(i),
-            source: Source::Action,
-        })
-    }
+    use crate::spool::SpoolConfig;
+    use crate::spool::testing::ban;
 
     fn batch_seqs(frame: &AgentFrame) -> Vec<u64> {
         match &frame.body {

@@ -400,4 +400,31 @@ pub fn default_dir(state_dir: &Path) -> PathBuf {
 }
 
 #[cfg(test)]
+pub(crate) mod testing {
+    //! Events for tests of the spool and of what reads it.
+
+    use banhub_proto::rules::IpOrCidr;
+
+    use super::{BanDuration, BanEvent, Event, JailName, Logs, Source};
+
+    /// A ban numbered `i` (in its failure count, log line and time).
+    pub(crate) fn ban(i: u32) -> Event {
+        Event::Ban(BanEvent {
+            ip: IpOrCidr::parse(&format!("192.0.2.{}", i % 250 + 1)).expect("ip"),
+            jail: JailName::parse("sshd").expect("jail"),
+            hostname: "web-1".to_owned(),
+            failures: i,
+            logs: Logs::capped([format!(
+                "2026-11-22 23:42:38 Failed login for root (event {i})"
+            )]),
+            ban_time: Some(1_790_000_000),
+            ban_duration: Some(BanDuration::Seconds(600)),
+            ban_count: Some(1),
+            received_at_ms: 1_790_000_000_000 + i64::from(i),
+            source: Source::Action,
+        })
+    }
+}
+
+#[cfg(test)]
 mod tests;

@@ -4,27 +4,10 @@ use std::collections::BTreeSet;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 
-use banhub_proto::rules::IpOrCidr;
 use tempfile::TempDir;
 
+use super::testing::ban;
 use super::*;
-
-fn ban(i: u32) -> Event {
-    Event::Ban(BanEvent {
-        ip: IpOrCidr::parse(&format!("192.0.2.{}", i % 250 + 1)).expect("ip"),
-        jail: JailName::parse("sshd").expect("jail"),
-        hostname: "web-1".to_owned(),
-        failures: i,
-        logs: Logs::capped([format!(
-            "2026-11-22 23:42:38 Failed login for root (event {i})"
-        )]),
-        ban_time: Some(1_790_000_000),
-        ban_duration: Some(BanDuration::Seconds(600)),
-        ban_count: Some(1),
-        received_at_ms: 1_790_000_000_000 + i64::from(i),
-        source: Source::Action,
-    })
-}
 
 fn failures(event: &Event) -> u32 {
     match event {
