@@ -115,12 +115,26 @@ pub(super) async fn run(link: &mut Link, shutdown: &CancellationToken) -> Sessio
     }
 }
 
+/// How often a session's opening asks fail2ban for its version, and how long it waits in between.
+const VERSION_ATTEMPTS: u32 = 3;
+const VERSION_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+
 type Opened = (mpsc::Sender<AgentFrame>, Streaming<HubFrame>, Welcome);
 
 async fn open(link: &Link) -> Result<Opened, SessionEnd> {
-    let fail2ban_version = commands::fail2ban_version(&link.commands)
-        .await
-        .unwrap_or_default();
+    // The hub shows the version the hello carries for the whole session, so a fail2ban that is
+    // still starting (or briefly busy) is asked again before the hello goes without it.
+    let mut fail2ban_version = None;
+    for attempt in 0..VERSION_ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(VERSION_RETRY).await;
+        }
+        fail2ban_version = commands::fail2ban_version(&link.commands).await;
+        if fail2ban_version.is_some() {
+            break;
+        }
+    }
+    let fail2ban_version = fail2ban_version.unwrap_or_default();
     let channel = link
         .endpoint
         .connect()
