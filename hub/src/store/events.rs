@@ -562,10 +562,7 @@ impl Rollups {
                     last: at,
                     last_jail: facts.jail.as_str().to_owned(),
                 };
-                self.ip_servers
-                    .entry((facts.ip, server))
-                    .and_modify(|a| a.add(&agg))
-                    .or_insert(agg);
+                self.add_address((facts.ip, server), agg);
             }
         }
         for ((grain, server, jail, bucket, kind), count) in counts {
@@ -581,14 +578,17 @@ impl Rollups {
     /// ingest transaction itself) and its ids.
     fn merge_addresses(&mut self, other: Rollups) {
         for (key, agg) in other.ip_servers {
-            match self.ip_servers.entry(key) {
-                std::collections::hash_map::Entry::Vacant(slot) => {
-                    slot.insert(agg);
-                }
-                std::collections::hash_map::Entry::Occupied(mut slot) => slot.get_mut().add(&agg),
-            }
+            self.add_address(key, agg);
         }
         self.upto = self.upto.max(other.upto);
+    }
+
+    /// Adds `agg` to the bans of an (address, server) pair.
+    fn add_address(&mut self, key: (IpOrCidr, ServerId), agg: IpAgg) {
+        self.ip_servers
+            .entry(key)
+            .and_modify(|a| a.add(&agg))
+            .or_insert(agg);
     }
 
     /// Takes everything out, leaving empty rollups that keep the highest event id (the pending
@@ -686,12 +686,7 @@ impl Rollups {
                 last,
                 last_jail,
             };
-            match rollups.ip_servers.entry((ip, server)) {
-                std::collections::hash_map::Entry::Vacant(slot) => {
-                    slot.insert(agg);
-                }
-                std::collections::hash_map::Entry::Occupied(mut slot) => slot.get_mut().add(&agg),
-            }
+            rollups.add_address((ip, server), agg);
         }
         Ok(rollups)
     }
