@@ -45,27 +45,31 @@ impl Logs {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let mut truncated = false;
-        let cleaned: Vec<String> = lines
-            .into_iter()
-            .filter_map(|line| {
-                let (line, cut) = clean(line.as_ref(), MAX_LOG_LINE_BYTES, |c| c == '\t');
-                truncated |= cut;
-                (!line.is_empty()).then_some(line)
-            })
-            .collect();
-        Self::newest(cleaned, truncated)
+        Self::cleaned(lines, |line| {
+            clean(line.as_ref(), MAX_LOG_LINE_BYTES, |c| c == '\t')
+        })
     }
 
     /// [`Logs::capped`] of lines already owned, as decoded from the agent's frames: a line that
     /// needs no cleaning (nearly all) is kept as it is rather than copied, and the vector too.
     pub fn capped_owned(lines: Vec<String>) -> Self {
-        let mut truncated = false;
         // `filter_map` over the vector's own iterator collects into the same allocation.
+        Self::cleaned(lines, |line| {
+            clean_owned(line, MAX_LOG_LINE_BYTES, |c| c == '\t')
+        })
+    }
+
+    /// Each of `lines` through `clean_line` (the line and whether it was cut), the empty ones
+    /// dropped, then capped by [`Logs::newest`].
+    fn cleaned<I: IntoIterator>(
+        lines: I,
+        mut clean_line: impl FnMut(I::Item) -> (String, bool),
+    ) -> Self {
+        let mut truncated = false;
         let cleaned: Vec<String> = lines
             .into_iter()
             .filter_map(|line| {
-                let (line, cut) = clean_owned(line, MAX_LOG_LINE_BYTES, |c| c == '\t');
+                let (line, cut) = clean_line(line);
                 truncated |= cut;
                 (!line.is_empty()).then_some(line)
             })
