@@ -207,6 +207,16 @@ mod tests {
     use crate::spool::SpoolConfig;
     use crate::spool::testing::ban;
 
+    /// An empty spool with the default configuration, in a directory that lives as long as the
+    /// returned guard.
+    async fn new_spool() -> (TempDir, Spool) {
+        let dir = TempDir::new().expect("tempdir");
+        let spool = Spool::open(dir.path(), SpoolConfig::default())
+            .await
+            .expect("open");
+        (dir, spool)
+    }
+
     fn batch_seqs(frame: &AgentFrame) -> Vec<u64> {
         match &frame.body {
             Some(agent_frame::Body::Events(batch)) => batch.events.iter().map(|e| e.seq).collect(),
@@ -216,10 +226,7 @@ mod tests {
 
     #[tokio::test]
     async fn small_batches_go_out_beyond_sixteen_while_the_window_has_room() {
-        let dir = TempDir::new().expect("tempdir");
-        let spool = Spool::open(dir.path(), SpoolConfig::default())
-            .await
-            .expect("open");
+        let (_dir, spool) = new_spool().await;
         let mut delivery = Delivery::start(spool.clone(), 0).await.expect("start");
         for i in 0..40u32 {
             spool.append(ban(i)).await.expect("append");
@@ -235,10 +242,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_window_holds_a_bounded_number_of_events_and_an_ack_reopens_it() {
-        let dir = TempDir::new().expect("tempdir");
-        let spool = Spool::open(dir.path(), SpoolConfig::default())
-            .await
-            .expect("open");
+        let (_dir, spool) = new_spool().await;
         let total = u32::try_from(MAX_IN_FLIGHT_EVENTS).expect("fits") + 5;
         let appends: Vec<_> = (0..total)
             .map(|i| {

@@ -211,7 +211,7 @@ pub fn evaluate<E: Borrow<StoredEvent>>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::time::Duration;
 
     use chrono::{DateTime, Utc};
@@ -221,7 +221,14 @@ mod tests {
     use crate::domain::events::{BanFacts, EventId, EventSource, IpOrCidr, JailName, Logs};
     use crate::settings::model::Spike;
 
-    fn ban(id: i64, server: ServerId, jail: &str, ip: &str, at_ms: i64) -> StoredEvent {
+    /// A direct ban of `ip` in `jail` on `server`, stored at `at_ms` (also the alert worker's tests').
+    pub(in crate::alerts) fn ban(
+        id: i64,
+        server: ServerId,
+        jail: &str,
+        ip: &str,
+        at_ms: i64,
+    ) -> StoredEvent {
         let at = DateTime::from_timestamp_millis(at_ms).expect("time");
         StoredEvent {
             id: EventId(id),

@@ -669,33 +669,17 @@ fn keep(heard: &mut Heard, event: Arc<StoredEvent>) {
 
 #[cfg(test)]
 mod tests {
-    use chrono::DateTime;
-
     use super::*;
     use crate::domain::ServerId;
-    use crate::domain::events::{BanFacts, EventBody, EventSource, IpOrCidr, JailName, Logs};
 
     fn event(id: i64) -> Arc<StoredEvent> {
-        let at = DateTime::from_timestamp_millis(1_700_000_000_000).expect("time");
-        Arc::new(StoredEvent {
-            id: EventId(id),
-            server_id: ServerId::new(),
-            agent_id: None,
-            position: None,
-            occurred_at: at,
-            stored_at: at,
-            source: EventSource::Direct,
-            body: EventBody::Ban(BanFacts {
-                ip: IpOrCidr::parse("192.0.2.7").expect("ip"),
-                jail: JailName::parse("sshd").expect("jail"),
-                hostname: String::new(),
-                failures: 3,
-                logs: Logs::default(),
-                ban_time: None,
-                ban_duration: None,
-                ban_count: None,
-            }),
-        })
+        Arc::new(matcher::tests::ban(
+            id,
+            ServerId::new(),
+            "sshd",
+            "192.0.2.7",
+            1_700_000_000_000,
+        ))
     }
 
     #[tokio::test]
