@@ -1,0 +1,157 @@
+//! A hub with enrolled fail2ban hosts, the fixture most end-to-end tests start from: one [`TestFleet`]
+//! is a hub process plus, per host name, a fail2ban sandbox and an agent enrolled for it and online.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::enrolled::EnrolledAgent;
+use crate::fail2ban::Fail2banSandbox;
+use crate::hub::{HubProcess, send_json};
+
+/// How long a host may take to come online.
+const ONLINE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// One fail2ban host of a [`TestFleet`]: its sandbox and its enrolled agent.
+#[derive(Debug)]
+pub struct TestHost {
+    pub name: String,
+    pub sandbox: Fail2banSandbox,
+    pub enrolled: EnrolledAgent,
+}
+
+impl TestHost {
+    /// The server id the hub gave this host.
+    pub fn id(&self) -> &str {
+        &self.enrolled.server_id
+    }
+}
+
+/// A hub and its hosts; everything stops when it is dropped.
+#[derive(Debug)]
+pub struct TestFleet {
+    pub hub: HubProcess,
+    pub hosts: Vec<TestHost>,
+}
+
+impl TestFleet {
+    /// A hub (heartbeats every 500 ms) with one host per name, each a sandbox with the jails
+    /// `testauth` and `dummyjail`, all online.
+    pub async fn start(names: &[&str]) -> anyhow::Result<Self> {
+        Self::start_with(names, &[]).await
+    }
+
+    /// Like [`TestFleet::start`], with `agent_env` added to every agent's environment.
+    pub async fn start_with(names: &[&str], agent_env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let hub = HubProcess::builder()
+            .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
+            .start()?;
+        let mut fleet = Self {
+            hub,
+            hosts: Vec::new(),
+        };
+        for name in names {
+            let sandbox = Fail2banSandbox::start(name)?;
+            fleet.add_host(name, sandbox, agent_env).await?;
+        }
+        Ok(fleet)
+    }
+
+    /// Registers `name` on the hub, enrolls an agent beside `sandbox` and waits until it is online.
+    pub async fn add_host(
+        &mut self,
+        name: &str,
+        sandbox: Fail2banSandbox,
+        agent_env: &[(&str, &str)],
+    ) -> anyhow::Result<&TestHost> {
+        let api = self.hub.http_url();
+        let client = self.hub.client();
+        let enrolled = EnrolledAgent::register(&client, &api, name, &sandbox, agent_env).await?;
+        enrolled
+            .wait_online(&client, &api, ONLINE_DEADLINE)
+            .await
+            .with_context(|| self.hub.logs())?;
+        self.hosts.push(TestHost {
+            name: (*name).to_owned(),
+            sandbox,
+            enrolled,
+        });
+        Ok(self.hosts.last().expect("just pushed"))
+    }
+
+    /// The host at `index`, in the order they were added.
+    pub fn host(&self, index: usize) -> &TestHost {
+        &self.hosts[index]
+    }
+
+    /// `GET path` as the bootstrap admin, addressed to `server` (the `X-BanDaemon-Server` header)
+    /// when given.
+    pub async fn get(&self, path: &str, server: Option<&str>) -> (StatusCode, Value) {
+        self.send(self.hub.client().get(self.hub.url(path)), server)
+            .await
+    }
+
+    /// `POST path` with a JSON body as the bootstrap admin, addressed like [`TestFleet::get`].
+    pub async fn post(
+        &self,
+        path: &str,
+        server: Option<&str>,
+        body: &Value,
+    ) -> (StatusCode, Value) {
+        self.send(
+            self.hub.client().post(self.hub.url(path)).json(body),
+            server,
+        )
+        .await
+    }
+
+    /// Sends `request` with the server header when `server` is given.
+    pub async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+        server: Option<&str>,
+    ) -> (StatusCode, Value) {
+        match server {
+            Some(id) => send_json(request.header("X-BanDaemon-Server", id)).await,
+            None => send_json(request).await,
+        }
+    }
+
+    /// The hub's and every agent's and fail2ban's logs, for a failure message.
+    pub fn logs(&self) -> String {
+        let mut out = self.hub.logs();
+        for host in &self.hosts {
+            out.push_str(&format!(
+                "\n--- host {} ---\n{}\n{}",
+                host.name,
+                host.enrolled.agent.logs(),
+                host.sandbox.logs()
+            ));
+        }
+        out
+    }
+}
+
+/// Every file under `dir` with its bytes, to show that a refused request changed nothing.
+pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                files.insert(path, bytes);
+            }
+        }
+    }
+    files
+}
