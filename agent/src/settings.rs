@@ -23,6 +23,55 @@ pub struct Settings {
     pub spool: SpoolSettings,
     pub reconcile: ReconcileSettings,
     pub log: LogSettings,
+    /// What the hub may configure on this host; only root's file and environment set it.
+    pub policy: PolicySettings,
+}
+
+/// The host policy: what fail2ban configuration the hub may write here. The defaults let the hub
+/// choose actions by name and tune jails, but never choose a command or a file outside the logs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolicySettings {
+    /// Directories log paths written by the hub may point under (absolute, no `..`).
+    pub log_prefixes: Vec<PathBuf>,
+    /// Command keys the hub may set: `false` none, `true` all (and values are no longer checked
+    /// for shell metacharacters), or a list of keys such as `["actionban", "ignorecommand"]`.
+    pub allow_commands: AllowCommands,
+    /// Empty: any action root put in `action.d`; otherwise only these action names.
+    pub actions: Vec<String>,
+}
+
+/// `policy.allow_commands`: every command key, or some by name.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum AllowCommands {
+    All(bool),
+    Keys(Vec<String>),
+}
+
+impl AllowCommands {
+    /// Whether the command key `key` (lower case) may be set.
+    pub fn allows(&self, key: &str) -> bool {
+        match self {
+            Self::All(all) => *all,
+            Self::Keys(keys) => keys.iter().any(|k| k.eq_ignore_ascii_case(key)),
+        }
+    }
+
+    /// Whether every command key may be set.
+    pub fn all(&self) -> bool {
+        matches!(self, Self::All(true))
+    }
+}
+
+impl Default for PolicySettings {
+    fn default() -> Self {
+        Self {
+            log_prefixes: vec![PathBuf::from("/var/log")],
+            allow_commands: AllowCommands::All(false),
+            actions: Vec::new(),
+        }
+    }
 }
 
 /// Reconciliation of fail2ban's ban list with what the agent reported.
@@ -113,6 +162,7 @@ impl Default for Settings {
             spool: SpoolSettings::default(),
             reconcile: ReconcileSettings::default(),
             log: LogSettings::default(),
+            policy: PolicySettings::default(),
         }
     }
 }
@@ -296,6 +346,7 @@ impl Settings {
             100,
             600_000,
         )?;
+        self.policy.validate()?;
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.filter) {
             return invalid(
                 "log.filter",
@@ -308,6 +359,49 @@ impl Settings {
     /// The fail2ban socket timeout as a [`Duration`].
     pub fn fail2ban_timeout(&self) -> Duration {
         Duration::from_millis(self.fail2ban.timeout_ms)
+    }
+}
+
+impl PolicySettings {
+    fn validate(&self) -> Result<(), SettingsError> {
+        for prefix in &self.log_prefixes {
+            let dotdot = prefix
+                .components()
+                .any(|c| c == std::path::Component::ParentDir);
+            if !prefix.is_absolute() || dotdot || prefix.to_str().is_none() {
+                return Err(SettingsError::Invalid {
+                    field: "policy.log_prefixes",
+                    reason: format!(
+                        "{} is not an absolute path without `..`; write e.g. \"/var/log\"",
+                        prefix.display()
+                    ),
+                });
+            }
+        }
+        for name in &self.actions {
+            if banhub_proto::rules::check_name(name).is_err() {
+                return Err(SettingsError::Invalid {
+                    field: "policy.actions",
+                    reason: format!(
+                        "{name:?} is not an action name; list names of files in action.d \
+                         without their extension, e.g. \"iptables-multiport\""
+                    ),
+                });
+            }
+        }
+        if let AllowCommands::Keys(keys) = &self.allow_commands
+            && let Some(bad) = keys
+                .iter()
+                .find(|k| k.is_empty() || k.contains(char::is_whitespace))
+        {
+            return Err(SettingsError::Invalid {
+                field: "policy.allow_commands",
+                reason: format!(
+                    "{bad:?} is not a key; write true, false or keys such as [\"actionban\"]"
+                ),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -414,6 +508,52 @@ mod tests {
             assert!(err.to_string().contains("statedir"), "{err}");
             Ok(())
         });
+    }
+
+    #[test]
+    fn the_policy_comes_from_the_file_and_the_environment() {
+        Jail::expect_with(|jail| {
+            let strict = Settings::load(None, Figment::new()).expect("defaults");
+            assert_eq!(strict.policy, PolicySettings::default());
+            assert!(!strict.policy.allow_commands.allows("actionban"));
+            jail.create_file(
+                "agent.toml",
+                "[policy]\nallow_commands = [\"actionban\"]\nactions = [\"dummy\"]\n",
+            )?;
+            jail.set_env("BANHUB_AGENT_POLICY__LOG_PREFIXES", "[/var/log,/srv/logs]");
+            let settings =
+                Settings::load(Some(Path::new("agent.toml")), Figment::new()).expect("valid");
+            assert!(settings.policy.allow_commands.allows("actionban"));
+            assert!(!settings.policy.allow_commands.allows("actionstart"));
+            assert_eq!(settings.policy.actions, ["dummy"]);
+            assert_eq!(
+                settings.policy.log_prefixes,
+                [PathBuf::from("/var/log"), PathBuf::from("/srv/logs")]
+            );
+            jail.set_env("BANHUB_AGENT_POLICY__ALLOW_COMMANDS", "true");
+            let all = Settings::load(None, Figment::new()).expect("valid");
+            assert!(all.policy.allow_commands.all());
+            Ok(())
+        });
+        fn refused(key: &str, value: &str, field: &str) {
+            Jail::expect_with(|jail| {
+                jail.set_env(key, value);
+                let err = Settings::load(None, Figment::new()).expect_err("refused");
+                assert!(err.to_string().contains(field), "{value}: {err}");
+                Ok(())
+            });
+        }
+        refused(
+            "BANHUB_AGENT_POLICY__LOG_PREFIXES",
+            "[var/log]",
+            "policy.log_prefixes",
+        );
+        refused(
+            "BANHUB_AGENT_POLICY__LOG_PREFIXES",
+            "[/var/log/..]",
+            "policy.log_prefixes",
+        );
+        refused("BANHUB_AGENT_POLICY__ACTIONS", "[../x]", "policy.actions");
     }
 
     #[test]

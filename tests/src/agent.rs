@@ -245,8 +245,18 @@ fn agent_command(binary: &Path, cwd: &Path) -> Command {
     command
         .env("RUST_BACKTRACE", "1")
         .env("BANHUB_AGENT_RELAY__LISTEN", "127.0.0.1:0")
+        .env(POLICY_LOG_PREFIXES, sandbox_log_prefixes())
         .current_dir(cwd);
     command
+}
+
+/// The variable of the host policy's allowed log directories.
+pub const POLICY_LOG_PREFIXES: &str = "BANHUB_AGENT_POLICY__LOG_PREFIXES";
+
+/// The host policy's log directories for test agents: `/var/log` and the temporary directory
+/// that holds the fail2ban sandboxes' logs (a test may set [`POLICY_LOG_PREFIXES`] itself).
+pub fn sandbox_log_prefixes() -> String {
+    format!("[/var/log,{}]", std::env::temp_dir().display())
 }
 
 /// The address of a running agent's callback relay, from `relay.json` in its state directory.

@@ -258,12 +258,14 @@ struct Setup {
 fn setup(name: &str) -> Setup {
     let sandbox = Fail2banSandbox::start(name).expect("sandbox");
     let backups = tempfile::tempdir().expect("backup dir");
-    let settings = EditorSettings::new(
+    let mut settings = EditorSettings::new(
         sandbox.conf_dir(),
         sandbox.socket_path(),
         client_path(),
         backups.path(),
     );
+    // The host policy allows log paths under /var/log only; the sandbox's logs are elsewhere.
+    settings.policy.log_prefixes.push(std::env::temp_dir());
     let editor = ConfigEditor::new(settings).expect("editor");
     Setup {
         sandbox,

@@ -26,6 +26,7 @@ use super::files::{self, EditableFile};
 use super::filter_test::{self, FilterSource, FilterTestError, FilterTestReport};
 use super::ini;
 use super::names::{FilterName, JailName};
+use super::policy::{self, Policy, Written};
 use super::reader::{ConfigReader, EffectiveConfig};
 use super::staging::{
     Backup, Change, backup_dir_of, build_shadow, commit, io_err, list_backups, remove_leftovers,
@@ -34,6 +35,7 @@ use super::staging::{
 use super::tools::{self, Fail2banTools, ToolError};
 use super::version::Version;
 use crate::fail2ban::{Fail2banError, Fail2banSocket};
+use crate::settings::PolicySettings;
 
 mod agent_files;
 pub use agent_files::{AgentEdit, AgentEditReport, AgentWrite};
@@ -64,6 +66,8 @@ pub struct EditorSettings {
     pub max_file_bytes: usize,
     pub socket_timeout: Duration,
     pub lock_timeout: Duration,
+    /// What hub writes may introduce ([`policy`](super::policy)); strict by default.
+    pub policy: PolicySettings,
 }
 
 impl EditorSettings {
@@ -83,6 +87,7 @@ impl EditorSettings {
             max_file_bytes: content::DEFAULT_MAX_FILE_BYTES,
             socket_timeout: DEFAULT_SOCKET_TIMEOUT,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            policy: PolicySettings::default(),
         }
     }
 
@@ -96,6 +101,7 @@ impl EditorSettings {
             settings.state_dir.join(BACKUP_SUBDIR),
         );
         editor.socket_timeout = settings.fail2ban_timeout();
+        editor.policy = settings.policy.clone();
         editor
     }
 }
@@ -148,6 +154,16 @@ pub enum EditError {
         name: String,
         #[source]
         source: NameError,
+    },
+    #[error(
+        "the host policy refuses {key}: {reason}; nothing was changed. Only the host's \
+         administrator can allow it, with {widen} in the agent's own configuration"
+    )]
+    Policy {
+        key: String,
+        reason: String,
+        /// What root can set in the agent's configuration to allow it.
+        widen: String,
     },
     #[error("jail {0} is not defined in fail2ban's configuration")]
     UnknownJail(JailName),
@@ -678,6 +694,7 @@ impl ConfigEditor {
             );
             blocking(move || build_shadow(&dir, &parent, &entries)).await?
         };
+        self.check_policy(shadow.path(), &changes).await?;
         let NewConfig {
             enabled: enabled_after,
             defined: defined_after,
@@ -794,6 +811,49 @@ impl ConfigEditor {
             "fail2ban config edited"
         );
         Ok(report)
+    }
+
+    /// The host policy on what `changes` introduce, with the shadow as the new configuration.
+    async fn check_policy(&self, shadow: &Path, changes: &[Change]) -> Result<(), EditError> {
+        let settings = self.inner.settings.policy.clone();
+        let (dir, shadow, changes) = (
+            self.inner.settings.config_dir.clone(),
+            shadow.to_owned(),
+            changes.to_vec(),
+        );
+        blocking(move || {
+            let live = ConfigReader::new(&dir).load()?;
+            let new = ConfigReader::new(&shadow).load()?;
+            let texts: Vec<(&EditableFile, Option<String>, String)> = changes
+                .iter()
+                .map(|c| (&c.file, text_of(&c.old), text_of(&c.new).unwrap_or_default()))
+                .collect();
+            let written: Vec<Written<'_>> = texts
+                .iter()
+                .filter_map(|(file, old, new)| match file {
+                    EditableFile::JailOverride(_) | EditableFile::Defaults => Some(Written::Jails {
+                        old: old.as_deref(),
+                        new,
+                    }),
+                    EditableFile::FilterLocal(_) => Some(Written::Filter {
+                        old: old.as_deref(),
+                        new,
+                    }),
+                    EditableFile::Agent(_) => None,
+                })
+                .collect();
+            Policy::new(&settings, policy::available_actions(&dir))
+                .check(&written, &live, &new)
+                .map_err(|refusal| {
+                    tracing::warn!(key = %refusal.key, reason = %refusal.reason, "the host policy refused a config edit");
+                    EditError::Policy {
+                        key: refusal.key,
+                        reason: refusal.reason,
+                        widen: refusal.widen,
+                    }
+                })
+        })
+        .await
     }
 
     /// `fail2ban-client -t` on the shadow, then what `-t` does not check: option values it
@@ -924,6 +984,13 @@ impl ConfigEditor {
             },
         }
     }
+}
+
+/// A file's bytes as text (`None`: absent; bytes that are not UTF-8 read as nothing).
+fn text_of(bytes: &Option<Vec<u8>>) -> Option<String> {
+    bytes
+        .as_ref()
+        .map(|b| String::from_utf8(b.clone()).unwrap_or_default())
 }
 
 fn reader_dir(reader: &ConfigReader) -> PathBuf {

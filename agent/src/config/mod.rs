@@ -13,6 +13,7 @@ pub mod files;
 pub mod filter_test;
 pub mod ini;
 pub mod names;
+pub mod policy;
 pub mod reader;
 mod staging;
 pub mod tools;

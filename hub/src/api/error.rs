@@ -148,6 +148,11 @@ impl ApiError {
                         "not_found_on_host",
                         "No such jail or filter on the host",
                     ),
+                    K::PolicyRefused => (
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "host_policy",
+                        "The host's policy refuses this change",
+                    ),
                     K::Internal => (StatusCode::BAD_GATEWAY, "agent_error", "The agent failed"),
                 },
                 FleetError::Protocol(_) => {

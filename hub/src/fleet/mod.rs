@@ -86,6 +86,8 @@ pub enum AgentErrorKind {
     ValidationFailed,
     /// No such jail or filter on the host.
     NotFound,
+    /// The host's own policy refuses the change; nothing changed.
+    PolicyRefused,
 }
 
 /// Why a fleet operation failed.
@@ -523,6 +525,7 @@ fn error_kind(code: ErrorCode) -> AgentErrorKind {
         ErrorCode::Conflict => AgentErrorKind::Conflict,
         ErrorCode::ValidationFailed => AgentErrorKind::ValidationFailed,
         ErrorCode::NotFound => AgentErrorKind::NotFound,
+        ErrorCode::PolicyRefused => AgentErrorKind::PolicyRefused,
         ErrorCode::Unspecified | ErrorCode::Internal => AgentErrorKind::Internal,
     }
 }

@@ -109,6 +109,7 @@ impl From<EditError> for Failure {
             | EditError::ContradictoryJail(_)
             | EditError::NothingToDo => Self::invalid(e.to_string()),
             EditError::UnknownJail(_) => Self::not_found(e.to_string()),
+            EditError::Policy { .. } => Self::new(ErrorCode::PolicyRefused, e.to_string()),
             EditError::Unavailable(_) => Self::new(ErrorCode::Fail2banUnavailable, e.to_string()),
             EditError::Invalid { messages } => Self::new(
                 ErrorCode::ValidationFailed,
