@@ -150,11 +150,14 @@ impl<'a> Policy<'a> {
         if ignore != before("ignorecommand").unwrap_or_default() {
             self.command("ignorecommand", &ignore, &format!("jail {jail}"))?;
         }
-        let backend = after("backend").unwrap_or_default();
+        // A journal jail reads no files; leaving the journal starts reading its log paths.
+        let journal = |backend: Option<String>| {
+            backend.is_some_and(|b| b.trim_start().starts_with("systemd"))
+        };
         let logpath = after("logpath").unwrap_or_default();
-        let changed = logpath != before("logpath").unwrap_or_default()
-            || backend != before("backend").unwrap_or_default();
-        if changed && !backend.trim_start().starts_with("systemd") {
+        let reads_files_now = !journal(after("backend")) && journal(before("backend"));
+        let changed = logpath != before("logpath").unwrap_or_default() || reads_files_now;
+        if changed && !journal(after("backend")) {
             self.logpath(&logpath)?;
         }
         Ok(())

@@ -267,6 +267,8 @@ fn writes_are_checked_on_what_they_introduce() {
             "[web]\nbackend = systemd\njournalmatch = _SYSTEMD_UNIT=web.service\n",
             Ok(()),
         ),
+        // Root's log path stays root's when the hub changes how the jail reads it.
+        ("web.local", "[web]\nbackend = polling\n", Ok(())),
         (
             "web.local",
             "[web]\naction = dummy[actionban=\"touch /tmp/x\"]\n",
@@ -311,6 +313,17 @@ fn unchanged_lines_of_an_existing_override_are_not_checked_again() {
     );
     assert_eq!(
         dir.check(&d, "web.local", "[web]\nlogpath = /opt/web/third.log\n"),
+        Err("logpath".to_owned())
+    );
+}
+
+#[test]
+fn leaving_the_journal_checks_the_log_paths_it_starts_reading() {
+    let d = PolicySettings::default();
+    let dir = Dir::new("[web]\nenabled = true\nbackend = systemd\nlogpath = /opt/web/access.log\n");
+    assert_eq!(dir.check(&d, "web.local", "[web]\nmaxretry = 2\n"), Ok(()));
+    assert_eq!(
+        dir.check(&d, "web.local", "[web]\nbackend = polling\n"),
         Err("logpath".to_owned())
     );
 }
