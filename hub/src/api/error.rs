@@ -298,3 +298,44 @@ impl<T: Serialize> IntoResponse for ApiJson<T> {
         axum::Json(self.0).into_response()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The problem an agent's refusal of `kind` becomes: status, code and type.
+    fn check(kind: AgentErrorKind, status: StatusCode, code: &str) {
+        let error = ApiError::Fleet(FleetError::Agent {
+            kind,
+            message: "the host policy refuses actionban: …".to_owned(),
+            details: Vec::new(),
+            current_version: None,
+        });
+        let (got_status, got_code, _) = error.parts();
+        assert_eq!((got_status, got_code), (status, code), "{kind:?}");
+        let response = error.into_response();
+        assert_eq!(
+            response.headers()[header::CONTENT_TYPE],
+            "application/problem+json"
+        );
+    }
+
+    #[test]
+    fn agent_refusals_map_to_problems() {
+        check(
+            AgentErrorKind::PolicyRefused,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "host_policy",
+        );
+        check(
+            AgentErrorKind::ValidationFailed,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "config_invalid",
+        );
+        check(
+            AgentErrorKind::Conflict,
+            StatusCode::CONFLICT,
+            "config_conflict",
+        );
+    }
+}
