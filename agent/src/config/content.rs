@@ -2,9 +2,8 @@
 //! sees it: a size cap, no NUL, a file Python's parser accepts, and nothing that makes
 //! fail2ban read files outside its config directory.
 //!
-//! These checks are defence in depth, not a sandbox: whoever may edit jails can make fail2ban
-//! run commands as root (an action's parameters are commands), so editing must stay an admin
-//! right at the hub.
+//! These checks are about the file's shape; what its options may introduce (commands, log
+//! paths) is the host policy's business (`config::policy`).
 
 use banhub_proto::rules::check_name;
 

@@ -464,7 +464,7 @@ fn parse_params(text: &str) -> Result<Vec<(String, String)>, String> {
 
 /// The first thing in `value` a shell would give a meaning to, if any. fail2ban's own tags
 /// (`<known/chain>`) are fine, except those that carry text from a log line (`<F-USER>`,
-/// `<matches>`).
+/// `<matches>`) or a command (`<actionban>`), and the action's internal ones (`<_x>`).
 fn unsafe_char(value: &str, spaces: bool) -> Option<String> {
     let mut rest = value;
     while let Some(c) = rest.chars().next() {
@@ -472,12 +472,16 @@ fn unsafe_char(value: &str, spaces: bool) -> Option<String> {
             && let Some(end) = rest.find('>')
         {
             let tag = &rest[1..end];
-            let plain = !tag.is_empty()
+            let plain = tag
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphanumeric())
                 && tag
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '/' | '.'));
-            let from_log = tag.starts_with("F-") || tag.to_ascii_lowercase().ends_with("matches");
-            if plain && !from_log {
+            let last = tag.rsplit('/').next().unwrap_or(tag);
+            let from_log = last.starts_with("F-") || last.to_ascii_lowercase().ends_with("matches");
+            if plain && !from_log && !is_command_key(last) {
                 rest = &rest[end + 1..];
                 continue;
             }
