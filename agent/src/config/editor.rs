@@ -157,12 +157,12 @@ pub enum EditError {
     },
     #[error(
         "the host policy refuses {key}: {reason}; nothing was changed. Only the host's \
-         administrator can allow it, with {widen} in the agent's own configuration"
+         administrator can allow it: {widen}"
     )]
     Policy {
         key: String,
         reason: String,
-        /// What root can set in the agent's configuration to allow it.
+        /// What root can do on the host to allow it.
         widen: String,
     },
     #[error("jail {0} is not defined in fail2ban's configuration")]

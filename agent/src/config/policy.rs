@@ -50,7 +50,7 @@ pub struct Refusal {
     /// The key at fault (`actionban`, `logpath`, `port`, …).
     pub key: String,
     pub reason: String,
-    /// What root can change in the agent's configuration to allow it.
+    /// What root can do on the host to allow it (the hub cannot).
     pub widen: String,
 }
 
@@ -198,7 +198,7 @@ impl<'a> Policy<'a> {
                         "action {name:?} is not a file root put in action.d ({name}.conf or \
                          {name}.local)"
                     ),
-                    "an action file in action.d",
+                    "put the action's file in action.d",
                 ));
             }
             if !self.settings.actions.is_empty() && !self.settings.actions.iter().any(|a| a == name)
@@ -206,14 +206,14 @@ impl<'a> Policy<'a> {
                 return Err(Refusal::new(
                     key,
                     format!("action {name:?} is not among the actions the host allows"),
-                    "policy.actions",
+                    &format!("add {name:?} to policy.actions in the agent's configuration"),
                 ));
             }
             let params = parse_params(params).map_err(|reason| {
                 Refusal::new(
                     key,
                     format!("the parameters of action {name} cannot be read: {reason}"),
-                    "a plain parameter list, like name[port=\"ssh\", protocol=\"tcp\"]",
+                    "none; write the parameters as name[port=\"ssh\", protocol=\"tcp\"]",
                 )
             })?;
             for (param, value) in params {
@@ -240,7 +240,10 @@ impl<'a> Policy<'a> {
             format!(
                 "{key} of {place} is a command, and the hub may not choose commands on this host"
             ),
-            &format!("policy.allow_commands (true, or a list naming \"{key}\")"),
+            &format!(
+                "set policy.allow_commands (true, or a list naming \"{key}\") in the agent's \
+                 configuration"
+            ),
         ))
     }
 
@@ -257,7 +260,7 @@ impl<'a> Policy<'a> {
                     "its value {value:?} holds {what}, which fail2ban would pass to a shell \
                      unescaped"
                 ),
-                "policy.allow_commands = true",
+                "set policy.allow_commands = true in the agent's configuration",
             )),
         }
     }
@@ -294,7 +297,7 @@ impl<'a> Policy<'a> {
                         path.display(),
                         prefixes.join(", ")
                     ),
-                    "policy.log_prefixes",
+                    "add a directory to policy.log_prefixes in the agent's configuration",
                 ));
             }
         }
