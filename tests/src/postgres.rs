@@ -172,6 +172,17 @@ impl PostgresServer {
         Ok(())
     }
 
+    /// Starts a server that [`PostgresServer::stop`] stopped, on the same port and with the same
+    /// data, and waits until it accepts connections; does nothing when it runs.
+    pub fn start_again(&mut self) -> anyhow::Result<()> {
+        if self.running {
+            return Ok(());
+        }
+        self.pg_ctl_start()?;
+        self.running = true;
+        self.wait_accepting()
+    }
+
     fn data_dir(&self) -> PathBuf {
         self.dir().join("data")
     }
