@@ -315,6 +315,8 @@ fn postgres_unavailable(code: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use sea_orm::TransactionTrait as _;
+
     use super::*;
 
     #[test]
@@ -370,6 +372,49 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         assert!(health.keeps(Duration::from_millis(5)), "opened after");
         assert!(!health.keeps(Duration::from_millis(100)), "opened before");
+    }
+
+    async fn user_version(db: &DatabaseConnection) -> i64 {
+        db.query_one_raw(Statement::from_string(
+            DbBackend::Sqlite,
+            "PRAGMA user_version",
+        ))
+        .await
+        .expect("pragma")
+        .expect("a row")
+        .try_get_by_index(0)
+        .expect("an integer")
+    }
+
+    /// What a commit failing with an I/O error leaves behind (SQLite ended the transaction, sqlx
+    /// still counts it, and the next failed transaction stays open in SQLite), reproduced without
+    /// an I/O error: a write on the writer afterwards is committed for real, and the store knows
+    /// a write failed.
+    #[tokio::test]
+    async fn a_connection_left_inside_a_failed_transaction_is_not_reused() {
+        let dir = tempfile::TempDir::new().expect("tempdir");
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("hub.db").display());
+        let store = Store::connect(&url, 2).await.expect("connect");
+        let txn = store.writer.begin().await.expect("begin");
+        txn.execute_unprepared("ROLLBACK")
+            .await
+            .expect("SQLite ends it");
+        drop(txn);
+        let txn = store.writer.begin().await.expect("begin");
+        txn.execute_unprepared("INSERT INTO no_such_table VALUES (1)")
+            .await
+            .expect_err("a failing statement");
+        drop(txn);
+        let txn = store.writer.begin().await.expect("begin");
+        txn.execute_unprepared("PRAGMA user_version = 7")
+            .await
+            .expect("write");
+        txn.commit().await.expect("commit");
+
+        assert_eq!(user_version(&store.db).await, 7, "the commit committed");
+        assert!(store.health.failing());
+        store.writable().await.expect("the database takes writes");
+        assert!(!store.health.failing());
     }
 
     #[test]
