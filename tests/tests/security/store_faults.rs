@@ -75,7 +75,8 @@ async fn scenario(fleet: &mut TestFleet, fault: &mut dyn StoreFault) {
     let relay_key = relay_secret(&state_dir).expect("relay secret");
     assert_eq!(readyz(fleet).await, StatusCode::OK, "{}", fleet.logs());
 
-    // Both kinds of callback arrive at a steady pace across the fault's start and end.
+    // Both kinds of callback arrive at a steady pace before, during and after the fault, until the
+    // hub is ready again.
     let stop = Arc::new(AtomicBool::new(false));
     let client = senders::client();
     let direct = {
@@ -114,16 +115,28 @@ async fn scenario(fleet: &mut TestFleet, fault: &mut dyn StoreFault) {
     })
     .await;
     tokio::time::sleep(FAULT_HELD.saturating_sub(engaged.elapsed())).await;
-    stop.store(true, Ordering::SeqCst);
     fault.release().unwrap_or_else(|e| panic!("{e:#}"));
-    let direct = direct.await.expect("direct callbacks");
-    let agent = agent.await.expect("agent callbacks");
     noticed.unwrap_or_else(|e| {
         panic!(
             "{e}: it said ready while the database could not be written\n{}",
             fleet.logs()
         )
     });
+
+    // The hub heals by itself: ready again, settings can be saved, the agent is online.
+    wait_until_async(DEADLINE, "/readyz to say ready again", || async {
+        readyz(fleet).await == StatusCode::OK
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
+    stop.store(true, Ordering::SeqCst);
+    let direct = direct.await.expect("direct callbacks");
+    let agent = agent.await.expect("agent callbacks");
+    let (status, saved) = save_settings(fleet).await;
+    assert_eq!(status, StatusCode::OK, "{saved}\n{}", fleet.logs());
+    wait_server_online(&fleet.hub.client(), &hub_url, &agent_server, DEADLINE)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
 
     // A direct callback the hub could not store was refused so that its sender retries.
     let refused: Vec<&(String, DirectAnswer)> = direct
@@ -152,18 +165,6 @@ async fn scenario(fleet: &mut TestFleet, fault: &mut dyn StoreFault) {
             "{ip}: {answer:?}"
         );
     }
-
-    // The hub heals by itself: ready, settings can be saved, the agent is online.
-    wait_until_async(DEADLINE, "/readyz to say ready again", || async {
-        readyz(fleet).await == StatusCode::OK
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
-    let (status, saved) = save_settings(fleet).await;
-    assert_eq!(status, StatusCode::OK, "{saved}\n{}", fleet.logs());
-    wait_server_online(&fleet.hub.client(), &hub_url, &agent_server, DEADLINE)
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
 
     // Sent again, as a sender would, each refused callback is accepted.
     let mut acknowledged: BTreeMap<String, i64> = direct
