@@ -206,11 +206,12 @@ async fn scenario(fleet: &mut TestFleet, fault: &mut dyn StoreFault) {
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
-    assert_once(
-        &stored(fleet, &agent_server).await,
-        relayed.into_iter(),
-        "agent",
-    );
+    let stored_agent = stored(fleet, &agent_server).await;
+    assert_once(&stored_agent, relayed.into_iter(), "agent");
+
+    // The counts stored with the events agree with the events.
+    assert_counted(fleet, &direct_server, stored_direct.len()).await;
+    assert_counted(fleet, &agent_server, stored_agent.len()).await;
 
     eprintln!(
         "direct callbacks: {} sent, {} refused during the fault and accepted when sent again; \
@@ -282,6 +283,19 @@ async fn stored(fleet: &TestFleet, server: &str) -> BTreeMap<String, Vec<i64>> {
             None => return by_ip,
         }
     }
+}
+
+/// `server`'s ban count of the last day is `bans`.
+async fn assert_counted(fleet: &TestFleet, server: &str, bans: usize) {
+    let (status, stats) = fleet
+        .get(&format!("/api/events/bans/stats?serverId={server}"), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
+    assert_eq!(
+        stats["totals"]["bans"].as_u64(),
+        u64::try_from(bans).ok(),
+        "{stats}"
+    );
 }
 
 /// Every address of `acknowledged` is stored exactly once, and no address twice.
