@@ -450,6 +450,22 @@ mod tests {
     }
 
     #[test]
+    fn a_stopped_server_starts_again_on_its_port_with_its_data() {
+        let mut server = PostgresServer::start().expect("postgres");
+        server.create_database("kept_db").expect("createdb");
+        let port = server.port();
+        server.stop().expect("stop");
+        assert!(TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err());
+        server.start_again().expect("start again");
+        assert_eq!(server.port(), port);
+        assert!(TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_ok());
+        assert!(
+            server.create_database("kept_db").is_err(),
+            "the database is still there"
+        );
+    }
+
+    #[test]
     fn two_servers_run_side_by_side() {
         let a = PostgresServer::start().expect("first");
         let b = PostgresServer::start().expect("second");
