@@ -172,6 +172,17 @@ impl PostgresServer {
         Ok(())
     }
 
+    /// Starts a server that [`PostgresServer::stop`] stopped, on the same port and with the same
+    /// data, and waits until it accepts connections; does nothing when it runs.
+    pub fn start_again(&mut self) -> anyhow::Result<()> {
+        if self.running {
+            return Ok(());
+        }
+        self.pg_ctl_start()?;
+        self.running = true;
+        self.wait_accepting()
+    }
+
     fn data_dir(&self) -> PathBuf {
         self.dir().join("data")
     }
@@ -436,6 +447,22 @@ mod tests {
         drop(server);
         assert!(!dir.exists(), "{} was not removed", dir.display());
         assert!(TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err());
+    }
+
+    #[test]
+    fn a_stopped_server_starts_again_on_its_port_with_its_data() {
+        let mut server = PostgresServer::start().expect("postgres");
+        server.create_database("kept_db").expect("createdb");
+        let port = server.port();
+        server.stop().expect("stop");
+        assert!(TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err());
+        server.start_again().expect("start again");
+        assert_eq!(server.port(), port);
+        assert!(TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_ok());
+        assert!(
+            server.create_database("kept_db").is_err(),
+            "the database is still there"
+        );
     }
 
     #[test]

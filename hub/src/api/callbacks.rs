@@ -20,6 +20,7 @@ use banhub_proto::jails::Verdict;
 
 use crate::domain::Server;
 use crate::domain::events::{EventBody, EventKind};
+use crate::events::EventsError;
 use crate::events::callback::{self, CallbackError};
 
 /// The header that carries the server's callback secret.
@@ -59,7 +60,8 @@ pub struct CallbackAccepted {
               (status = 401, description = "Missing or unknown callback secret", body = Problem),
               (status = 403, description = "Direct callbacks are turned off (`callbacks.directEnabled`)", body = Problem),
               (status = 413, description = "Body over 64 KiB", body = Problem),
-              (status = 422, description = "A field breaks its rule; `field` names it", body = Problem)))]
+              (status = 422, description = "A field breaks its rule; `field` names it", body = Problem),
+              (status = 503, description = "The database cannot take the event just now; nothing was stored: send it again after `Retry-After`", body = Problem)))]
 async fn ban(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -78,7 +80,8 @@ async fn ban(
               (status = 401, description = "Missing or unknown callback secret", body = Problem),
               (status = 403, description = "Direct callbacks are turned off (`callbacks.directEnabled`)", body = Problem),
               (status = 413, description = "Body over 64 KiB", body = Problem),
-              (status = 422, description = "A field breaks its rule; `field` names it", body = Problem)))]
+              (status = 422, description = "A field breaks its rule; `field` names it", body = Problem),
+              (status = 503, description = "The database cannot take the event just now; nothing was stored: send it again after `Retry-After`", body = Problem)))]
 async fn unban(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -143,7 +146,13 @@ async fn accept(
                 ),
             ));
         }
-        let stored = state.events.ingest_direct(server.id, event).await?;
+        // 200 only once the event is committed; a store that cannot take it answers 503, so the
+        // sender keeps the event and sends it again.
+        let stored = state
+            .events
+            .ingest_direct(server.id, event)
+            .await
+            .map_err(unstored)?;
         Ok::<_, ApiError>(ApiJson(CallbackAccepted {
             id: stored.id.0,
             server_id: server.id.to_string(),
@@ -160,15 +169,32 @@ async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<Se
         return Ok(None);
     };
     let secret = secret.trim();
-    let server = match state.events.callback_server(secret).await? {
+    let server = match state
+        .events
+        .callback_server(secret)
+        .await
+        .map_err(unstored)?
+    {
         Some(server) => Some(server),
         // While a rotation's overlap lasts, the previous secret still counts.
-        None => state.settings.previous_callback_server(secret).await?,
+        None => state
+            .settings
+            .previous_callback_server(secret)
+            .await
+            .map_err(ApiError::StoreUnavailable)?,
     };
     if server.is_none() {
         tracing::warn!("callback refused: unknown callback secret");
     }
     Ok(server)
+}
+
+/// A callback the store could not take: 503 with `Retry-After`, whatever the store's error.
+fn unstored(e: EventsError) -> ApiError {
+    match e {
+        EventsError::Store(e) => ApiError::StoreUnavailable(e),
+        other => other.into(),
+    }
 }
 
 fn unauthorized() -> Response {

@@ -57,9 +57,17 @@ pub enum ApiError {
     /// Authentication or authorization refused the request (401, 403, 429…).
     #[error(transparent)]
     Auth(#[from] AuthError),
+    /// The database is unreachable or takes no writes just now (503 with `Retry-After`): nothing
+    /// was stored, and the same request sent again later may succeed.
+    #[error(transparent)]
+    StoreUnavailable(StoreError),
     #[error("{0}")]
     Internal(String),
 }
+
+/// Seconds a client is asked to wait before sending a request again that failed for want of the
+/// database.
+pub const STORE_RETRY_AFTER_SECS: u32 = 5;
 
 impl ApiError {
     pub fn invalid(field: &str, message: impl std::fmt::Display) -> Self {
@@ -161,6 +169,7 @@ impl ApiError {
                 FleetError::Store(StoreError::NameTaken(_)) => {
                     (StatusCode::CONFLICT, "name_taken", "Name already in use")
                 }
+                FleetError::Store(e) if e.is_unavailable() => STORE_UNAVAILABLE,
                 FleetError::Store(_) => (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "internal",
@@ -168,6 +177,7 @@ impl ApiError {
                 ),
             },
             Self::Auth(e) => e.parts(),
+            Self::StoreUnavailable(_) => STORE_UNAVAILABLE,
             Self::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -176,6 +186,12 @@ impl ApiError {
         }
     }
 }
+
+const STORE_UNAVAILABLE: (StatusCode, &str, &str) = (
+    StatusCode::SERVICE_UNAVAILABLE,
+    "store_unavailable",
+    "Database unavailable",
+);
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
@@ -191,6 +207,12 @@ impl IntoResponse for ApiError {
         let detail = if code == "internal" {
             tracing::error!(error = %self, "request failed");
             "the hub could not complete this request; the details are in its log".to_owned()
+        } else if code == STORE_UNAVAILABLE.1 {
+            tracing::warn!(error = %self, "request failed: the database is unavailable");
+            format!(
+                "the hub's database is unreachable or takes no writes just now; send the \
+                 request again in {STORE_RETRY_AFTER_SECS} seconds"
+            )
         } else {
             self.to_string()
         };
@@ -206,6 +228,7 @@ impl IntoResponse for ApiError {
         };
         let retry_after = match &self {
             Self::Auth(AuthError::RateLimited { retry_after_secs }) => Some(*retry_after_secs),
+            _ if code == STORE_UNAVAILABLE.1 => Some(u64::from(STORE_RETRY_AFTER_SECS)),
             _ => None,
         };
         match self {

@@ -1,4 +1,5 @@
-//! `/healthz` (the process answers), `/readyz` (and its database does), `/metrics` (Prometheus).
+//! `/healthz` (the process answers), `/readyz` (and its database takes writes), `/metrics`
+//! (Prometheus).
 
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -8,7 +9,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::error::{ApiJson, Problem, problem};
+use super::error::{ApiJson, Problem, STORE_RETRY_AFTER_SECS, problem};
 use crate::app::AppState;
 use crate::auth::Viewer;
 
@@ -45,12 +46,14 @@ async fn healthz() -> ApiJson<Health> {
     })
 }
 
-/// The hub can serve: its database answers.
+/// The hub can serve: its database takes writes (a small write that commits, checked at most
+/// every 1.5 seconds and answered within 3).
 #[utoipa::path(get, path = "/readyz", tag = "health",
     extensions(("x-required-role" = json!("public"))),
-    responses((status = 200, body = Readiness), (status = 503, body = Problem)))]
+    responses((status = 200, body = Readiness),
+              (status = 503, description = "The database does not take writes; `Retry-After` says when to ask again", body = Problem)))]
 async fn readyz(State(state): State<AppState>) -> Response {
-    match state.store.ping().await {
+    match state.store.writable().await {
         Ok(()) => ApiJson(Readiness {
             status: "ready",
             database: state.store.backend_name(),
@@ -58,14 +61,20 @@ async fn readyz(State(state): State<AppState>) -> Response {
         })
         .into_response(),
         Err(e) => {
-            tracing::warn!(error = %e, "readiness check: the database does not answer");
-            problem(
+            tracing::debug!(error = %e, "readiness check: the database does not take writes");
+            let mut response = problem(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "database_unavailable",
                 "Database unavailable",
-                "the hub's database does not answer".to_owned(),
+                "the hub's database does not take writes; the reason is in the hub's log"
+                    .to_owned(),
                 None,
-            )
+            );
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(STORE_RETRY_AFTER_SECS),
+            );
+            response
         }
     }
 }

@@ -39,6 +39,7 @@ use super::{Fleet, ingest};
 use crate::domain::{AgentFacts, AgentId, Server};
 use crate::events::EventsError;
 use crate::pki::agent_from_cert;
+use crate::store::StoreError;
 use crate::store::events::PreparedBatch;
 
 /// How long an agent may take to send its hello after the stream opens.
@@ -174,7 +175,7 @@ impl AgentGateway for Gateway {
         if !store
             .cert_is_current(agent, &serial)
             .await
-            .map_err(internal)?
+            .map_err(store_failed)?
         {
             return Err(Status::permission_denied(
                 "this agent's certificate was revoked or replaced; enroll the agent again",
@@ -183,7 +184,7 @@ impl AgentGateway for Gateway {
         let server = store
             .server_of_agent(agent)
             .await
-            .map_err(internal)?
+            .map_err(store_failed)?
             .ok_or_else(|| {
                 Status::permission_denied(
                     "this agent no longer belongs to a server on this hub; enroll it again",
@@ -200,7 +201,7 @@ impl AgentGateway for Gateway {
         store
             .mark_seen(server.id, Some(&facts))
             .await
-            .map_err(internal)?;
+            .map_err(store_failed)?;
         let info = SessionInfo {
             agent_id: agent,
             connected_at: chrono::Utc::now(),
@@ -218,11 +219,16 @@ impl AgentGateway for Gateway {
         // What the hub already holds of this spool epoch, so the agent resends nothing it need not.
         let spool_epoch = hello.spool.as_ref().map(|s| s.epoch);
         let committed_seq = match spool_epoch {
-            Some(epoch) => fleet
-                .events()
-                .committed_seq(agent, epoch)
-                .await
-                .map_err(internal)?,
+            Some(epoch) => {
+                fleet
+                    .events()
+                    .committed_seq(agent, epoch)
+                    .await
+                    .map_err(|e| match e {
+                        EventsError::Store(e) => store_failed(e),
+                        other => internal(other),
+                    })?
+            }
             None => 0,
         };
         let registration = fleet.sessions().register(server.id, info);
@@ -282,6 +288,17 @@ async fn sleep_until(at: Option<Instant>) {
 
 fn gauge(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A store failure while opening a session. While the database is unreachable or takes no writes
+/// the agent is told so (`Unavailable`): it keeps its spool and connects again.
+fn store_failed(e: StoreError) -> Status {
+    if e.is_unavailable() {
+        tracing::warn!(error = %e, "agent session refused: the database is unavailable");
+        Status::unavailable("the hub's database is unavailable just now; keep the events and retry")
+    } else {
+        internal(e)
+    }
 }
 
 fn internal(e: impl std::fmt::Display) -> Status {

@@ -1349,7 +1349,8 @@ impl Store {
             .acquire()
             .await
             .map_err(|_| StoreError::Corrupt("the ingest limit was closed".to_owned()))?;
-        self.store_batch(batch, true).await
+        let stored = self.store_batch(batch, true).await;
+        self.noting(stored)
     }
 
     /// [`Store::ingest_batch`] without the rollups: for loading a large history, whose rollups the
@@ -1820,8 +1821,18 @@ impl Store {
         Ok(inserted)
     }
 
-    /// Stores one event that a host without an agent sent to the hub, with its rollups.
+    /// Stores one event that a host without an agent sent to the hub, with its rollups; returns
+    /// once it is committed.
     pub async fn insert_direct_event(
+        &self,
+        server: ServerId,
+        event: NewEvent,
+    ) -> Result<StoredEvent, StoreError> {
+        let stored = self.store_direct_event(server, event).await;
+        self.noting(stored)
+    }
+
+    async fn store_direct_event(
         &self,
         server: ServerId,
         event: NewEvent,

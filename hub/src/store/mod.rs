@@ -11,6 +11,7 @@ mod event_reads;
 mod event_text;
 mod event_text_pg;
 pub mod events;
+mod health;
 mod migration;
 mod places;
 mod settings;
@@ -44,6 +45,9 @@ pub enum StoreError {
     NameTaken(String),
     #[error("stored data is inconsistent: {0}")]
     Corrupt(String),
+    /// The write check failed (see [`Store::writable`]).
+    #[error("the database does not take writes: {0}")]
+    Unwritable(String),
 }
 
 /// Why an enrollment token was refused.
@@ -87,6 +91,9 @@ pub struct Store {
     /// PostgreSQL: set once the `pg_trgm` index of M0013 was seen to exist, so that text searches
     /// stop asking (see [`Store::pg_text_index_exists`]).
     pg_text_index_seen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Failed and successful writes, shared with the pools' hooks that replace connections a
+    /// failed write left unusable (see [`health`]).
+    health: std::sync::Arc<health::StoreHealth>,
 }
 
 /// Ingest transactions at once unless configured otherwise (`database.ingest_writers`).
@@ -127,6 +134,15 @@ impl Store {
         // its commit and the agent then deletes those events, so a commit that a power cut could
         // still undo (NORMAL, in WAL mode) would lose them.
         options.map_sqlx_sqlite_opts(sqlite_settings);
+        // The same on PostgreSQL, whatever the server's default: a commit returns once its WAL is
+        // flushed, so an acknowledged batch survives a crash of the database server.
+        options.map_sqlx_postgres_opts(|pg| pg.options([("synchronous_commit", "on")]));
+        // Both pools (and the writer's) replace connections a failed write left unusable.
+        let health = health::StoreHealth::new();
+        let hooks = std::sync::Arc::clone(&health);
+        options.map_sqlx_sqlite_pool_opts(move |pool| health::recovering(pool, &hooks));
+        let hooks = std::sync::Arc::clone(&health);
+        options.map_sqlx_postgres_pool_opts(move |pool| health::recovering(pool, &hooks));
         // Before any connection; harmless when the database is PostgreSQL (SQLite is then unused).
         sqlite_memory::install();
         let db = Database::connect(options.clone()).await?;
@@ -152,8 +168,10 @@ impl Store {
             write_gate: std::sync::Arc::new(tokio::sync::Mutex::new(())),
             ingest_activity: std::sync::Arc::default(),
             pg_text_index_seen: std::sync::Arc::default(),
+            health,
         };
         store.deferred = Some(store.start_deferred_rollups().await?);
+        store.spawn_health_checks();
         Ok(store)
     }
 

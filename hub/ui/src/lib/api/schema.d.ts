@@ -1096,7 +1096,8 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * The hub can serve: its database answers.
+         * The hub can serve: its database takes writes (a small write that commits, checked at most
+         *     every 1.5 seconds and answered within 3).
          * @description Needs no session or token.
          */
         get: operations["readyz"];
@@ -2629,6 +2630,15 @@ export interface operations {
             };
             /** @description A field breaks its rule; `field` names it */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database cannot take the event just now; nothing was stored: send it again after `Retry-After` */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4409,6 +4419,15 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The database cannot take the event just now; nothing was stored: send it again after `Retry-After` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     callback: {
@@ -4699,6 +4718,7 @@ export interface operations {
                     "application/json": components["schemas"]["Readiness"];
                 };
             };
+            /** @description The database does not take writes; `Retry-After` says when to ask again */
             503: {
                 headers: {
                     [name: string]: unknown;
