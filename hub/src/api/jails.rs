@@ -285,6 +285,19 @@ pub struct BanBody {
     guard_override: bool,
 }
 
+impl BanBody {
+    /// The body is optional: an empty POST bans within the guard rails.
+    fn read(bytes: &[u8]) -> Result<Self, ApiError> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self::default());
+        }
+        serde_json::from_slice(bytes).map_err(|e| ApiError::Malformed {
+            status: axum::http::StatusCode::BAD_REQUEST,
+            detail: format!("the body is not a valid ban request: {e}"),
+        })
+    }
+}
+
 /// Bans an address or network in a jail. A network wider than the configured limits, or the
 /// broadcast address, needs an admin's `{"override": true}`; the hub's own addresses are refused.
 #[utoipa::path(post, path = "/api/jails/{jail}/ban/{ip}", tag = "jails",
@@ -302,15 +315,7 @@ async fn ban(
     Path((jail, ip)): Path<(String, String)>,
     body: axum::body::Bytes,
 ) -> Result<ApiJson<BanOutcome>, ApiError> {
-    // The body is optional: an empty POST bans within the guard rails.
-    let body: BanBody = if body.iter().all(u8::is_ascii_whitespace) {
-        BanBody::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| ApiError::Malformed {
-            status: axum::http::StatusCode::BAD_REQUEST,
-            detail: format!("the body is not a valid ban request: {e}"),
-        })?
-    };
+    let body = BanBody::read(&body)?;
     let jail = jail_name("jail", &jail)?;
     let ip = address(&ip)?;
     let overridden = guards::admin_override(&caller, body.guard_override)?;
