@@ -3,6 +3,8 @@
 //! own addresses are never banned, a mapped IPv6 address is its IPv4 address, reserved section
 //! names are refused on every route, and a jail the host does not define cannot be enabled.
 
+mod agent;
+
 use std::time::Duration;
 
 use banhub_tests::fleet::snapshot;
