@@ -14,6 +14,7 @@ use crate::auth::{Auth, AuthError, Site};
 use crate::cluster::jobs::{self, run_singleton};
 use crate::cluster::{Cluster, JoinError};
 use crate::config::Config;
+use crate::domain::{Guards, PrefixLimits};
 use crate::events::Events;
 use crate::fleet::{Fleet, FleetParts};
 use crate::metrics::Metrics;
@@ -37,6 +38,8 @@ pub struct AppState {
     pub alerts: Alerts,
     /// Operator authentication (sessions, tokens, logins) and the audit log.
     pub auth: Auth,
+    /// The guard rails of bans and allowlists.
+    pub guards: Arc<Guards>,
 }
 
 /// Why the hub could not start.
@@ -145,6 +148,14 @@ impl App {
             events.clone(),
             shutdown.clone(),
         );
+        let guards = Guards::new(
+            PrefixLimits {
+                v4: config.guards.ban_min_prefix_v4,
+                v6: config.guards.ban_min_prefix_v6,
+            },
+            crate::hub_addresses::discover(&config, &advertise),
+        );
+        tracing::info!(hub_addresses = ?guards.hub_addresses(), "bans of these addresses are refused");
         let fleet = Fleet::new(FleetParts {
             store: store.clone(),
             ca,
@@ -176,6 +187,7 @@ impl App {
                 settings,
                 alerts,
                 auth,
+                guards: Arc::new(guards),
             },
             http,
             grpc,

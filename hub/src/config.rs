@@ -28,6 +28,8 @@ pub struct Config {
     pub events: EventsConfig,
     /// The end-to-end delivery probe.
     pub probe: ProbeConfig,
+    /// Bans and allowlist entries that need an admin's explicit override.
+    pub guards: GuardsConfig,
     pub secrets: SecretsConfig,
     /// Hub replicas on one PostgreSQL database, and the CA they share.
     pub cluster: ClusterConfig,
@@ -176,6 +178,25 @@ impl Default for ProbeConfig {
     }
 }
 
+/// How wide a network may be banned, or allowlisted, without an admin's explicit override.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct GuardsConfig {
+    /// An IPv4 network with a shorter prefix than this needs the override.
+    pub ban_min_prefix_v4: u8,
+    /// An IPv6 network with a shorter prefix than this needs the override.
+    pub ban_min_prefix_v6: u8,
+}
+
+impl Default for GuardsConfig {
+    fn default() -> Self {
+        Self {
+            ban_min_prefix_v4: 16,
+            ban_min_prefix_v6: 32,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -194,6 +215,7 @@ impl Default for Config {
             agents: AgentsConfig::default(),
             events: EventsConfig::default(),
             probe: ProbeConfig::default(),
+            guards: GuardsConfig::default(),
             secrets: SecretsConfig::default(),
             cluster: ClusterConfig::default(),
             auth: AuthConfig::default(),
@@ -380,6 +402,18 @@ impl Config {
         if !(1..=300).contains(&self.probe.timeout_secs) {
             return invalid("probe.timeout_secs", "must be between 1 and 300 seconds");
         }
+        if !(1..=32).contains(&self.guards.ban_min_prefix_v4) {
+            return invalid(
+                "guards.ban_min_prefix_v4",
+                "must be between 1 and 32 (1: no IPv4 network needs the override)",
+            );
+        }
+        if !(1..=128).contains(&self.guards.ban_min_prefix_v6) {
+            return invalid(
+                "guards.ban_min_prefix_v6",
+                "must be between 1 and 128 (1: no IPv6 network needs the override)",
+            );
+        }
         if self.agents.heartbeat_interval_ms < 100 {
             return invalid("agents.heartbeat_interval_ms", "must be at least 100");
         }
@@ -513,6 +547,25 @@ mod tests {
         assert!(err.to_string().contains("database.url"), "{err}");
         let unknown = Figment::from(Serialized::default("http.lisen", "x"));
         assert!(Config::load(None, unknown).is_err());
+    }
+
+    #[test]
+    fn guard_limits_are_prefix_lengths_of_their_family() {
+        let config = Config::load(None, Figment::new()).expect("defaults are valid");
+        assert_eq!(config.guards, GuardsConfig::default());
+        for (key, bad) in [
+            ("guards.ban_min_prefix_v4", 0),
+            ("guards.ban_min_prefix_v4", 33),
+            ("guards.ban_min_prefix_v6", 0),
+            ("guards.ban_min_prefix_v6", 129),
+        ] {
+            let overrides = Figment::from(Serialized::default(key, bad));
+            let err = Config::load(None, overrides).expect_err("refused");
+            assert!(err.to_string().contains(key), "{err}");
+        }
+        let overrides = Figment::from(Serialized::default("guards.ban_min_prefix_v6", 48));
+        let config = Config::load(None, overrides).expect("valid");
+        assert_eq!(config.guards.ban_min_prefix_v6, 48);
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod config;
 pub mod domain;
 pub mod events;
 pub mod fleet;
+pub mod hub_addresses;
 pub mod metrics;
 pub mod pki;
 pub mod serve;

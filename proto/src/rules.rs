@@ -2,7 +2,7 @@
 //! ends check exactly the same thing: the hub at its HTTP edge, the agent again before fail2ban sees it.
 
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::str::FromStr;
 
 use ipnet::IpNet;
@@ -45,7 +45,15 @@ pub enum NameError {
     BadCharacters,
     #[error("must not be '.' or '..'")]
     DotName,
+    #[error("is a reserved section name of fail2ban's jail files, not a jail")]
+    Reserved,
 }
+
+/// Section names of fail2ban's jail files that are not jails, and the stem of the agent's own
+/// defaults file (`jail.d/banhub-defaults.local`): a "jail" of one of these names would make its
+/// override change every jail (`DEFAULT`), read any file (`INCLUDES`) or replace banhub's defaults.
+/// Compared without regard to case.
+pub const RESERVED_JAIL_NAMES: [&str; 4] = ["DEFAULT", "INCLUDES", "KNOWN", "banhub-defaults"];
 
 /// Checks the name rule shared by servers, jails and filters: `^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`,
 /// never `.` or `..`. Such a name is safe as a file name component and as a fail2ban argument.
@@ -69,24 +77,37 @@ pub fn check_name(raw: &str) -> Result<(), NameError> {
     }
 }
 
-/// Declares a validated name type: a value of it has passed [`check_name`].
+/// Checks the jail name rule: [`check_name`], and none of [`RESERVED_JAIL_NAMES`]. Every route that
+/// takes a jail name and the agent check it through [`JailName`].
+pub fn check_jail_name(raw: &str) -> Result<(), NameError> {
+    check_name(raw)?;
+    if RESERVED_JAIL_NAMES
+        .iter()
+        .any(|reserved| raw.eq_ignore_ascii_case(reserved))
+    {
+        return Err(NameError::Reserved);
+    }
+    Ok(())
+}
+
+/// Declares a validated name type: a value of it has passed `$check`.
 macro_rules! name_type {
-    ($(#[$doc:meta])* $name:ident) => {
+    ($(#[$doc:meta])* $name:ident, $check:path) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub struct $name(String);
 
         impl $name {
-            /// Checks `raw` against the shared name rule.
+            /// Checks `raw` against the type's name rule.
             pub fn parse(raw: &str) -> Result<Self, NameError> {
-                check_name(raw)?;
+                $check(raw)?;
                 Ok(Self(raw.to_owned()))
             }
 
             /// [`Self::parse`] of an owned string, kept rather than copied; a refused string comes
             /// back with the reason.
             pub fn parse_owned(raw: String) -> Result<Self, (NameError, String)> {
-                match check_name(&raw) {
+                match $check(&raw) {
                     Ok(()) => Ok(Self(raw)),
                     Err(e) => Err((e, raw)),
                 }
@@ -120,7 +141,7 @@ macro_rules! name_type {
         impl TryFrom<String> for $name {
             type Error = NameError;
             fn try_from(raw: String) -> Result<Self, NameError> {
-                check_name(&raw)?;
+                $check(&raw)?;
                 Ok(Self(raw))
             }
         }
@@ -148,12 +169,14 @@ macro_rules! name_type {
 }
 
 name_type!(
-    /// The name of a fail2ban jail.
-    JailName
+    /// The name of a fail2ban jail: the name rule, never a reserved section name.
+    JailName,
+    check_jail_name
 );
 name_type!(
     /// The name of a fail2ban filter (`filter.d/<name>.conf`).
-    FilterName
+    FilterName,
+    check_name
 );
 
 /// Why an address was refused.
@@ -186,7 +209,7 @@ impl IpOrCidr {
             return Err(AddressError::Syntax);
         }
         let parsed = if raw.contains('/') {
-            let net = IpNet::from_str(raw).map_err(|_| AddressError::Syntax)?;
+            let net = unmapped_net(IpNet::from_str(raw).map_err(|_| AddressError::Syntax)?);
             if net.prefix_len() == 0 {
                 return Err(AddressError::Everything);
             }
@@ -201,7 +224,9 @@ impl IpOrCidr {
                 Self::Net(net)
             }
         } else {
-            Self::Ip(IpAddr::from_str(raw).map_err(|_| AddressError::Syntax)?)
+            Self::Ip(unmapped_ip(
+                IpAddr::from_str(raw).map_err(|_| AddressError::Syntax)?,
+            ))
         };
         let addr = match parsed {
             Self::Ip(ip) => ip,
@@ -215,11 +240,57 @@ impl IpOrCidr {
 
     /// Whether `ip` is this address or lies in this network.
     pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = unmapped_ip(ip);
         match self {
             Self::Ip(own) => *own == ip,
             Self::Net(net) => net.contains(&ip),
         }
     }
+
+    /// The prefix length: 32 or 128 for a single address.
+    pub fn prefix_len(&self) -> u8 {
+        match self {
+            Self::Ip(IpAddr::V4(_)) => 32,
+            Self::Ip(IpAddr::V6(_)) => 128,
+            Self::Net(net) => net.prefix_len(),
+        }
+    }
+
+    /// Whether this is (or covers) IPv4's limited broadcast address, `255.255.255.255`, which no
+    /// client sends from: banning it is a mistake unless an admin says otherwise. The broadcast
+    /// address of a subnet (`x.y.z.255` of a /24) is not refused: without the subnet's size, it
+    /// is an ordinary address of a wider network.
+    pub fn is_broadcast(&self) -> bool {
+        self.contains(IpAddr::V4(Ipv4Addr::BROADCAST))
+    }
+}
+
+/// The IPv4 address an IPv4-mapped IPv6 address (`::ffff:192.0.2.7`) stands for, else `ip`. fail2ban
+/// bans the IPv4 address either way, so both spellings must name one entry.
+pub fn unmapped_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// The IPv4 network an IPv4-mapped IPv6 network stands for (`::ffff:192.0.2.0/120` is
+/// `192.0.2.0/24`; only prefixes of 96 bits or more lie inside the mapped range), else `net`.
+pub fn unmapped_net(net: IpNet) -> IpNet {
+    if let IpNet::V6(v6) = net
+        && v6.prefix_len() >= 96
+        && let Some(v4) = v6.addr().to_ipv4_mapped()
+        && let Ok(v4_net) = ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96)
+    {
+        return IpNet::V4(v4_net);
+    }
+    net
+}
+
+/// Whether a network covers every address of its family (`0.0.0.0/0`, `::/0`, and the mapped
+/// `::ffff:0:0/96`): in an allowlist it switches banning off.
+pub fn covers_everything(net: IpNet) -> bool {
+    unmapped_net(net).prefix_len() == 0
 }
 
 impl fmt::Display for IpOrCidr {
@@ -314,6 +385,89 @@ mod tests {
         addr("::1", Err(AddressError::NotAClient));
         addr("0.0.0.0", Err(AddressError::NotAClient));
         addr("224.0.0.1", Err(AddressError::NotAClient));
+    }
+
+    #[test]
+    fn mapped_ipv6_is_the_ipv4_address() {
+        addr("::ffff:192.0.2.7", Ok("192.0.2.7"));
+        addr("::FFFF:c000:207", Ok("192.0.2.7"));
+        addr("::ffff:192.0.2.0/120", Ok("192.0.2.0/24"));
+        addr("::ffff:192.0.2.7/128", Ok("192.0.2.7"));
+        addr("::ffff:0:0/96", Err(AddressError::Everything));
+        addr("::ffff:127.0.0.1", Err(AddressError::NotAClient));
+        addr(
+            "::ffff:192.0.2.7/120",
+            Err(AddressError::HostBits {
+                suggestion: "192.0.2.0/24".to_owned(),
+            }),
+        );
+        // Below 96 bits a network is not inside the mapped range; it stays IPv6.
+        addr("::fffe:0:0/95", Ok("::fffe:0:0/95"));
+        addr(
+            "::ffff:0:0/95",
+            Err(AddressError::HostBits {
+                suggestion: "::fffe:0:0/95".to_owned(),
+            }),
+        );
+        let ip = IpOrCidr::parse("192.0.2.7").expect("ip");
+        assert!(ip.contains("::ffff:192.0.2.7".parse().expect("mapped")));
+    }
+
+    #[test]
+    fn broadcast_and_everything() {
+        let broadcast = |raw: &str, expected: bool| {
+            let ip = IpOrCidr::parse(raw).expect("address");
+            assert_eq!(ip.is_broadcast(), expected, "{raw}");
+        };
+        broadcast("255.255.255.255", true);
+        broadcast("::ffff:255.255.255.255", true);
+        broadcast("255.255.255.0/24", true);
+        broadcast("192.0.2.255", false);
+        broadcast("2001:db8::ffff", false);
+        let everything = |raw: &str, expected: bool| {
+            let net: IpNet = raw.parse().expect("network");
+            assert_eq!(covers_everything(net), expected, "{raw}");
+        };
+        everything("0.0.0.0/0", true);
+        everything("::/0", true);
+        everything("::ffff:0:0/96", true);
+        everything("128.0.0.0/1", false);
+        everything("::/1", false);
+        everything("::ffff:0:0/97", false);
+        let prefix = |raw: &str, expected: u8| {
+            assert_eq!(
+                IpOrCidr::parse(raw).expect("address").prefix_len(),
+                expected,
+                "{raw}"
+            );
+        };
+        prefix("192.0.2.7", 32);
+        prefix("2001:db8::1", 128);
+        prefix("64.0.0.0/2", 2);
+    }
+
+    #[test]
+    fn reserved_section_names_are_not_jails() {
+        for reserved in [
+            "DEFAULT",
+            "default",
+            "INCLUDES",
+            "Includes",
+            "KNOWN",
+            "banhub-defaults",
+        ] {
+            assert_eq!(
+                JailName::parse(reserved),
+                Err(NameError::Reserved),
+                "{reserved}"
+            );
+            assert!(serde_json::from_str::<JailName>(&format!("{reserved:?}")).is_err());
+        }
+        for fine in ["Definition", "default-web", "includes2", "sshd"] {
+            assert!(JailName::parse(fine).is_ok(), "{fine}");
+        }
+        // Filters have no such sections: the plain name rule.
+        assert!(FilterName::parse("DEFAULT").is_ok());
     }
 
     #[test]

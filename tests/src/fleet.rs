@@ -47,9 +47,21 @@ impl TestFleet {
 
     /// Like [`TestFleet::start`], with `agent_env` added to every agent's environment.
     pub async fn start_with(names: &[&str], agent_env: &[(&str, &str)]) -> anyhow::Result<Self> {
-        let hub = HubProcess::builder()
-            .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
-            .start()?;
+        Self::start_configured(names, &[], agent_env).await
+    }
+
+    /// Like [`TestFleet::start`], with `hub_env` added to the hub's environment and `agent_env`
+    /// to every agent's.
+    pub async fn start_configured(
+        names: &[&str],
+        hub_env: &[(&str, &str)],
+        agent_env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        let mut builder = HubProcess::builder().env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500");
+        for (key, value) in hub_env {
+            builder = builder.env(*key, *value);
+        }
+        let hub = builder.start()?;
         let mut fleet = Self {
             hub,
             hosts: Vec::new(),

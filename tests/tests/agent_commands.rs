@@ -102,6 +102,7 @@ impl Host {
             jail: jail.to_owned(),
             ip: ip.to_owned(),
             ban,
+            guard_override: false,
         };
         match self.run(Kind::SetBan(request)).await {
             Outcome::BanChange(change) => (change.changed, change.jails),
@@ -365,6 +366,7 @@ async fn ban_and_unban_are_reflected_in_fail2ban() {
             jail: "nosuch".to_owned(),
             ip: "192.0.2.1".to_owned(),
             ban: true,
+            guard_override: false,
         }))
         .await,
         ErrorCode::NotFound,
@@ -883,6 +885,7 @@ async fn bad_input_is_refused_and_changes_nothing() {
             jail: jail.to_owned(),
             ip: "192.0.2.1".to_owned(),
             ban: true,
+            guard_override: false,
         }));
         kinds.push(Kind::SetIgnoreList(SetIgnoreList {
             jail: jail.to_owned(),
@@ -909,6 +912,7 @@ async fn bad_input_is_refused_and_changes_nothing() {
                 jail: "testauth".to_owned(),
                 ip: ip.to_owned(),
                 ban,
+                guard_override: false,
             }));
         }
     }

@@ -749,7 +749,9 @@ async fn fleet_ban(args: &Args) -> anyhow::Result<()> {
     let client = hub.client();
     let mut samples = Vec::with_capacity(args.ban_rounds);
     for round in 0..args.ban_rounds + 2 {
-        let ip = format!("192.0.2.{}", round % 250 + 1);
+        // TEST-NET-2: the hub refuses to ban its own addresses, and sandboxed machines are often
+        // numbered in TEST-NET-1.
+        let ip = format!("198.51.100.{}", round % 250 + 1);
         let started = Instant::now();
         let response = client
             .post(hub.url("/api/fleet/bans"))

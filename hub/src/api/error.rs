@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use utoipa::ToSchema;
 
 use crate::auth::AuthError;
+use crate::domain::GuardViolation;
 use crate::fleet::{AgentErrorKind, FleetError};
 use crate::store::StoreError;
 
@@ -50,6 +51,13 @@ pub enum ApiError {
     /// A body or parameter that could not be read at all.
     #[error("{detail}")]
     Malformed { status: StatusCode, detail: String },
+    /// A guard rail stopped a ban or an allowlist entry (422); the detail says whether an admin's
+    /// `"override": true` lifts it.
+    #[error("{field}: {violation}; {}", override_hint(violation))]
+    Guarded {
+        field: String,
+        violation: GuardViolation,
+    },
     #[error("{0}")]
     Conflict(String),
     #[error(transparent)]
@@ -95,6 +103,16 @@ impl ApiError {
                 }
                 _ => (StatusCode::BAD_REQUEST, "bad_request", "Malformed request"),
             },
+            Self::Guarded { violation, .. } => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                match violation {
+                    GuardViolation::TooWide { .. } => "guard_wide_network",
+                    GuardViolation::Broadcast { .. } => "guard_broadcast",
+                    GuardViolation::CoversEverything { .. } => "guard_covers_everything",
+                    GuardViolation::HubAddress { .. } => "guard_hub_address",
+                },
+                "Refused by a guard rail",
+            ),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
             Self::Fleet(e) => match e {
                 FleetError::UnknownServer => {
@@ -193,6 +211,14 @@ const STORE_UNAVAILABLE: (StatusCode, &str, &str) = (
     "Database unavailable",
 );
 
+fn override_hint(violation: &GuardViolation) -> &'static str {
+    if violation.overridable() {
+        "an admin may send `\"override\": true` in the request body to go ahead anyway"
+    } else {
+        "no override lifts this rule"
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         Self::Fleet(FleetError::Store(e))
@@ -232,7 +258,7 @@ impl IntoResponse for ApiError {
             _ => None,
         };
         match self {
-            Self::Invalid { field, .. } => body.field = Some(field),
+            Self::Invalid { field, .. } | Self::Guarded { field, .. } => body.field = Some(field),
             Self::Fleet(FleetError::Agent {
                 details,
                 current_version,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use banhub_proto::rules::{IpOrCidr, JailName};
+use banhub_proto::rules::IpOrCidr;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -17,6 +17,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem};
+use super::guards;
 use crate::app::AppState;
 use crate::auth::{Admin, Operator, Viewer};
 use crate::domain::{Labels, ServerId};
@@ -59,6 +60,11 @@ pub struct FleetBanBody {
     /// How long the command stays queued for servers whose agent is offline, in seconds (1 to
     /// 604800; 3600 by default). Past it, what was not delivered is reported `expired`.
     deadline_secs: Option<u64>,
+    /// An admin's explicit go-ahead for a ban the guard rails stop otherwise: a network wider
+    /// than `guards.ban_min_prefix_v4`/`_v6`, or the broadcast address. Recorded in the audit
+    /// log; it never lifts the refusal of the hub's own addresses.
+    #[serde(default, rename = "override")]
+    guard_override: bool,
 }
 
 /// One server of a fleet action.
@@ -146,9 +152,8 @@ fn fleet_ban_request(body: FleetBanBody) -> Result<FleetBan, ApiError> {
     let jail = body
         .jail
         .as_deref()
-        .map(JailName::parse)
-        .transpose()
-        .map_err(|e| ApiError::invalid("jail", e))?;
+        .map(|raw| super::jails::jail_name("jail", raw))
+        .transpose()?;
     if jail.is_none() && !body.unban {
         return Err(ApiError::invalid(
             "jail",
@@ -196,13 +201,18 @@ fn fleet_ban_request(body: FleetBanBody) -> Result<FleetBan, ApiError> {
 #[utoipa::path(post, path = "/api/fleet/bans", tag = "control", request_body = FleetBanBody,
     extensions(("x-required-role" = json!("operator"))),
     responses((status = 201, body = FleetActionDto),
-              (status = 422, description = "A field breaks its rule, or no server matches", body = Problem)))]
+              (status = 403, description = "`override` from a caller who is not an admin", body = Problem),
+              (status = 422, description = "A field breaks its rule, a guard rail (`guard_*` codes) refused the ban, or no server matches", body = Problem)))]
 async fn fleet_ban(
     caller: Operator,
     State(state): State<AppState>,
     ApiJson(body): ApiJson<FleetBanBody>,
 ) -> Result<(StatusCode, ApiJson<FleetActionDto>), ApiError> {
+    let overridden = guards::admin_override(&caller, body.guard_override)?;
     let request = fleet_ban_request(body)?;
+    if request.ban {
+        guards::check_ban(&state, &caller, "ip", &request.ip, overridden)?;
+    }
     let action = state
         .fleet
         .fleet_ban(request, &caller.requested_by())
@@ -429,6 +439,16 @@ mod tests {
             serde_json::json!({"ip": "203.0.113.7", "jail": "../x", "all": true}),
             "jail",
         );
+        for reserved in ["DEFAULT", "INCLUDES", "includes", "banhub-defaults"] {
+            check(
+                serde_json::json!({"ip": "203.0.113.7", "jail": reserved, "all": true}),
+                "jail",
+            );
+        }
+        let mapped =
+            body(serde_json::json!({"ip": "::ffff:203.0.113.7", "jail": "sshd", "all": true}))
+                .expect("valid");
+        assert_eq!(mapped.ip.to_string(), "203.0.113.7");
         check(
             serde_json::json!({"ip": "203.0.113.7", "jail": "sshd"}),
             "all",

@@ -2,13 +2,14 @@
 //! banned lists, log tails and allowlists. Every name and address is parsed here before it travels.
 
 use axum::extract::{Path, Query, State};
-use banhub_proto::rules::{IpOrCidr, JailName};
+use banhub_proto::rules::{IpOrCidr, JailName, unmapped_net};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem};
+use super::guards;
 use super::servers::ServerDto;
 use super::target::Target;
 use crate::app::AppState;
@@ -38,18 +39,10 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_global_ignore, set_global_ignore))
 }
 
-/// Section names of fail2ban's configuration that are not jails: an "override" of one would change
-/// every jail (`DEFAULT`) or read any file (`INCLUDES`).
-const RESERVED: [&str; 4] = ["DEFAULT", "INCLUDES", "KNOWN", "banhub-defaults"];
-
-pub(super) fn jail_name(raw: &str) -> Result<JailName, ApiError> {
-    if RESERVED.iter().any(|r| raw.eq_ignore_ascii_case(r)) {
-        return Err(ApiError::invalid(
-            "jail",
-            format!("{raw:?} is a reserved section name, not a jail"),
-        ));
-    }
-    JailName::parse(raw).map_err(|e| ApiError::invalid("jail", e))
+/// A jail name through the one jail name rule (`banhub_proto::rules::JailName`: the name rule, no
+/// reserved section name), which every route and the agent share.
+pub(super) fn jail_name(field: &str, raw: &str) -> Result<JailName, ApiError> {
+    JailName::parse(raw).map_err(|e| ApiError::invalid(field, format!("{raw:?} {e}")))
 }
 
 fn address(raw: &str) -> Result<IpOrCidr, ApiError> {
@@ -133,11 +126,7 @@ async fn manage_jails(
         .jails
         .iter()
         .enumerate()
-        .map(|(i, t)| {
-            JailName::parse(&t.name)
-                .map(|name| (name, t.enabled))
-                .map_err(|e| ApiError::invalid(&format!("jails[{i}].name"), e))
-        })
+        .map(|(i, t)| jail_name(&format!("jails[{i}].name"), &t.name).map(|name| (name, t.enabled)))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(ApiJson(
         state
@@ -158,7 +147,7 @@ async fn get_config(
     Target(server): Target,
     Path(jail): Path<String>,
 ) -> Result<ApiJson<JailConfig>, ApiError> {
-    let jail = jail_name(&jail)?;
+    let jail = jail_name("jail", &jail)?;
     Ok(ApiJson(
         state
             .fleet
@@ -256,7 +245,7 @@ async fn write_config(
     Path(jail): Path<String>,
     ApiJson(body): ApiJson<WriteConfig>,
 ) -> Result<ApiJson<ConfigChange>, ApiError> {
-    let jail = jail_name(&jail)?;
+    let jail = jail_name("jail", &jail)?;
     let jail_override = body
         .jail_override
         .map(|e| checked_edit("jailOverride", e, &[jail.as_str()]))
@@ -285,24 +274,63 @@ async fn write_config(
     ))
 }
 
-/// Bans an address or network in a jail.
+/// The optional body of a ban.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BanBody {
+    /// An admin's explicit go-ahead for a ban the guard rails stop otherwise: a network wider than
+    /// `guards.ban_min_prefix_v4`/`_v6`, or the broadcast address. Recorded in the audit log. It
+    /// never lifts the refusal of the hub's own addresses.
+    #[serde(default, rename = "override")]
+    guard_override: bool,
+}
+
+impl BanBody {
+    /// The body is optional: an empty POST bans within the guard rails.
+    fn read(bytes: &[u8]) -> Result<Self, ApiError> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self::default());
+        }
+        serde_json::from_slice(bytes).map_err(|e| ApiError::Malformed {
+            status: axum::http::StatusCode::BAD_REQUEST,
+            detail: format!("the body is not a valid ban request: {e}"),
+        })
+    }
+}
+
+/// Bans an address or network in a jail. A network wider than the configured limits, or the
+/// broadcast address, needs an admin's `{"override": true}`; the hub's own addresses are refused.
 #[utoipa::path(post, path = "/api/jails/{jail}/ban/{ip}", tag = "jails",
+    request_body(content = Option<BanBody>, description = "Optional; `{\"override\": true}` from an admin lifts the guard rails that allow it"),
     extensions(("x-required-role" = json!("operator"))),
     params(("jail" = String, Path), ("ip" = String, Path, description = "IPv4, IPv6 or CIDR (`/` encoded as %2F)"),
            ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
-    responses((status = 200, body = BanOutcome), (status = 422, body = Problem)))]
+    responses((status = 200, body = BanOutcome),
+              (status = 403, description = "`override` from a caller who is not an admin", body = Problem),
+              (status = 422, description = "Invalid name or address, or a guard rail (`guard_*` codes) refused the ban", body = Problem)))]
 async fn ban(
     caller: Operator,
     State(state): State<AppState>,
     Target(server): Target,
     Path((jail, ip)): Path<(String, String)>,
+    body: axum::body::Bytes,
 ) -> Result<ApiJson<BanOutcome>, ApiError> {
-    let jail = jail_name(&jail)?;
+    let body = BanBody::read(&body)?;
+    let jail = jail_name("jail", &jail)?;
     let ip = address(&ip)?;
+    let overridden = guards::admin_override(&caller, body.guard_override)?;
+    guards::check_ban(&state, &caller, "ip", &ip, overridden)?;
     Ok(ApiJson(
         state
             .fleet
-            .set_ban(server, Some(&jail), ip, true, &caller.requested_by())
+            .set_ban(
+                server,
+                Some(&jail),
+                ip,
+                true,
+                overridden,
+                &caller.requested_by(),
+            )
             .await?,
     ))
 }
@@ -319,12 +347,19 @@ async fn unban(
     Target(server): Target,
     Path((jail, ip)): Path<(String, String)>,
 ) -> Result<ApiJson<BanOutcome>, ApiError> {
-    let jail = jail_name(&jail)?;
+    let jail = jail_name("jail", &jail)?;
     let ip = address(&ip)?;
     Ok(ApiJson(
         state
             .fleet
-            .set_ban(server, Some(&jail), ip, false, &caller.requested_by())
+            .set_ban(
+                server,
+                Some(&jail),
+                ip,
+                false,
+                false,
+                &caller.requested_by(),
+            )
             .await?,
     ))
 }
@@ -353,7 +388,7 @@ async fn banned(
     Path(jail): Path<String>,
     Query(query): Query<BannedQuery>,
 ) -> Result<ApiJson<BannedPage>, ApiError> {
-    let jail = jail_name(&jail)?;
+    let jail = jail_name("jail", &jail)?;
     let limit = query.limit.unwrap_or(50);
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(ApiError::invalid(
@@ -406,7 +441,7 @@ async fn logs(
     Path(jail): Path<String>,
     Query(query): Query<LogQuery>,
 ) -> Result<ApiJson<LogTailResult>, ApiError> {
-    let jail = jail_name(&jail)?;
+    let jail = jail_name("jail", &jail)?;
     let lines = query.lines.unwrap_or(200);
     if !(1..=MAX_LOG_LINES).contains(&lines) {
         return Err(ApiError::invalid(
@@ -426,15 +461,38 @@ async fn logs(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct IgnoreListBody {
-    /// IPs, CIDRs or host names.
+    /// IPs, CIDRs or host names. A network covering every address (`0.0.0.0/0`, `::/0`) is
+    /// refused; a public network wider than the ban limits needs `override`.
     entries: Vec<String>,
     #[serde(default)]
     version: String,
+    /// An admin's explicit go-ahead for entries wider than `guards.ban_min_prefix_v4`/`_v6`
+    /// (recorded in the audit log). Nothing lifts the refusal of a network covering everything.
+    #[serde(default, rename = "override")]
+    guard_override: bool,
+}
+
+/// An allowlist entry as parsed: a network (a single address is a /32 or /128) or a host name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum IgnoreEntry {
+    Net(ipnet::IpNet),
+    Host(String),
+}
+
+impl IgnoreEntry {
+    /// The entry as fail2ban's `ignoreip` gets it: an address, a network or a host name.
+    fn text(&self) -> String {
+        match self {
+            Self::Net(net) if net.prefix_len() == net.max_prefix_len() => net.addr().to_string(),
+            Self::Net(net) => net.to_string(),
+            Self::Host(host) => host.clone(),
+        }
+    }
 }
 
 /// An allowlist entry: an address, a network or a DNS host name; nothing that could break out of
-/// fail2ban's space-separated `ignoreip` value.
-fn ignore_entry(i: usize, raw: &str) -> Result<String, ApiError> {
+/// fail2ban's space-separated `ignoreip` value. IPv4-mapped IPv6 is the IPv4 address.
+fn ignore_entry(i: usize, raw: &str) -> Result<IgnoreEntry, ApiError> {
     let field = format!("entries[{i}]");
     if raw.contains('/') || raw.parse::<std::net::IpAddr>().is_ok() {
         let net: ipnet::IpNet = raw
@@ -443,12 +501,7 @@ fn ignore_entry(i: usize, raw: &str) -> Result<String, ApiError> {
             .map_err(|_| {
                 ApiError::invalid(&field, format!("{raw:?} is not an address or network"))
             })?;
-        let net = net.trunc();
-        return Ok(if net.prefix_len() == net.max_prefix_len() {
-            net.addr().to_string()
-        } else {
-            net.to_string()
-        });
+        return Ok(IgnoreEntry::Net(unmapped_net(net).trunc()));
     }
     let hostname_ok = !raw.is_empty()
         && raw.len() <= 253
@@ -459,7 +512,7 @@ fn ignore_entry(i: usize, raw: &str) -> Result<String, ApiError> {
                 && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
         });
     if hostname_ok {
-        Ok(raw.to_ascii_lowercase())
+        Ok(IgnoreEntry::Host(raw.to_ascii_lowercase()))
     } else {
         Err(ApiError::invalid(
             &field,
@@ -468,7 +521,12 @@ fn ignore_entry(i: usize, raw: &str) -> Result<String, ApiError> {
     }
 }
 
-fn ignore_entries(body: &IgnoreListBody) -> Result<Vec<String>, ApiError> {
+/// The entries of an allowlist, each checked by the rule and the guard rails.
+fn ignore_entries(
+    state: &AppState,
+    caller: &Admin,
+    body: &IgnoreListBody,
+) -> Result<Vec<String>, ApiError> {
     if body.entries.len() > MAX_IGNORE_ENTRIES {
         return Err(ApiError::invalid(
             "entries",
@@ -478,11 +536,16 @@ fn ignore_entries(body: &IgnoreListBody) -> Result<Vec<String>, ApiError> {
     if body.version.len() > 128 || body.version.chars().any(|c| !c.is_ascii_alphanumeric()) {
         return Err(ApiError::invalid("version", "is not one this hub issued"));
     }
-    body.entries
-        .iter()
-        .enumerate()
-        .map(|(i, e)| ignore_entry(i, e))
-        .collect()
+    let overridden = guards::admin_override(caller, body.guard_override)?;
+    let mut entries = Vec::with_capacity(body.entries.len());
+    for (i, raw) in body.entries.iter().enumerate() {
+        let entry = ignore_entry(i, raw)?;
+        if let IgnoreEntry::Net(net) = entry {
+            guards::check_allow(state, caller, &format!("entries[{i}]"), net, overridden)?;
+        }
+        entries.push(entry.text());
+    }
+    Ok(entries)
 }
 
 /// A jail's allowlist (`ignoreip`).
@@ -496,7 +559,7 @@ async fn get_jail_ignore(
     Target(server): Target,
     Path(jail): Path<String>,
 ) -> Result<ApiJson<IgnoreListView>, ApiError> {
-    let jail = jail_name(&jail)?;
+    let jail = jail_name("jail", &jail)?;
     Ok(ApiJson(
         state
             .fleet
@@ -517,8 +580,8 @@ async fn set_jail_ignore(
     Path(jail): Path<String>,
     ApiJson(body): ApiJson<IgnoreListBody>,
 ) -> Result<ApiJson<ConfigChange>, ApiError> {
-    let jail = jail_name(&jail)?;
-    let entries = ignore_entries(&body)?;
+    let jail = jail_name("jail", &jail)?;
+    let entries = ignore_entries(&state, &caller, &body)?;
     Ok(ApiJson(
         state
             .fleet
@@ -562,7 +625,7 @@ async fn set_global_ignore(
     Target(server): Target,
     ApiJson(body): ApiJson<IgnoreListBody>,
 ) -> Result<ApiJson<ConfigChange>, ApiError> {
-    let entries = ignore_entries(&body)?;
+    let entries = ignore_entries(&state, &caller, &body)?;
     Ok(ApiJson(
         state
             .fleet
@@ -609,17 +672,23 @@ mod tests {
     #[test]
     fn reserved_sections_are_not_jails() {
         for raw in ["DEFAULT", "default", "INCLUDES", "banhub-defaults"] {
-            assert!(jail_name(raw).is_err(), "{raw}");
+            assert!(jail_name("jail", raw).is_err(), "{raw}");
         }
-        assert!(jail_name("sshd").is_ok());
+        assert!(jail_name("jail", "sshd").is_ok());
     }
 
     #[test]
     fn allowlist_entries_are_addresses_networks_or_host_names() {
         let ok = |raw: &str, want: &str| {
-            assert_eq!(ignore_entry(0, raw).ok().as_deref(), Some(want), "{raw}")
+            assert_eq!(
+                ignore_entry(0, raw).ok().map(|e| e.text()).as_deref(),
+                Some(want),
+                "{raw}"
+            )
         };
         ok("192.0.2.1", "192.0.2.1");
+        ok("::ffff:192.0.2.1", "192.0.2.1");
+        ok("::ffff:192.0.2.0/120", "192.0.2.0/24");
         ok("192.0.2.0/24", "192.0.2.0/24");
         ok("2001:db8::/32", "2001:db8::/32");
         ok("127.0.0.1/8", "127.0.0.0/8");

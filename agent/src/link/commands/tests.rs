@@ -174,6 +174,7 @@ async fn bad_arguments_are_refused_before_anything_runs() {
                 jail: jail.to_owned(),
                 ip: "192.0.2.1".to_owned(),
                 ban: true,
+                guard_override: false,
             }));
             commands.push(Kind::LogTail(LogTail {
                 jail: jail.to_owned(),
@@ -194,6 +195,7 @@ async fn bad_arguments_are_refused_before_anything_runs() {
             jail: "sshd".to_owned(),
             ip: ip.to_owned(),
             ban: false,
+            guard_override: false,
         }));
     }
     for entries in [
@@ -214,6 +216,7 @@ async fn bad_arguments_are_refused_before_anything_runs() {
             jail: String::new(),
             ip: "192.0.2.1".to_owned(),
             ban: true,
+            guard_override: false,
         }),
         Kind::ListBanned(ListBanned {
             jail: "sshd".to_owned(),

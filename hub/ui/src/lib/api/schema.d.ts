@@ -433,7 +433,8 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Bans an address or network in a jail.
+         * Bans an address or network in a jail. A network wider than the configured limits, or the
+         *     broadcast address, needs an admin's `{"override": true}`; the hub's own addresses are refused.
          * @description Requires the `operator` role (or a higher one).
          */
         post: operations["ban"];
@@ -1178,6 +1179,15 @@ export interface components {
             mode: string;
             user?: components["schemas"]["UserDto"] | null;
         };
+        /** @description The optional body of a ban. */
+        BanBody: {
+            /**
+             * @description An admin's explicit go-ahead for a ban the guard rails stop otherwise: a network wider than
+             *     `guards.ban_min_prefix_v4`/`_v6`, or the broadcast address. Recorded in the audit log. It
+             *     never lifts the refusal of the hub's own addresses.
+             */
+            override?: boolean;
+        };
         /** @description What a ban or unban changed. */
         BanOutcome: {
             /** @description False when the address was already banned (ban) or not banned (unban). */
@@ -1660,6 +1670,12 @@ export interface components {
             labels?: {
                 [key: string]: string;
             };
+            /**
+             * @description An admin's explicit go-ahead for a ban the guard rails stop otherwise: a network wider
+             *     than `guards.ban_min_prefix_v4`/`_v6`, or the broadcast address. Recorded in the audit
+             *     log; it never lifts the refusal of the hub's own addresses.
+             */
+            override?: boolean;
             /** @description `true` lifts the ban instead. */
             unban?: boolean;
         };
@@ -1676,8 +1692,16 @@ export interface components {
         };
         /** @description An allowlist to store, with the version it was edited from. */
         IgnoreListBody: {
-            /** @description IPs, CIDRs or host names. */
+            /**
+             * @description IPs, CIDRs or host names. A network covering every address (`0.0.0.0/0`, `::/0`) is
+             *     refused; a public network wider than the ban limits needs `override`.
+             */
             entries: string[];
+            /**
+             * @description An admin's explicit go-ahead for entries wider than `guards.ban_min_prefix_v4`/`_v6`
+             *     (recorded in the audit log). Nothing lifts the refusal of a network covering everything.
+             */
+            override?: boolean;
             version?: string;
         };
         /** @description A jail's (or the global) `ignoreip` list. */
@@ -3149,7 +3173,16 @@ export interface operations {
                     "application/json": components["schemas"]["FleetActionDto"];
                 };
             };
-            /** @description A field breaks its rule, or no server matches */
+            /** @description `override` from a caller who is not an admin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks its rule, a guard rail (`guard_*` codes) refused the ban, or no server matches */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -3303,7 +3336,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description Optional; `{"override": true}` from an admin lifts the guard rails that allow it */
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["BanBody"] | null;
+            };
+        };
         responses: {
             200: {
                 headers: {
@@ -3313,6 +3351,16 @@ export interface operations {
                     "application/json": components["schemas"]["BanOutcome"];
                 };
             };
+            /** @description `override` from a caller who is not an admin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid name or address, or a guard rail (`guard_*` codes) refused the ban */
             422: {
                 headers: {
                     [name: string]: unknown;
