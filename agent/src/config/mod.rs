@@ -14,6 +14,7 @@ pub mod filter_test;
 pub mod ini;
 pub mod names;
 pub mod reader;
+pub mod running;
 mod staging;
 pub mod tools;
 pub mod version;
