@@ -7,6 +7,7 @@
 //! enable/disable, filter tests), [`filter_test::test_filter`].
 
 pub mod content;
+mod dump;
 pub mod editor;
 pub mod error;
 pub mod files;

@@ -5,7 +5,9 @@
 //! into commands: action names from `action` (an `actname=` option names the action, a `.py`
 //! file is named without its extension), `ignoreip` split on white space and commas,
 //! `findtime`/`bantime` through `MyTime.str2seconds`, and log paths that exist (fail2ban skips
-//! missing ones). A setting the files give in a form this module cannot evaluate (a glob, an
+//! missing ones). The filter is compared by its failure expressions: fail2ban's own reading of
+//! the files (`fail2ban-client -d`) against the ones it runs, whose `<HOST>`-like tags it has
+//! expanded, so the text between the tags must match. A setting the files give in a form this module cannot evaluate (a glob, an
 //! arithmetic time) is not compared rather than reported as a difference.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,6 +27,7 @@ pub const MAX_RETRY: &str = "maxretry";
 pub const FIND_TIME: &str = "findtime";
 pub const BAN_TIME: &str = "bantime";
 pub const LOG_PATH: &str = "logpath";
+pub const FAIL_REGEX: &str = "failregex";
 
 /// fail2ban's own values of the thresholds a jail starts with when no file sets them.
 const DEFAULT_MAX_RETRY: i64 = 3;
@@ -41,6 +44,9 @@ pub struct FileJail {
     pub find_time: Option<i64>,
     pub ban_time: Option<i64>,
     pub log_paths: Option<BTreeSet<String>>,
+    /// The filter's failure expressions as fail2ban reads the files, tags not expanded; `None`
+    /// when fail2ban could not read them (set by the caller from fail2ban's dump).
+    pub fail_regex: Option<Vec<String>>,
 }
 
 /// One setting fail2ban runs differently from what the files say.
@@ -109,6 +115,7 @@ impl FileJail {
                     .ok()
                     .and_then(|v| existing_log_paths(v.as_deref().unwrap_or_default()))
             },
+            fail_regex: None,
         })
     }
 }
@@ -126,6 +133,7 @@ pub fn running_values(running: &RunningJail) -> BTreeMap<String, String> {
         (FIND_TIME, running.find_time.to_string()),
         (BAN_TIME, running.ban_time.to_string()),
         (LOG_PATH, join(running.log_paths.iter().cloned().collect())),
+        (FAIL_REGEX, running.fail_regex.join("\n")),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
@@ -182,7 +190,83 @@ pub fn compare(jail: &str, files: &FileJail, running: &RunningJail) -> Vec<Drift
         files.log_paths.clone().map(join),
         join(running.log_paths.iter().cloned().collect()),
     );
+    if let Some(expected) = &files.fail_regex {
+        let same = expected.len() == running.fail_regex.len()
+            && expected
+                .iter()
+                .zip(&running.fail_regex)
+                .all(|(e, r)| regex_matches(e, r));
+        if !same {
+            drift.push(Drift {
+                jail: jail.to_owned(),
+                setting: FAIL_REGEX,
+                file: expected.join("\n"),
+                running: running.fail_regex.join("\n"),
+            });
+        }
+    }
     drift
+}
+
+/// Whether `running` is `expected` with its tags (`<HOST>`, `<F-USER>`, `</F-USER>`,
+/// `{^LN-BEG}`, …) expanded: the text between the tags appears in order, anchored at both ends
+/// (a tag stands for any text, so the filter's identity is checked, not each expansion).
+fn regex_matches(expected: &str, running: &str) -> bool {
+    let chunks = untagged(expected);
+    let last = chunks.len().saturating_sub(1);
+    let mut position = 0;
+    for (i, chunk) in chunks.iter().enumerate() {
+        if chunk.is_empty() {
+            continue;
+        }
+        if i == 0 {
+            if !running.starts_with(chunk) {
+                return false;
+            }
+            position = chunk.len();
+        } else if i == last {
+            return running.ends_with(chunk) && running.len() - chunk.len() >= position;
+        } else {
+            match running[position..].find(chunk) {
+                Some(at) => position += at + chunk.len(),
+                None => return false,
+            }
+        }
+    }
+    true
+}
+
+/// The text of a failure expression between its tags: a tag is `<NAME>` or `</NAME>` (letters,
+/// digits, `_-./`) or `{^LN-…}`.
+fn untagged(regex: &str) -> Vec<&str> {
+    let bytes = regex.as_bytes();
+    let mut chunks = Vec::new();
+    let (mut start, mut i) = (0, 0);
+    while i < bytes.len() {
+        let end = match bytes[i] {
+            b'<' => {
+                let name_start = i + 1 + usize::from(bytes.get(i + 1) == Some(&b'/'));
+                let len = bytes[name_start..]
+                    .iter()
+                    .take_while(|b| b.is_ascii_alphanumeric() || b"_-./".contains(b))
+                    .count();
+                (len > 0 && bytes.get(name_start + len) == Some(&b'>'))
+                    .then_some(name_start + len + 1)
+            }
+            b'{' if regex[i..].starts_with("{^LN-") => regex[i..].find('}').map(|e| i + e + 1),
+            _ => None,
+        };
+        match end {
+            Some(end) => {
+                chunks.push(&regex[start..i]);
+                start = end;
+                i = end;
+            }
+            None => i += 1,
+        }
+    }
+    chunks.push(&regex[start..]);
+    chunks
 }
 
 /// A number the files set (parsed), or fail2ban's default when they do not; `None` when the

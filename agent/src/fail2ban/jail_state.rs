@@ -18,6 +18,8 @@ pub struct RunningJail {
     pub ban_time: i64,
     /// Files a file backend watches (empty for the systemd backend).
     pub log_paths: Vec<String>,
+    /// The filter's failure expressions, `<HOST>`-like tags expanded.
+    pub fail_regex: Vec<String>,
 }
 
 impl Fail2banSocket {
@@ -31,6 +33,7 @@ impl Fail2banSocket {
             find_time: self.get_int(jail, "findtime").await?,
             ban_time: self.get_int(jail, "bantime").await?,
             log_paths: self.get_list(jail, "logpath").await?,
+            fail_regex: self.get_list(jail, "failregex").await?,
         })
     }
 

@@ -170,6 +170,21 @@ async fn the_api_shows_what_runs_and_flags_what_differs_from_the_files() {
         .unwrap_or_else(|| panic!("no dummyjail: {list}"));
     assert_eq!(dummy["drift"], json!([]), "{dummy}");
 
+    // A failure expression added at run time is a filter the files do not name.
+    fleet
+        .host(0)
+        .sandbox
+        .client(&["set", "testauth", "addfailregex", "^evil <HOST>$"])
+        .expect("fail2ban takes it");
+    let config = jail_config(&fleet).await;
+    let drift = drift_of(&config, "failregex").unwrap_or_else(|| panic!("no drift: {config}"));
+    assert!(
+        drift["runningValue"]
+            .as_str()
+            .is_some_and(|r| r.contains("^evil ")),
+        "{drift}"
+    );
+
     // The next write of the jail leaves it running its files again.
     let (status, change) = write_override(&fleet, "[testauth]\nmaxretry = 6\n").await;
     assert_eq!(status, StatusCode::OK, "{change}");

@@ -3,10 +3,11 @@
 //! editor compares each jail an edit reaches with its files, restarts the jails that differ
 //! (`reload --restart <jail>`) and compares again; a difference that remains fails the edit.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 
 use super::{ConfigEditor, EditError, blocking};
+use crate::config::dump;
 use crate::config::files::EditableFile;
 use crate::config::reader::EffectiveConfig;
 use crate::config::running::{self, Drift, FileJail, JailState};
@@ -18,9 +19,13 @@ impl ConfigEditor {
     /// Each of `jails` that fail2ban runs, beside what the live files say for it. Jails fail2ban
     /// does not run are left out.
     pub async fn jail_states(&self, jails: &BTreeSet<String>) -> Result<Vec<JailState>, EditError> {
+        if jails.is_empty() {
+            return Ok(Vec::new());
+        }
         let reader = self.inner.reader.clone();
         let config = blocking(move || reader.load().map_err(EditError::from)).await?;
-        self.states(&config, jails)
+        let files = self.files(config).await;
+        self.states(&files, jails)
             .await
             .map_err(EditError::Unavailable)
     }
@@ -37,9 +42,13 @@ impl ConfigEditor {
             .await
             .map_err(|e| vec![format!("reading the configuration back failed: {e}")])?;
         let jails = affected_jails(changes, &config, running);
+        if jails.is_empty() {
+            return Ok(Vec::new());
+        }
+        let files = self.files(config).await;
         let unavailable = |e: Fail2banError| vec![format!("fail2ban does not answer: {e}")];
         let drifting: BTreeSet<String> = self
-            .states(&config, &jails)
+            .states(&files, &jails)
             .await
             .map_err(unavailable)?
             .into_iter()
@@ -55,7 +64,7 @@ impl ConfigEditor {
             return Ok(restarted);
         }
         let remaining: Vec<Drift> = self
-            .states(&config, &drifting)
+            .states(&files, &drifting)
             .await
             .map_err(unavailable)?
             .into_iter()
@@ -84,10 +93,27 @@ impl ConfigEditor {
             .collect())
     }
 
-    /// Reads each running jail of `jails` from fail2ban and compares it with `config`.
+    /// The live files as the comparison needs them: the effective configuration, and fail2ban's
+    /// own reading of the filters (not compared when fail2ban cannot read them).
+    async fn files(&self, config: EffectiveConfig) -> Files {
+        let s = &self.inner.settings;
+        let fail_regexes = match dump::fail_regexes(&s.tools, &s.config_dir).await {
+            Ok(regexes) => Some(regexes),
+            Err(e) => {
+                tracing::warn!(error = %e, "fail2ban could not read its filters; they are not compared");
+                None
+            }
+        };
+        Files {
+            config,
+            fail_regexes,
+        }
+    }
+
+    /// Reads each running jail of `jails` from fail2ban and compares it with `files`.
     async fn states(
         &self,
-        config: &EffectiveConfig,
+        files: &Files,
         jails: &BTreeSet<String>,
     ) -> Result<Vec<JailState>, Fail2banError> {
         let s = &self.inner.settings;
@@ -96,8 +122,14 @@ impl ConfigEditor {
         let mut states = Vec::new();
         for jail in jails.intersection(&running) {
             let state = socket.running_jail(jail).await?;
-            let drift = FileJail::from_config(config, jail)
-                .map(|files| running::compare(jail, &files, &state))
+            let drift = FileJail::from_config(&files.config, jail)
+                .map(|mut expected| {
+                    expected.fail_regex = files
+                        .fail_regexes
+                        .as_ref()
+                        .map(|all| all.get(jail).cloned().unwrap_or_default());
+                    running::compare(jail, &expected, &state)
+                })
                 .unwrap_or_default();
             states.push(JailState {
                 jail: jail.clone(),
@@ -128,6 +160,13 @@ impl ConfigEditor {
             Ok(output) => Err(tools::client_messages(&output, None)),
         }
     }
+}
+
+/// What the files say, read once for the comparisons of one check.
+struct Files {
+    config: EffectiveConfig,
+    /// Failure expressions by jail; `None` when fail2ban could not read the configuration.
+    fail_regexes: Option<BTreeMap<String, Vec<String>>>,
 }
 
 /// The running jails an edit of `changes` reaches: a jail's override reaches that jail, a

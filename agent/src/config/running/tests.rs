@@ -33,8 +33,12 @@ fn running(log: &Path) -> RunningJail {
         find_time: 600,
         ban_time: 3600,
         log_paths: vec![log.display().to_string()],
+        fail_regex: vec![format!("^x {HOST}$")],
     }
 }
+
+/// Roughly what fail2ban puts in place of `<HOST>`.
+const HOST: &str = r"(?:\[?(?:(?P<ip4>(?:\d{1,3}\.){3}\d{1,3})|(?P<dns>[\w\-.^_]*\w))\]?)";
 
 fn settings(drift: &[Drift]) -> Vec<&'static str> {
     drift.iter().map(|d| d.setting).collect()
@@ -169,4 +173,52 @@ fn the_systemd_backend_watches_no_files() {
     let (_dir, config) = load(conf, None);
     let files = FileJail::from_config(&config, "web").expect("defined");
     assert_eq!(files.log_paths, Some(BTreeSet::new()));
+}
+
+#[test]
+fn failure_expressions_match_with_their_tags_expanded() {
+    let check = |expected: &str, running: &str, same: bool| {
+        assert_eq!(
+            regex_matches(expected, running),
+            same,
+            "{expected:?} vs {running:?}"
+        );
+    };
+    let host = HOST;
+    check("^x <HOST>$", &format!("^x {host}$"), true);
+    check("^y <HOST>$", &format!("^x {host}$"), false);
+    check("^x <HOST>$", &format!("^x {host}"), false);
+    check("^x <HOST> from$", &format!("^x {host}$"), false);
+    check(
+        "^for <F-USER>.+</F-USER> from <HOST>( port \\d+)?$",
+        &format!("^for (?P<fid_user>.+) from {host}( port \\d+)?$"),
+        true,
+    );
+    check(
+        "{^LN-BEG}Failed <HOST>",
+        &format!("^(?:\\s*)?Failed {host}"),
+        true,
+    );
+    check("(?P<name>a)<HOST>", &format!("(?P<name>a){host}"), true);
+    check("", "", true);
+}
+
+#[test]
+fn a_filter_running_other_expressions_is_drift() {
+    let log = tempfile::NamedTempFile::new().expect("log");
+    let (_dir, config) = load(&base(log.path()), None);
+    let mut files = FileJail::from_config(&config, "web").expect("defined");
+    files.fail_regex = Some(vec!["^x <HOST>$".into()]);
+    let mut run = running(log.path());
+    assert_eq!(compare("web", &files, &run), []);
+    run.fail_regex.push(format!("^y {HOST}$"));
+    assert_eq!(settings(&compare("web", &files, &run)), [FAIL_REGEX]);
+    run.fail_regex = vec![format!("^y {HOST}$")];
+    assert_eq!(settings(&compare("web", &files, &run)), [FAIL_REGEX]);
+    files.fail_regex = None;
+    assert_eq!(
+        compare("web", &files, &run),
+        [],
+        "not compared when unknown"
+    );
 }
