@@ -93,13 +93,9 @@ impl FileJail {
             actions: value("action")
                 .ok()
                 .map(|v| action_names(v.as_deref().unwrap_or_default())),
-            ignore_ip: value("ignoreip").ok().map(|v| {
-                v.unwrap_or_default()
-                    .split(|c: char| c.is_whitespace() || c == ',')
-                    .filter(|s| !s.is_empty())
-                    .map(normalize_ip)
-                    .collect()
-            }),
+            ignore_ip: value("ignoreip")
+                .ok()
+                .and_then(|v| ignore_entries(&v.unwrap_or_default())),
             ignore_command: value("ignorecommand")
                 .ok()
                 .map(|v| v.map(|c| c.trim().to_owned()).filter(|c| !c.is_empty())),
@@ -285,6 +281,19 @@ fn number(
 
 fn join(set: BTreeSet<String>) -> String {
     set.into_iter().collect::<Vec<_>>().join(" ")
+}
+
+/// The `ignoreip` entries, normalized; `None` when one reads a file (`file:/path`), whose
+/// addresses fail2ban lists instead of the entry.
+fn ignore_entries(value: &str) -> Option<BTreeSet<String>> {
+    let entries: Vec<&str> = value
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|s| !s.is_empty())
+        .collect();
+    if entries.iter().any(|e| e.starts_with("file:")) {
+        return None;
+    }
+    Some(entries.into_iter().map(normalize_ip).collect())
 }
 
 fn ignore_set(entries: &[String]) -> BTreeSet<String> {

@@ -133,6 +133,14 @@ fn ignore_entries_are_compared_as_fail2ban_normalizes_them() {
     check("2001:db8::1/32", "2001:db8::/32");
     check("2001:0db8:0000::1", "2001:db8::1");
     check("example.org", "example.org");
+    assert_eq!(
+        ignore_entries("file:/etc/fail2ban/ignore.txt 10.0.0.1"),
+        None
+    );
+    assert_eq!(
+        ignore_entries("127.0.0.1/8, ::1"),
+        Some(["127.0.0.0/8".to_owned(), "::1".to_owned()].into())
+    );
 }
 
 #[test]
