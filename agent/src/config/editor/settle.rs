@@ -55,13 +55,11 @@ impl ConfigEditor {
             .filter(|s| !s.drift.is_empty())
             .map(|s| s.jail)
             .collect();
-        let mut restarted = Vec::new();
+        if drifting.is_empty() {
+            return Ok(Vec::new());
+        }
         for jail in &drifting {
             self.restart_jail(jail).await?;
-            restarted.push(jail.clone());
-        }
-        if drifting.is_empty() {
-            return Ok(restarted);
         }
         let remaining: Vec<Drift> = self
             .states(&files, &drifting)
@@ -80,8 +78,8 @@ impl ConfigEditor {
                 .collect()
         };
         if remaining.is_empty() && missing.is_empty() {
-            tracing::info!(?restarted, "jails restarted to run what their files say");
-            return Ok(restarted);
+            tracing::info!(restarted = ?drifting, "jails restarted to run what their files say");
+            return Ok(drifting.into_iter().collect());
         }
         Err(missing
             .into_iter()
