@@ -38,6 +38,7 @@ use crate::fail2ban::{Fail2banError, Fail2banSocket};
 use crate::settings::PolicySettings;
 
 mod agent_files;
+mod settle;
 pub use agent_files::{AgentEdit, AgentEditReport, AgentWrite};
 
 /// Backups kept per file by default.
@@ -115,6 +116,9 @@ pub enum Stage {
     Reload,
     /// fail2ban answering and running the expected jails afterwards.
     HealthCheck,
+    /// fail2ban running what the files say in every jail the edit reaches, after restarting
+    /// the jails a reload does not change.
+    Verify,
 }
 
 impl std::fmt::Display for Stage {
@@ -123,6 +127,7 @@ impl std::fmt::Display for Stage {
             Self::Commit => "put the new files in place",
             Self::Reload => "reload",
             Self::HealthCheck => "pass the health check after reloading",
+            Self::Verify => "run what the files say",
         })
     }
 }
@@ -266,6 +271,9 @@ pub struct EditReport {
     pub reload: ReloadScope,
     /// Jails running afterwards.
     pub running: Vec<String>,
+    /// Jails restarted (`reload --restart`) because the reload left them running something else
+    /// than the files say.
+    pub restarted: Vec<String>,
     /// fail2ban's warnings about the new configuration that did not stop the edit.
     pub warnings: Vec<String>,
     pub timings: EditTimings,
@@ -670,6 +678,7 @@ impl ConfigEditor {
                 changes: Vec::new(),
                 reload: ReloadScope::NotNeeded,
                 running: running_before.into_iter().collect(),
+                restarted: Vec::new(),
                 warnings: Vec::new(),
                 timings: EditTimings {
                     total: started.elapsed(),
@@ -783,6 +792,16 @@ impl ConfigEditor {
                 .rollback(&changes, Stage::HealthCheck, messages, &running_before)
                 .await);
         }
+        let restarted = match self.settle(&changes, &running).await {
+            Ok(restarted) => restarted,
+            Err(problems) => {
+                let mut messages = reload_messages;
+                messages.extend(problems);
+                return Err(self
+                    .rollback(&changes, Stage::Verify, messages, &running_before)
+                    .await);
+            }
+        };
         let reload_time = reload_started.elapsed();
 
         let report = EditReport {
@@ -796,6 +815,7 @@ impl ConfigEditor {
                 .collect(),
             reload,
             running: running.into_iter().collect(),
+            restarted,
             warnings: warnings.into_iter().chain(reload_messages).collect(),
             timings: EditTimings {
                 validate,
@@ -806,6 +826,7 @@ impl ConfigEditor {
         tracing::info!(
             files = ?report.changes.iter().map(|c| c.file.to_string()).collect::<Vec<_>>(),
             reload = ?report.reload,
+            restarted = ?report.restarted,
             validate_ms = u64::try_from(validate.as_millis()).unwrap_or(u64::MAX),
             total_ms = u64::try_from(report.timings.total.as_millis()).unwrap_or(u64::MAX),
             "fail2ban config edited"
@@ -966,21 +987,32 @@ impl ConfigEditor {
                 rollback_messages,
             };
         }
-        match self.running_jails().await {
-            Ok(running) => EditError::RolledBack {
+        let running = match self.running_jails().await {
+            Ok(running) => running,
+            Err(e) => {
+                return EditError::RollbackFailed {
+                    stage,
+                    messages,
+                    rollback_messages: vec![format!(
+                        "fail2ban does not answer after reloading the previous files: {e}"
+                    )],
+                };
+            }
+        };
+        // The reload back has the same blind spots as the one forward.
+        if let Err(rollback_messages) = self.settle(changes, &running).await {
+            return EditError::RollbackFailed {
                 stage,
                 messages,
-                rollback: RollbackReport {
-                    restored: changes.iter().map(|c| c.file.clone()).collect(),
-                    missing_jails: running_before.difference(&running).cloned().collect(),
-                },
-            },
-            Err(e) => EditError::RollbackFailed {
-                stage,
-                messages,
-                rollback_messages: vec![format!(
-                    "fail2ban does not answer after reloading the previous files: {e}"
-                )],
+                rollback_messages,
+            };
+        }
+        EditError::RolledBack {
+            stage,
+            messages,
+            rollback: RollbackReport {
+                restored: changes.iter().map(|c| c.file.clone()).collect(),
+                missing_jails: running_before.difference(&running).cloned().collect(),
             },
         }
     }

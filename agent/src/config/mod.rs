@@ -7,6 +7,7 @@
 //! enable/disable, filter tests), [`filter_test::test_filter`].
 
 pub mod content;
+mod dump;
 pub mod editor;
 pub mod error;
 pub mod files;
@@ -15,6 +16,7 @@ pub mod ini;
 pub mod names;
 pub mod policy;
 pub mod reader;
+pub mod running;
 mod staging;
 pub mod tools;
 pub mod version;

@@ -87,6 +87,37 @@ pub struct JailSummary {
     pub log_paths: Vec<String>,
     pub actions: Vec<String>,
     pub settings: BTreeMap<String, String>,
+    /// What fail2ban runs, by setting; empty when the jail does not run.
+    pub running_settings: BTreeMap<String, String>,
+    /// Settings fail2ban runs differently from what the files say; empty when they agree.
+    pub drift: Vec<SettingDrift>,
+}
+
+/// A setting a running jail runs differently from its files.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SettingDrift {
+    /// fail2ban's name of the setting: `actions`, `ignoreip`, `ignorecommand`, `maxretry`,
+    /// `findtime`, `bantime` or `logpath`.
+    pub setting: String,
+    /// What the files say, normalized like `running_value`.
+    pub file_value: String,
+    pub running_value: String,
+}
+
+/// The running values and drift of an agent's `RunningState` (none when the jail does not run).
+fn running_state(state: Option<pb::RunningState>) -> (BTreeMap<String, String>, Vec<SettingDrift>) {
+    let state = state.unwrap_or_default();
+    let drift = state
+        .drift
+        .into_iter()
+        .map(|d| SettingDrift {
+            setting: d.setting,
+            file_value: d.file_value,
+            running_value: d.running_value,
+        })
+        .collect();
+    (state.settings.into_iter().collect(), drift)
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -141,6 +172,10 @@ pub struct JailConfig {
     /// The editable local filter file.
     pub filter_local: Option<ConfigFile>,
     pub effective: BTreeMap<String, String>,
+    /// What fail2ban runs, by setting; empty when the jail does not run.
+    pub running_settings: BTreeMap<String, String>,
+    /// Settings fail2ban runs differently from what the files say; empty when they agree.
+    pub drift: Vec<SettingDrift>,
 }
 
 /// New content for one file, with the version it was edited from.
@@ -369,15 +404,20 @@ impl Fleet {
                 jails: list
                     .jails
                     .into_iter()
-                    .map(|j| JailSummary {
-                        name: j.name,
-                        enabled: j.enabled,
-                        running: j.running,
-                        filter: j.filter,
-                        backend: j.backend,
-                        log_paths: j.log_paths,
-                        actions: j.actions,
-                        settings: j.settings.into_iter().collect(),
+                    .map(|j| {
+                        let (running_settings, drift) = running_state(j.running_state);
+                        JailSummary {
+                            name: j.name,
+                            enabled: j.enabled,
+                            running: j.running,
+                            filter: j.filter,
+                            backend: j.backend,
+                            log_paths: j.log_paths,
+                            actions: j.actions,
+                            settings: j.settings.into_iter().collect(),
+                            running_settings,
+                            drift,
+                        }
                     })
                     .collect(),
                 warnings: list.warnings,
@@ -418,16 +458,21 @@ impl Fleet {
             jail: jail.to_string(),
         });
         match self.call(server, kind, "get_jail_config", by).await? {
-            Outcome::JailConfig(c) => Ok(JailConfig {
-                jail: c.jail,
-                enabled: c.enabled,
-                running: c.running,
-                jail_override: config_file(c.jail_override),
-                filter: c.filter,
-                filter_conf: config_file(c.filter_conf),
-                filter_local: config_file(c.filter_local),
-                effective: c.effective.into_iter().collect(),
-            }),
+            Outcome::JailConfig(c) => {
+                let (running_settings, drift) = running_state(c.running_state.map(|s| *s));
+                Ok(JailConfig {
+                    jail: c.jail,
+                    enabled: c.enabled,
+                    running: c.running,
+                    jail_override: config_file(c.jail_override),
+                    filter: c.filter,
+                    filter_conf: config_file(c.filter_conf),
+                    filter_local: config_file(c.filter_local),
+                    effective: c.effective.into_iter().collect(),
+                    running_settings,
+                    drift,
+                })
+            }
             other => Err(unexpected(&other)),
         }
     }

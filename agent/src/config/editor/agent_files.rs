@@ -12,12 +12,9 @@
 //!   reload added to it, and `reload --restart` takes one jail per call.
 
 use std::collections::BTreeSet;
-use std::ffi::OsString;
 use std::time::Instant;
 
-use super::{
-    ConfigEditor, EditError, FileChange, NewConfig, ReloadScope, Scope, Stage, blocking, tools,
-};
+use super::{ConfigEditor, EditError, FileChange, NewConfig, ReloadScope, Scope, Stage, blocking};
 use crate::config::files::{AgentFile, EditableFile};
 use crate::config::reader::ConfigReader;
 use crate::config::staging::{Change, build_shadow, commit, restore, save_backups, stage};
@@ -231,25 +228,6 @@ impl ConfigEditor {
             "banhub's fail2ban files applied"
         );
         Ok(report)
-    }
-
-    /// `fail2ban-client -c <dir> -s <socket> reload --restart <jail>`; `Err` carries its messages.
-    async fn restart_jail(&self, jail: &str) -> Result<Vec<String>, Vec<String>> {
-        let s = &self.inner.settings;
-        let args: Vec<OsString> = vec![
-            "-c".into(),
-            s.config_dir.clone().into(),
-            "-s".into(),
-            s.socket.clone().into(),
-            "reload".into(),
-            "--restart".into(),
-            jail.into(),
-        ];
-        match s.tools.client(&args, s.tools.reload_timeout).await {
-            Err(e) => Err(vec![e.to_string()]),
-            Ok(output) if output.success() => Ok(tools::client_messages(&output, None)),
-            Ok(output) => Err(tools::client_messages(&output, None)),
-        }
     }
 
     /// The effective configuration as it would be without [`AgentFile::Attach`]: what each

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use banhub_proto::v1::command_result::Outcome;
 use banhub_proto::v1::{
     ConfigChange, ConfigFile, FileEdit, FileVersion, GetJailConfig, JailConfig, JailEntry,
-    JailList, SetJailsEnabled, WriteJailConfig,
+    JailList, RunningState, SetJailsEnabled, SettingDrift, WriteJailConfig,
 };
 
 use super::Context;
@@ -19,6 +19,7 @@ use super::args;
 use super::failure::{Failure, Reply, parse_version, version_text};
 use super::status::running_jails;
 use crate::config::content::{self, action_names};
+use crate::config::running::{JailState, running_values};
 use crate::config::{
     EditReport, EditableFile, FilterName, JailInfo, JailName, ReloadScope, Version, VersionedFile,
 };
@@ -71,6 +72,18 @@ pub async fn list_jails(context: &Context) -> Reply {
         defined.insert(info.name.clone());
         jails.push(jail_entry(&info, running.contains(&info.name)));
     }
+    match editor.jail_states(&running).await {
+        Ok(states) => {
+            for entry in &mut jails {
+                if let Some(state) = states.iter().find(|s| s.jail == entry.name) {
+                    entry.running_state = Some(running_state(state));
+                }
+            }
+        }
+        Err(e) => warnings.push(format!(
+            "what fail2ban runs could not be read, so it is not compared with the files: {e}"
+        )),
+    }
     for name in running.difference(&defined) {
         warnings.push(format!(
             "jail {name} runs but no configuration file defines it (it was added at run time)"
@@ -82,6 +95,22 @@ pub async fn list_jails(context: &Context) -> Reply {
         });
     }
     Ok(Outcome::Jails(JailList { jails, warnings }))
+}
+
+/// A running jail's values and drift, for JailEntry and JailConfig.
+fn running_state(state: &JailState) -> RunningState {
+    RunningState {
+        settings: running_values(&state.running).into_iter().collect(),
+        drift: state
+            .drift
+            .iter()
+            .map(|d| SettingDrift {
+                setting: d.setting.to_owned(),
+                file_value: d.file.clone(),
+                running_value: d.running.clone(),
+            })
+            .collect(),
+    }
 }
 
 fn resolved(info: &JailInfo, key: &str) -> Option<String> {
@@ -119,6 +148,7 @@ fn jail_entry(info: &JailInfo, running: bool) -> JailEntry {
             .iter()
             .filter_map(|key| resolved(info, key).map(|v| ((*key).to_owned(), v)))
             .collect(),
+        ..JailEntry::default()
     }
 }
 
@@ -191,6 +221,17 @@ pub(super) async fn config_change(
         let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
         format!("{what}: wrote {}; {reload}", paths.join(", "))
     };
+    let restarted: Vec<&str> = reports
+        .iter()
+        .flat_map(|r| &r.restarted)
+        .map(String::as_str)
+        .collect();
+    if !restarted.is_empty() {
+        message.push_str(&format!(
+            "; restarted {} to run what the files say (a reload does not apply every change)",
+            restarted.join(", ")
+        ));
+    }
     for warning in reports.iter().flat_map(|r| &r.warnings) {
         message.push('\n');
         message.push_str(warning);
@@ -235,10 +276,20 @@ pub async fn get_jail_config(context: &Context, request: GetJailConfig) -> Reply
         }
         None => (None, None),
     };
+    let running_state = if running {
+        let states = editor
+            .jail_states(&[jail.to_string()].into())
+            .await
+            .map_err(Failure::from)?;
+        states.first().map(|s| Box::new(running_state(s)))
+    } else {
+        None
+    };
     Ok(Outcome::JailConfig(JailConfig {
         jail: jail.to_string(),
         enabled: info.enabled,
         running,
+        running_state,
         jail_override: Some(config_file(view.override_file)),
         filter: filter.map(String::from).unwrap_or_default(),
         filter_conf,

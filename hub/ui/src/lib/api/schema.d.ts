@@ -1795,6 +1795,8 @@ export interface components {
         };
         /** @description A jail's override, its filter and its effective settings. */
         JailConfig: {
+            /** @description Settings fail2ban runs differently from what the files say; empty when they agree. */
+            drift: components["schemas"]["SettingDrift"][];
             effective: {
                 [key: string]: string;
             };
@@ -1805,6 +1807,10 @@ export interface components {
             jail: string;
             jailOverride?: components["schemas"]["ConfigFile"] | null;
             running: boolean;
+            /** @description What fail2ban runs, by setting; empty when the jail does not run. */
+            runningSettings: {
+                [key: string]: string;
+            };
         };
         /** @description Counters of one running jail. */
         JailCounters: {
@@ -1842,11 +1848,17 @@ export interface components {
         JailSummary: {
             actions: string[];
             backend: string;
+            /** @description Settings fail2ban runs differently from what the files say; empty when they agree. */
+            drift: components["schemas"]["SettingDrift"][];
             enabled: boolean;
             filter: string;
             logPaths: string[];
             name: string;
             running: boolean;
+            /** @description What fail2ban runs, by setting; empty when the jail does not run. */
+            runningSettings: {
+                [key: string]: string;
+            };
             settings: {
                 [key: string]: string;
             };
@@ -2199,6 +2211,17 @@ export interface components {
             name: string;
             role: components["schemas"]["Role"];
             subject: string;
+        };
+        /** @description A setting a running jail runs differently from its files. */
+        SettingDrift: {
+            /** @description What the files say, normalized like `running_value`. */
+            fileValue: string;
+            runningValue: string;
+            /**
+             * @description fail2ban's name of the setting: `actions`, `ignoreip`, `ignorecommand`, `maxretry`,
+             *     `findtime`, `bantime` or `logpath`.
+             */
+            setting: string;
         };
         /** @description Every setting, as read with `GET /api/settings` and written with `POST /api/settings`. */
         SettingsDocument: {

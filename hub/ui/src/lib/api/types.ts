@@ -16,6 +16,7 @@ export type JailCounters = S['JailCounters'];
 export type JailList = S['JailList'];
 export type JailSummary = S['JailSummary'];
 export type JailConfig = S['JailConfig'];
+export type SettingDrift = S['SettingDrift'];
 export type ConfigFile = S['ConfigFile'];
 export type ConfigChange = S['ConfigChange'];
 export type WriteConfig = S['WriteConfig'];
