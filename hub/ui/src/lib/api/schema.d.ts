@@ -992,7 +992,8 @@ export interface paths {
         };
         /**
          * Ends the session here and, for an OIDC session whose provider supports it, at the provider:
-         *     302 to its end-session endpoint (which returns to the hub's root), else to `/`.
+         *     302 to its end-session endpoint (which returns to the hub's root), else to `/`. Only from the
+         *     hub's own pages: a link or image on another site gets a 403 and the session stays.
          * @description Needs no session or token.
          */
         get: operations["logout_get"];
@@ -4579,6 +4580,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description From another site; the session was not ended */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
             };
         };
     };
