@@ -21,7 +21,8 @@ const EXIT_OK: u8 = 0;
 const EXIT_FAILURE: u8 = 1;
 /// Bad usage or configuration (clap uses it too).
 const EXIT_USAGE: u8 = 2;
-/// The hub removed this server: the session was drained without reconnect.
+/// The hub removed this server: the session was drained without reconnect, or the hub refused the
+/// agent's certificate as revoked.
 const EXIT_REMOVED: u8 = 3;
 
 const EXIT_CODES_HELP: &str = "\
@@ -30,8 +31,9 @@ Exit codes:
   1  failure (e.g. the hub refused the enrollment token, the state directory is unusable,
      the agent is not enrolled)
   2  bad command line or configuration
-  3  the hub removed this server (its session was drained without reconnect); re-enroll with
-     `banhub-agent enroll --force <TOKEN>` to bring the host back
+  3  the hub removed this server (its session was drained without reconnect, or its certificate
+     was refused as revoked); re-enroll with `banhub-agent enroll --force <TOKEN>` to bring the
+     host back
 
 Every setting is also a config file key and a BANHUB_AGENT_… variable, with `__` between levels,
 e.g. BANHUB_AGENT_FAIL2BAN__SOCKET or BANHUB_AGENT_LINK__BACKOFF_MAX_MS. Precedence: defaults,

@@ -119,6 +119,9 @@ pub struct Fail2banSettings {
     pub client: PathBuf,
     /// Time allowed to connect to the socket and for each call on it, in milliseconds.
     pub timeout_ms: u64,
+    /// Time one filter test (`fail2ban-regex` on log lines) may run before it is killed, in
+    /// milliseconds.
+    pub filter_test_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -191,6 +194,7 @@ impl Default for Fail2banSettings {
             config_dir: PathBuf::from("/etc/fail2ban"),
             client: PathBuf::from("fail2ban-client"),
             timeout_ms: 5_000,
+            filter_test_timeout_ms: 20_000,
         }
     }
 }
@@ -305,6 +309,12 @@ impl Settings {
         check_range(
             "fail2ban.timeout_ms",
             self.fail2ban.timeout_ms,
+            100,
+            600_000,
+        )?;
+        check_range(
+            "fail2ban.filter_test_timeout_ms",
+            self.fail2ban.filter_test_timeout_ms,
             100,
             600_000,
         )?;

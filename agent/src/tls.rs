@@ -203,7 +203,10 @@ impl ServerCertVerifier for PinnedCaVerifier {
 /// What kind of failure a connection attempt to the hub ran into, for the operator's log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConnectProblem {
-    /// The hub refused our client certificate in the TLS handshake (revoked, unknown CA, expired).
+    /// The hub refused our client certificate as revoked (TLS alert `certificate_revoked`): the server
+    /// was deleted on the hub, or another agent enrolled in its place. Final, unlike every other problem.
+    CertificateRevoked(String),
+    /// The hub refused our client certificate in the TLS handshake (unknown CA, expired, …).
     CertificateRefused(String),
     /// We refused the hub's certificate.
     HubUntrusted(String),
@@ -218,6 +221,9 @@ pub fn classify(err: &(dyn StdError + 'static)) -> ConnectProblem {
     while let Some(e) = current {
         if let Some(tls) = rustls_error(e) {
             return match tls {
+                rustls::Error::AlertReceived(AlertDescription::CertificateRevoked) => {
+                    ConnectProblem::CertificateRevoked(detail)
+                }
                 rustls::Error::AlertReceived(alert) if is_certificate_alert(*alert) => {
                     ConnectProblem::CertificateRefused(detail)
                 }
@@ -230,8 +236,10 @@ pub fn classify(err: &(dyn StdError + 'static)) -> ConnectProblem {
         current = e.source();
     }
     // Some layers flatten the TLS error into text; its alert names are distinctive enough.
+    if detail.contains("CertificateRevoked") {
+        return ConnectProblem::CertificateRevoked(detail);
+    }
     if [
-        "CertificateRevoked",
         "BadCertificate",
         "UnknownCA",
         "CertificateRequired",
@@ -260,7 +268,6 @@ fn is_certificate_alert(alert: AlertDescription) -> bool {
     matches!(
         alert,
         AlertDescription::BadCertificate
-            | AlertDescription::CertificateRevoked
             | AlertDescription::CertificateExpired
             | AlertDescription::CertificateUnknown
             | AlertDescription::UnsupportedCertificate
@@ -465,8 +472,21 @@ mod tests {
         ));
         assert!(matches!(
             classify(&alert),
+            ConnectProblem::CertificateRevoked(_)
+        ));
+        let unknown_ca =
+            std::io::Error::other(rustls::Error::AlertReceived(AlertDescription::UnknownCA));
+        assert!(matches!(
+            classify(&unknown_ca),
             ConnectProblem::CertificateRefused(_)
         ));
+        let flattened = std::io::Error::other("received fatal alert: CertificateRevoked");
+        assert!(matches!(
+            classify(&flattened),
+            ConnectProblem::CertificateRevoked(_)
+        ));
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(matches!(classify(&reset), ConnectProblem::Other(_)));
         let untrusted = std::io::Error::other(rustls::Error::InvalidCertificate(
             rustls::CertificateError::UnknownIssuer,
         ));

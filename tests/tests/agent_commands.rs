@@ -44,6 +44,7 @@ fn host_on(sandbox: Fail2banSandbox) -> Host {
             config_dir: sandbox.conf_dir(),
             client: client_path(),
             timeout_ms: 10_000,
+            ..Fail2banSettings::default()
         },
         ..Settings::default()
     };

@@ -97,6 +97,7 @@ async fn bench_status_and_banned_pages() {
             config_dir: sandbox.conf_dir(),
             client: PathBuf::from("/usr/bin/fail2ban-client"),
             timeout_ms: 30_000,
+            ..Fail2banSettings::default()
         },
         ..Settings::default()
     });

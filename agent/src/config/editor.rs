@@ -103,6 +103,7 @@ impl EditorSettings {
         );
         editor.socket_timeout = settings.fail2ban_timeout();
         editor.policy = settings.policy.clone();
+        editor.tools.filter_test_timeout = Duration::from_millis(f2b.filter_test_timeout_ms);
         editor
     }
 }
@@ -291,6 +292,9 @@ struct Inner {
     settings: EditorSettings,
     reader: ConfigReader,
     lock: tokio::sync::Mutex<()>,
+    /// One filter test at a time on this host: each runs a `fail2ban-regex` process that may use a
+    /// core until its time limit; the others wait their turn.
+    filter_tests: tokio::sync::Semaphore,
 }
 
 /// Held while an edit runs.
@@ -349,6 +353,7 @@ impl ConfigEditor {
                 reader: ConfigReader::new(&settings.config_dir),
                 settings,
                 lock: tokio::sync::Mutex::new(()),
+                filter_tests: tokio::sync::Semaphore::new(1),
             }),
         })
     }
@@ -535,6 +540,8 @@ impl ConfigEditor {
         source: &FilterSource,
         lines: &[String],
     ) -> Result<FilterTestReport, FilterTestError> {
+        // The semaphore is never closed, so acquiring fails only in theory; then the test runs.
+        let _turn = self.inner.filter_tests.acquire().await.ok();
         let s = &self.inner.settings;
         filter_test::test_filter(&s.tools, &s.config_dir, &s.backup_dir, source, lines).await
     }

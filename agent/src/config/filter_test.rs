@@ -101,6 +101,11 @@ pub enum FilterTestError {
     BadFilter(String),
     #[error("fail2ban-regex refused the filter:\n{}", messages.join("\n"))]
     Rejected { messages: Vec<String> },
+    #[error(
+        "the filter test did not finish within {after:?} and was stopped; a regular expression \
+         that backtracks catastrophically (like `(a+)+`) on these lines does this: simplify it"
+    )]
+    TimedOut { after: std::time::Duration },
     #[error("fail2ban-regex printed something this agent cannot read: {0}")]
     UnexpectedOutput(String),
     #[error("scratch files for the filter test: {}: {source}", path.display())]
@@ -331,7 +336,13 @@ pub async fn test_filter(
     .iter()
     .map(OsString::from)
     .collect();
-    let output = tools.regex(&args, prepared.dir.path()).await?;
+    let output = tools
+        .regex(&args, prepared.dir.path(), tools.filter_test_timeout)
+        .await
+        .map_err(|e| match e {
+            ToolError::Timeout { after, .. } => FilterTestError::TimedOut { after },
+            e => FilterTestError::Tool(e),
+        })?;
     if !output.success() {
         return Err(FilterTestError::Rejected {
             messages: regex_messages(&output.stdout, &output.stderr, &display_name(source)),
@@ -370,7 +381,7 @@ pub(crate) async fn compile_check(
         .map(OsString::from)
         .collect();
     let output = tools
-        .regex(&args, prepared.dir.path())
+        .regex(&args, prepared.dir.path(), tools.timeout)
         .await
         .map_err(|e| vec![e.to_string()])?;
     if output.success() {

@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 
 /// Default time limit for `fail2ban-client -t` and `fail2ban-regex`.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default time limit for one filter test: a regular expression that backtracks catastrophically
+/// would otherwise hold a core for as long as the tool timeout.
+pub const DEFAULT_FILTER_TEST_TIMEOUT: Duration = Duration::from_secs(20);
 /// Default time limit for `reload` (stopping a jail takes seconds; many jails take longer).
 pub const DEFAULT_RELOAD_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -18,8 +21,10 @@ pub struct Fail2banTools {
     pub client: PathBuf,
     /// `fail2ban-regex`; by default next to `client`.
     pub regex: PathBuf,
-    /// Limit for config tests and filter tests.
+    /// Limit for config tests and filter compile checks.
     pub timeout: Duration,
+    /// Limit for a filter test on log lines; the process is killed when it is up.
+    pub filter_test_timeout: Duration,
     /// Limit for `reload`.
     pub reload_timeout: Duration,
 }
@@ -69,6 +74,7 @@ impl Fail2banTools {
             client,
             regex,
             timeout: DEFAULT_TOOL_TIMEOUT,
+            filter_test_timeout: DEFAULT_FILTER_TEST_TIMEOUT,
             reload_timeout: DEFAULT_RELOAD_TIMEOUT,
         }
     }
@@ -82,13 +88,14 @@ impl Fail2banTools {
         run(&self.client, args, timeout, None).await
     }
 
-    /// Runs `fail2ban-regex` with `args` in `cwd`.
+    /// Runs `fail2ban-regex` with `args` in `cwd`, killed after `timeout`.
     pub(crate) async fn regex(
         &self,
         args: &[OsString],
         cwd: &Path,
+        timeout: Duration,
     ) -> Result<ToolOutput, ToolError> {
-        run(&self.regex, args, self.timeout, Some(cwd)).await
+        run(&self.regex, args, timeout, Some(cwd)).await
     }
 }
 

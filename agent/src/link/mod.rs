@@ -154,6 +154,17 @@ impl Link {
                      {REENROLL_HINT}"
                 ),
                 SessionEnd::Refused(status) => log_refusal(&status, &self.hub_address),
+                SessionEnd::Unreachable(ConnectProblem::CertificateRevoked(reason)) => {
+                    tracing::error!(
+                        hub = %self.hub_address,
+                        %reason,
+                        "the hub refused this agent's certificate as revoked: this server was removed \
+                         from the hub (or another agent enrolled in its place); the agent stops. To \
+                         bring this host back, add the server on the hub again and run \
+                         `banhub-agent enroll --force <TOKEN>`"
+                    );
+                    return LinkExit::Removed { reason };
+                }
                 SessionEnd::Unreachable(problem) => log_problem(&problem, &self.hub_address),
             }
             if report
@@ -208,11 +219,13 @@ const REENROLL_HINT: &str = "this agent's certificate may have been revoked (the
 
 fn log_problem(problem: &ConnectProblem, hub: &str) {
     match problem {
-        ConnectProblem::CertificateRefused(detail) => tracing::error!(
-            %hub,
-            error = %detail,
-            "the hub refused this agent's certificate in the TLS handshake; {REENROLL_HINT}"
-        ),
+        ConnectProblem::CertificateRevoked(detail) | ConnectProblem::CertificateRefused(detail) => {
+            tracing::error!(
+                %hub,
+                error = %detail,
+                "the hub refused this agent's certificate in the TLS handshake; {REENROLL_HINT}"
+            )
+        }
         ConnectProblem::HubUntrusted(detail) => tracing::error!(
             %hub,
             error = %detail,

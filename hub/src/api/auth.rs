@@ -19,6 +19,7 @@ use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem};
 use crate::app::AppState;
+use crate::auth::policy::check_same_origin_navigation;
 use crate::auth::{
     Admin, ApiTokenRecord, AuditRecord, AuthError, AuthMode, Authn, Callback, Credential,
     NewSession, Outcome, Principal, Role, SessionRecord,
@@ -393,16 +394,25 @@ async fn logout(
 }
 
 /// Ends the session here and, for an OIDC session whose provider supports it, at the provider:
-/// 302 to its end-session endpoint (which returns to the hub's root), else to `/`.
+/// 302 to its end-session endpoint (which returns to the hub's root), else to `/`. Only from the
+/// hub's own pages: a link or image on another site gets a 403 and the session stays.
 #[utoipa::path(get, path = "/auth/logout", tag = "auth",
     extensions(("x-required-role" = json!("public"))),
-    responses((status = 302, description = "To the provider's end-session endpoint, or to /")))]
+    responses((status = 302, description = "To the provider's end-session endpoint, or to /"),
+              (status = 403, description = "From another site; the session was not ended", body = Problem)))]
 async fn logout_get(
     State(state): State<AppState>,
     ClientAddr(client): ClientAddr,
     Extension(authn): Extension<Authn>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let external = state.auth.external(&headers);
+    if let Err(e) =
+        check_same_origin_navigation(&headers, external.as_ref().map(|e| e.origin.as_str()))
+    {
+        tracing::warn!(error = %e, "cross-site logout refused");
+        return Err(e.into());
+    }
     logout(&state, &authn, &headers, client).await
 }
 

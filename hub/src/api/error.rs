@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 
 use crate::auth::AuthError;
 use crate::domain::GuardViolation;
-use crate::fleet::{AgentErrorKind, FleetError};
+use crate::fleet::{AgentErrorKind, FILTER_TEST_RETRY_AFTER_SECS, FleetError};
 use crate::store::StoreError;
 
 /// An RFC 9457 problem document.
@@ -181,6 +181,11 @@ impl ApiError {
                     ),
                     K::Internal => (StatusCode::BAD_GATEWAY, "agent_error", "The agent failed"),
                 },
+                FleetError::FilterTestsBusy => (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "filter_tests_busy",
+                    "Too many filter tests on this server",
+                ),
                 FleetError::Protocol(_) => {
                     (StatusCode::BAD_GATEWAY, "agent_error", "The agent failed")
                 }
@@ -255,6 +260,7 @@ impl IntoResponse for ApiError {
         let retry_after = match &self {
             Self::Auth(AuthError::RateLimited { retry_after_secs }) => Some(*retry_after_secs),
             _ if code == STORE_UNAVAILABLE.1 => Some(u64::from(STORE_RETRY_AFTER_SECS)),
+            Self::Fleet(FleetError::FilterTestsBusy) => Some(FILTER_TEST_RETRY_AFTER_SECS),
             _ => None,
         };
         match self {

@@ -60,7 +60,10 @@ pub struct TestFilterBody {
 #[utoipa::path(post, path = "/api/filters/test", tag = "filters", request_body = TestFilterBody,
     extensions(("x-required-role" = json!("operator"))),
     params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
-    responses((status = 200, body = FilterTestResult), (status = 422, body = Problem)))]
+    responses((status = 200, body = FilterTestResult), (status = 422, body = Problem),
+        (status = 429, body = Problem,
+            description = "A filter test runs on this server and another waits; try again after `Retry-After` seconds",
+            headers(("Retry-After" = u64, description = "Seconds to wait before trying again")))))]
 async fn test_filter(
     caller: Operator,
     State(state): State<AppState>,

@@ -35,6 +35,8 @@ pub use error::{ApiError, ApiJson, Problem, problem};
 use crate::app::AppState;
 use crate::auth::policy::{self, Authorizer, Policy};
 use crate::metrics::HttpLabels;
+use crate::serve::headers::{self, SecurityHeaders};
+use crate::serve::unread_body;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -125,6 +127,14 @@ pub fn router(state: AppState) -> Router {
             count_requests,
         ))
         .layer(TraceLayer::new_for_http())
+        .layer(middleware::from_fn(unread_body::close_if_unread))
+        .layer(middleware::from_fn_with_state(
+            SecurityHeaders::new(
+                state.config.http.tls.paths().is_some(),
+                &state.config.auth.public_url,
+            ),
+            headers::add,
+        ))
         .with_state(state)
 }
 

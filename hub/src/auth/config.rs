@@ -120,7 +120,7 @@ pub struct LocalConfig {
     /// The administrator's login name.
     pub username: String,
     /// The administrator's password, set through `BANHUB_AUTH__LOCAL__PASSWORD`. Empty: one is
-    /// generated at first start, logged once and written to `<data_dir>/initial-admin-password`.
+    /// generated at first start and written to `<data_dir>/initial-admin-password` (never logged).
     #[serde(skip_serializing)]
     pub password: Option<Secret>,
     /// Failed logins allowed per client address and per user name within `lockout_secs`; past

@@ -1,6 +1,6 @@
 //! The local administrator (`auth.mode = "local"`): its password is set from the environment or
-//! generated at first start (logged once and written to `<data_dir>/initial-admin-password`, mode
-//! 0600), stored as an argon2id hash, and checked in constant time.
+//! generated at first start (written to `<data_dir>/initial-admin-password`, mode 0600, and never
+//! logged: the log names the file), stored as an argon2id hash, and checked in constant time.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -85,13 +85,12 @@ pub async fn ensure_admin(
     let path = data_dir.join(INITIAL_PASSWORD_FILE);
     write_private(&path, &format!("{password}\n"))
         .map_err(|e| AuthError::Internal(format!("writing {}: {e}", path.display())))?;
-    // Shown once, here: the hub keeps only its hash.
+    // Only the file holds it: logs are collected, shipped and kept where anyone may read them.
     tracing::warn!(
         %username,
-        %password,
         file = %path.display(),
-        "generated the initial password of the local administrator; it is shown only this once \
-         and in the file (readable by this user only); set BANHUB_AUTH__LOCAL__PASSWORD to choose one"
+        "generated the initial password of the local administrator; read it from the file \
+         (readable by this user only); set BANHUB_AUTH__LOCAL__PASSWORD to choose one"
     );
     Ok(Some(path))
 }

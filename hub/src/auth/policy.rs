@@ -262,6 +262,26 @@ pub fn check_same_origin(
     }
 }
 
+/// A `GET` that changes something (the logout link) must come from the hub's own pages: refused when
+/// the browser says it came from another site (`Sec-Fetch-Site`), or when its `Origin` or `Referer`
+/// names another origin. `Sec-Fetch-Site: none` is the operator typing the URL or using a bookmark.
+/// A request with none of these headers passes: browsers that omit them all are not in use, and a
+/// script could as well post with a bearer token.
+pub fn check_same_origin_navigation(
+    headers: &HeaderMap,
+    expected: Option<&str>,
+) -> Result<(), AuthError> {
+    match headers.get("sec-fetch-site").map(HeaderValue::to_str) {
+        Some(Ok("same-origin" | "none")) => Ok(()),
+        Some(site) => Err(AuthError::CrossOrigin(format!(
+            "this request comes from another site (Sec-Fetch-Site: {}); it is accepted only from \
+             the hub's own pages",
+            site.unwrap_or("unreadable")
+        ))),
+        None => check_same_origin(headers, expected, false),
+    }
+}
+
 /// Finds the principal (bearer token or session cookie) and puts it, with the [`Authn`], into the
 /// request's extensions; refuses cookie-authenticated changes from another origin.
 pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next) -> Response {
@@ -458,6 +478,30 @@ fn server_in_path(template: &str, path: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn same_origin_navigation_check() {
+        let hub = Some("http://hub.example");
+        let check = |pairs: &[(&'static str, &'static str)], allowed: bool| {
+            let mut headers = HeaderMap::new();
+            for (name, value) in pairs {
+                headers.insert(*name, HeaderValue::from_static(value));
+            }
+            assert_eq!(
+                check_same_origin_navigation(&headers, hub).is_ok(),
+                allowed,
+                "{pairs:?}"
+            );
+        };
+        check(&[], true);
+        check(&[("sec-fetch-site", "same-origin")], true);
+        check(&[("sec-fetch-site", "none")], true);
+        check(&[("sec-fetch-site", "cross-site")], false);
+        check(&[("sec-fetch-site", "same-site")], false);
+        check(&[("referer", "http://hub.example/servers")], true);
+        check(&[("referer", "https://evil.example/page")], false);
+        check(&[("origin", "https://evil.example")], false);
+    }
 
     #[test]
     fn same_origin_check() {

@@ -516,7 +516,8 @@ impl Fleet {
         }
     }
 
-    /// Runs `fail2ban-regex` on the host.
+    /// Runs `fail2ban-regex` on the host, when the server's turn for filter tests comes; refused
+    /// when one runs there and another waits already.
     pub async fn test_filter(
         &self,
         server: ServerId,
@@ -524,6 +525,12 @@ impl Fleet {
         lines: Vec<String>,
         by: &str,
     ) -> Result<FilterTestResult, FleetError> {
+        let _turn = self
+            .0
+            .filter_tests
+            .turn(server)
+            .await
+            .map_err(|_| FleetError::FilterTestsBusy)?;
         let filter = match source {
             FilterSource::Named(name) => pb::test_filter::Filter::Name(name.to_string()),
             FilterSource::Text(text) => pb::test_filter::Filter::Text(text),

@@ -177,6 +177,9 @@ impl AgentGateway for Gateway {
             .await
             .map_err(store_failed)?
         {
+            // The store is the truth; a replica that missed the revocation's notice learns it here,
+            // so the agent's next handshake ends in the alert it takes as final.
+            fleet.revoke_here(&serial);
             return Err(Status::permission_denied(
                 "this agent's certificate was revoked or replaced; enroll the agent again",
             ));

@@ -7,6 +7,7 @@ mod callback_jails;
 mod control;
 mod defaults;
 mod enrollment;
+mod filter_tests;
 mod gateway;
 mod ingest;
 mod listener;
@@ -36,6 +37,7 @@ use crate::store::{Store, StoreError};
 pub use actions::{ActionError, FleetBan, Selector, spawn_background};
 pub use control::*;
 pub use defaults::DefaultsPushResult;
+pub use filter_tests::RETRY_AFTER_SECS as FILTER_TEST_RETRY_AFTER_SECS;
 pub use probe::{
     DeliveryReport, JailDelivery, ProbeFailure, ProbeFailureCode, ProbeResult, ProbeStepTiming,
     RelayDiagnostics, SpoolDiagnostics,
@@ -112,6 +114,12 @@ pub enum FleetError {
         /// For a conflict: the file's version now.
         current_version: Option<String>,
     },
+    #[error(
+        "this server already runs a filter test and another one waits its turn; try again in \
+         {} s",
+        filter_tests::RETRY_AFTER_SECS
+    )]
+    FilterTestsBusy,
     #[error("the agent sent an answer that makes no sense: {0}")]
     Protocol(String),
     #[error(transparent)]
@@ -144,6 +152,8 @@ struct Inner {
     probe: probe::ProbeState,
     /// The jails direct callbacks are checked against, per server.
     callback_jails: callback_jails::CallbackJails,
+    /// The filter tests running and waiting per server.
+    filter_tests: filter_tests::FilterTestSlots,
 }
 
 /// The fleet; cheap to clone.
@@ -192,6 +202,7 @@ impl Fleet {
             cluster: parts.cluster,
             probe: probe::ProbeState::new(parts.probe),
             callback_jails: callback_jails::CallbackJails::default(),
+            filter_tests: filter_tests::FilterTestSlots::default(),
         }))
     }
 
@@ -394,6 +405,7 @@ impl Fleet {
         self.cut_off(id, None, "this server was removed from the hub")
             .await;
         self.0.callback_jails.forget(id);
+        self.0.filter_tests.forget(id);
         tracing::info!(server_id = %id, certificates = revoked.len(), "server deleted and its agent revoked");
         Ok(())
     }

@@ -1,8 +1,11 @@
 //! How the HTTP router reaches clients: over plain HTTP or HTTPS (`http.tls`), at the root or under
-//! a prefix (`http.base_path`) for a reverse proxy that forwards a sub-path.
+//! a prefix (`http.base_path`) for a reverse proxy that forwards a sub-path, with the security
+//! headers on every answer and `Connection: close` where a request's body was left unread.
 
 pub mod base_path;
+pub mod headers;
 pub mod tls;
+pub mod unread_body;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -158,7 +158,8 @@ impl From<FilterTestError> for Failure {
             FilterTestError::TooManyLines { .. }
             | FilterTestError::TooLarge { .. }
             | FilterTestError::BadLine { .. }
-            | FilterTestError::BadFilter(_) => Self::invalid(e.to_string()),
+            | FilterTestError::BadFilter(_)
+            | FilterTestError::TimedOut { .. } => Self::invalid(e.to_string()),
             FilterTestError::UnknownFilter(_) => Self::not_found(e.to_string()),
             FilterTestError::Rejected { messages } => Self::new(
                 ErrorCode::ValidationFailed,

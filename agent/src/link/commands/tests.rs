@@ -43,6 +43,7 @@ fn context(dir: &Path, socket: PathBuf) -> Context {
             config_dir,
             client: PathBuf::from("/nonexistent/fail2ban-client"),
             timeout_ms: 2_000,
+            ..Fail2banSettings::default()
         },
         ..Settings::default()
     })

@@ -993,7 +993,8 @@ export interface paths {
         };
         /**
          * Ends the session here and, for an OIDC session whose provider supports it, at the provider:
-         *     302 to its end-session endpoint (which returns to the hub's root), else to `/`.
+         *     302 to its end-session endpoint (which returns to the hub's root), else to `/`. Only from the
+         *     hub's own pages: a link or image on another site gets a 403 and the session stays.
          * @description Needs no session or token.
          */
         get: operations["logout_get"];
@@ -3111,6 +3112,17 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /** @description A filter test runs on this server and another waits; try again after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     list_actions: {
@@ -4658,6 +4670,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description From another site; the session was not ended */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
             };
         };
     };
