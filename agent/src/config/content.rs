@@ -32,20 +32,7 @@ pub(crate) fn check_text(text: &str, limit: usize) -> Result<(), String> {
 /// A jail override may hold its own jail's section and nothing else: no `[DEFAULT]` (that
 /// would change every jail), no other jail, no `[INCLUDES]` (that would read any file).
 pub(crate) fn check_jail_override(jail: &JailName, text: &str) -> Result<IniFile, String> {
-    // A "jail" named after a reserved section would let its own section be that section.
-    if [
-        "DEFAULT",
-        "INCLUDES",
-        "KNOWN",
-        crate::config::files::DEFAULTS_STEM,
-    ]
-    .iter()
-    .any(|reserved| jail.as_str().eq_ignore_ascii_case(reserved))
-    {
-        return Err(format!(
-            "{jail} is a reserved section name, not a jail; it cannot have an override"
-        ));
-    }
+    // `JailName` refuses reserved section names, so the jail's own section is never one of them.
     let file = ini::parse(text).map_err(|e| e.to_string())?;
     for section in file.sections() {
         if section.name != jail.as_str() {
@@ -183,21 +170,6 @@ mod tests {
         assert_eq!(check_text("abc", 3), Ok(()));
         assert!(check_text("abcd", 3).is_err());
         assert!(check_text("a\0b", 10).is_err());
-    }
-
-    #[test]
-    fn reserved_section_names_are_not_jails() {
-        for name in [
-            "DEFAULT",
-            "default",
-            "INCLUDES",
-            "Includes",
-            "KNOWN",
-            "banhub-defaults",
-        ] {
-            // The shared jail name rule refuses them, so no override of one can be asked for.
-            assert!(JailName::parse(name).is_err(), "{name} accepted");
-        }
     }
 
     #[test]

@@ -69,6 +69,15 @@ fn ban_through_the_log(sandbox: &Fail2banSandbox, ip: &str) {
     .expect("banned");
 }
 
+/// Root installed banhub's action on the host, so `banhub[...]` names an action the host has.
+fn root_installs_banhub_action(conf: &Path) {
+    std::fs::write(
+        conf.join("action.d/banhub.conf"),
+        banhub_agent::action::ACTION_CONF,
+    )
+    .expect("banhub.conf");
+}
+
 /// The review's probes: `(which part, content, refused key, setting named)`. `{m}` is a file
 /// the command would create.
 fn probes(marker: &Path) -> Vec<(&'static str, String, &'static str, &'static str)> {
@@ -124,12 +133,7 @@ async fn commands_and_foreign_files_are_refused_naming_the_host_policy() {
     let fleet = TestFleet::start(&["policy"]).await.expect("fleet");
     let host = fleet.host(0);
     let conf = host.sandbox.conf_dir();
-    // Root installed banhub's action, so `banhub[...]` names an action the host has.
-    std::fs::write(
-        conf.join("action.d/banhub.conf"),
-        banhub_agent::action::ACTION_CONF,
-    )
-    .expect("banhub.conf");
+    root_installs_banhub_action(&conf);
     let markers = tempfile::tempdir().expect("marker dir");
     let marker = markers.path().join("ran");
 

@@ -34,6 +34,7 @@ impl Host {
                 config_dir: sandbox.conf_dir(),
                 client,
                 timeout_ms: 10_000,
+                ..Fail2banSettings::default()
             },
             ..Settings::default()
         };

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{JAIL, ban_through_the_log, probes};
+use super::{JAIL, ban_through_the_log, probes, root_installs_banhub_action};
 
 /// Bound on the agent finding the rogue gateway and on each of its answers.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -180,11 +180,7 @@ async fn a_rogue_gateway_with_the_hubs_ca_is_refused_the_same_way() {
     });
 
     let conf = host.sandbox.conf_dir();
-    std::fs::write(
-        conf.join("action.d/banhub.conf"),
-        banhub_agent::action::ACTION_CONF,
-    )
-    .expect("banhub.conf");
+    root_installs_banhub_action(&conf);
     let markers = tempfile::tempdir().expect("marker dir");
     let marker = markers.path().join("ran");
     for (i, (part, content, key, setting)) in probes(&marker).into_iter().enumerate() {
