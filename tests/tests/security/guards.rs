@@ -64,9 +64,9 @@ async fn wide_and_broadcast_bans_need_an_admin_override() {
     let server = Some(host.id());
     let operator = fleet.hub.client_as("operator").await.expect("operator");
 
-    // The review's probes, then networks that cover no address of any machine (multicast, the
-    // IPv6 documentation prefix of RFC 9637) and one that covers loopback, a hub address on
-    // every machine. Whether the review's wide probes cover one of this machine's own addresses
+    // The review's probes, then networks that cover no address of any machine (reserved class E
+    // space, the IPv6 documentation prefix of RFC 9637) and one that covers loopback, a hub
+    // address on every machine. Whether the review's wide probes cover one of this machine's own addresses
     // depends on its interfaces: such a ban is refused even with the override.
     let mut accepted = 0;
     for (ip, expected) in [
@@ -75,7 +75,7 @@ async fn wide_and_broadcast_bans_need_an_admin_override() {
         ("8000::/1", None),
         ("2000::/3", None),
         ("255.255.255.255", Some("guard_broadcast")),
-        ("224.0.0.0/4", Some("guard_wide_network")),
+        ("240.0.0.0/5", Some("guard_wide_network")),
         ("3fff::/20", Some("guard_wide_network")),
     ] {
         let path = ban_path("ban", "testauth", ip);
@@ -270,12 +270,15 @@ async fn the_hubs_own_addresses_are_never_banned() {
             )
             .await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{ip}: {problem}");
+        // Loopback is refused by the address rule itself, before any guard rail.
+        if loopback.contains(&ip) {
+            continue;
+        }
         assert_eq!(problem["code"], "guard_hub_address", "{ip}: {problem}");
         assert!(
-            loopback.contains(&ip)
-                || problem["detail"]
-                    .as_str()
-                    .is_some_and(|d| d.contains(HUB_ADDRESS)),
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains(HUB_ADDRESS)),
             "{problem}"
         );
     }
