@@ -167,8 +167,8 @@ impl Cli {
 }
 
 /// mimalloc instead of the C library's allocator, as in the hub: every callback allocates and frees
-/// small values across the relay's threads (request, parsed body, spool record, delivered message),
-/// and glibc's malloc was about a tenth of the agent's CPU in the ingest benchmark's profile.
+/// small values across the relay's threads (request, parsed body, spool record, delivered
+/// message), where glibc's arenas are slow.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

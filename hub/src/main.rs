@@ -116,8 +116,8 @@ async fn wait_for_signal() {
 }
 
 /// mimalloc instead of the C library's allocator: ingest allocates and frees many small values per
-/// event (decoded protobuf strings, row values, TLS records) across threads, and glibc's malloc took
-/// about a third of the hub's CPU in the ingest benchmark's profile (see bench/README.md).
+/// event (decoded protobuf strings, row values, TLS records) across threads, where glibc's arenas
+/// are slow (figures in bench/README.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

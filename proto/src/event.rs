@@ -366,7 +366,7 @@ impl Callback {
     /// receiver knows which server it is, whatever the body claims.
     ///
     /// The body is read in one pass into [`Fields`], whose strings borrow from `body` (this runs
-    /// for every ban, and a map of owned values per body was a tenth of the agent's CPU). The
+    /// for every ban, so it allocates no map of owned values per body). The
     /// whole document is read before any field is checked, so malformed JSON anywhere is
     /// `NotJson` even when a field before it is wrong, and a field named twice counts with its
     /// last value, as a JSON map would have it.

@@ -54,8 +54,8 @@ struct StateFile {
 struct State {
     /// jail → addresses. Nested rather than a set of `(jail, ip)` pairs so that recording an
     /// event finds its jail without allocating and compares addresses only: the relay records
-    /// every event it stores, and a flat set of pairs cost ≈ 3 µs per event on a belief of 100k
-    /// bans (two allocations and a full jail comparison at every tree level).
+    /// every event it stores, and a flat set of pairs would cost two allocations and a full jail
+    /// comparison at every tree level.
     bans: BTreeMap<String, BTreeSet<String>>,
     /// Whether a state file existed (or a baseline was taken): without one, the first
     /// reconciliation records a baseline instead of reporting.

@@ -4,8 +4,8 @@
 //! * `{`: JSON (serde's form of [`Event`]). Every record of agents up to 0.1 (Nov 2026) is JSON,
 //!   and gap records still are: they are rare, and the store recognises a gap by its JSON prefix
 //!   without decoding it.
-//! * [`BINARY_V1`]: a ban or unban, packed. Encoding JSON (escaping every log line) was a tenth of
-//!   the agent's CPU per ban; this is a few length-prefixed copies.
+//! * [`BINARY_V1`]: a ban or unban, packed: a few length-prefixed copies, where JSON would escape
+//!   every log line of every ban.
 //!
 //! ```text
 //! binary_v1 = 0x01 kind:u8 source:u8 flags:u8 received_at_ms:i64 failures:u32

@@ -169,7 +169,7 @@ impl Alerts {
 
     /// The spike windows as they stood after event `cursor`, rebuilt from the stored bans (the
     /// windows live in memory; a restart or another hub's matching must not lose a spike that
-    /// was under way). A failure is logged and starts from empty windows, as before.
+    /// was under way). A failure is logged and starts from empty windows.
     async fn seeded_state(&self, cursor: i64) -> matcher::State {
         match self.seed_state(cursor).await {
             Ok(state) => state,

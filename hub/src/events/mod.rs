@@ -46,12 +46,11 @@ const TEXT_INDEX_BATCH: usize = 500;
 const TEXT_INDEX_BATCH_QUIET: usize = 5_000;
 /// Ingest counts as busy while one of its transactions runs and this long after the last one
 /// ended (see `Store::ingest_active_within`). While it is busy the indexer leaves SQLite's one
-/// writer to it (the indexer's work per event is about a third of ingest's, and it cannot run
-/// beside it), unless it is [`TEXT_INDEX_MAX_BEHIND`] behind.
+/// writer to it (the indexer cannot run beside it), unless it is [`TEXT_INDEX_MAX_BEHIND`] behind.
 const TEXT_INDEX_QUIET: Duration = Duration::from_millis(250);
 /// Events the indexer may fall behind while it waits for ingest to pause: what a text search scans
-/// instead of asking the index (≈ 0.1–0.3 s of scanning). Further behind, it indexes
-/// [`TEXT_INDEX_BATCH`] at a time between ingest's transactions, as before.
+/// instead of asking the index. Further behind, it indexes [`TEXT_INDEX_BATCH`] at a time between
+/// ingest's transactions.
 const TEXT_INDEX_MAX_BEHIND: u64 = 400_000;
 /// Pause of the text indexer once it has caught up (what a search then scans is about this much
 /// ingest), and between batches while it catches up during ingest (to let ingest in).

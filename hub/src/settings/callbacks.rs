@@ -1,8 +1,8 @@
 //! Servers' callback secrets under the callback secret policy of the settings: issuing and
 //! rotating a secret (generated, or chosen by an admin and at least `minSecretLength` long), the
 //! overlap during which the previous secret still counts, revoking both, and recognizing the
-//! previous secret of a direct callback. The current secret is looked up by the events service,
-//! as before; the store keeps only SHA-256 hashes.
+//! previous secret of a direct callback. The current secret is looked up by the events service;
+//! the store keeps only SHA-256 hashes.
 
 use std::time::Duration;
 

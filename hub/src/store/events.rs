@@ -63,10 +63,9 @@ const ROLLUPS_APPLIED_TO: &str = "rollups_applied_to";
 const PG_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// How often SQLite's deferred per-address rollups are written. Each write upserts every address
 /// banned since the last one, at random places in two tables keyed by address, so nearly every
-/// page of those tables is rewritten whatever the number of addresses: measured over 300k
-/// callbacks, writing every 5 s instead of every second cost a third less per address (9.7 against
-/// 14.9 µs), on the writer every ingest transaction waits for. A read flushes first anyway, so
-/// only how much a start re-derives (and a read during a burst waits for) grows.
+/// page of those tables is rewritten whatever the number of addresses: fewer, larger writes cost
+/// less per address on the writer every ingest transaction waits for. A read flushes first anyway,
+/// so only how much a start re-derives (and a read during a burst waits for) grows.
 const SQLITE_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 /// PostgreSQL: the transaction-level advisory lock of the rollup applier ("banhub_r"; the jobs'
 /// keys are below 2^60, so never this one).
@@ -470,8 +469,8 @@ impl IpAgg {
 
 /// The per-address rollups' map: (address, server) → bans. Keyed by the values, not their texts:
 /// every ban of a burst is added to SQLite's pending rollups, and a map keyed by two owned texts
-/// (two allocations per ban, string comparisons down a tree of up to 100,000 pairs) cost a tenth
-/// of the hub's CPU during ingest. The texts, in their order, are made when the rows are written.
+/// would cost two allocations per ban and string comparisons down a tree of up to 100,000 pairs.
+/// The texts, in their order, are made when the rows are written.
 type IpServers = HashMap<(IpOrCidr, ServerId), IpAgg, foldhash::fast::RandomState>;
 
 /// What a batch adds to the rollups; the counts keyed in sorted order.
@@ -1162,9 +1161,8 @@ pub(super) fn sqlite_writer_settings(sqlite: SqliteConnectOptions) -> SqliteConn
         )
         // A multi-row insert or upsert inside a transaction keeps a statement journal (the pages
         // it changed, to undo the statement alone if it fails halfway). With files for temporary
-        // storage a journal over 64 KiB spills to a temporary file, and every batch's inserts did:
-        // measured, 13 % of the hub's CPU during ingest went to writing it. In memory it is only
-        // ever as large as one statement's pages.
+        // storage a journal over 64 KiB spills to a temporary file, and every batch's inserts
+        // would. In memory it is only ever as large as one statement's pages.
         .pragma("temp_store", "MEMORY")
 }
 
@@ -1261,8 +1259,7 @@ impl Store {
     /// Waits for this hub's other heavy SQLite writers (ingest, the deferred rollups, the text
     /// indexer) to finish; `None` on PostgreSQL. SQLite allows one writer: a second one that
     /// starts meanwhile gets SQLITE_BUSY, and its busy handler then sleeps in steps of up to
-    /// 100 ms, well past the moment the lock is free. Measured during a 300k-event ingest, the
-    /// writers spent a third of the time asleep that way; queued here, each starts as soon as the
+    /// 100 ms, well past the moment the lock is free. Queued here, each starts as soon as the
     /// previous one commits.
     pub(super) async fn write_gate(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
         if self.backend() == DbBackend::Sqlite {

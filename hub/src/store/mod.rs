@@ -178,9 +178,8 @@ impl Store {
     /// Lets at most `writers` (at least one) agents' batches be stored at once through this handle
     /// and its clones. Every session of this hub stores its own batches; without a bound, a burst
     /// from many agents opens as many write transactions as the pool has connections, and on
-    /// PostgreSQL those contend for the same pages and locks: measured with 64 agents, PostgreSQL's
-    /// CPU per stored event rose by a quarter between 8 and 32 concurrent writers, and pooled
-    /// connections stayed taken from API reads. Batches that wait meanwhile are merged by their
+    /// PostgreSQL those contend for the same pages and locks, and pooled connections stay taken
+    /// from API reads. Batches that wait meanwhile are merged by their
     /// session into the next transaction, so fewer writers also means larger transactions.
     #[must_use]
     pub fn with_ingest_writers(mut self, writers: u32) -> Self {

@@ -3,8 +3,7 @@
 //!
 //! sea-orm hands a statement's values to sqlx by cloning them (every string of every row) and then
 //! converting each into sqlx's own argument, and an events insert of a batch carries most of the
-//! batch's bytes: measured, a seventh of the hub's CPU during ingest went to that and to building
-//! the values. Here the rows' values move into sqlx's arguments once, and the texts the rows of a
+//! batch's bytes. Here the rows' values move into sqlx's arguments once, and the texts the rows of a
 //! batch share (server, agent) are one allocation each, bound to every row. The statement texts
 //! are built once per process, one per chunk size. (Numbered parameters, to bind the shared values
 //! once per statement, cost far more: sqlx looks up every parameter's name, and SQLite finds a

@@ -1,10 +1,9 @@
 //! SQLite's own allocations go to mimalloc, the hub's allocator, instead of glibc's `malloc`, and
 //! without SQLite's memory statistics.
 //!
-//! A profile of the hub under an ingest burst put a tenth of its CPU in SQLite's allocator: every
-//! bound value, record and statement journal page is a `malloc`, glibc's arena code made up most of
-//! it, and with statistics on each allocation also takes a global mutex and asks for the block's
-//! size. The hub reads no SQLite memory statistics, so they go.
+//! Every bound value, record and statement journal page is a `malloc`, and with statistics on each
+//! allocation also takes a global mutex and asks for the block's size. The hub reads no SQLite
+//! memory statistics, so they go.
 //!
 //! This is the one module of the hub with `unsafe` code: SQLite is configured through its C API
 //! (`sqlite3_config`), and the allocator it is handed is a table of C functions.

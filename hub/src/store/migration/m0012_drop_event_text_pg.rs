@@ -1,7 +1,6 @@
 //! M0012: drops the `pg_trgm` index of log lines that M0010 made on PostgreSQL. GIN is updated by
-//! every ingest transaction, and measured it roughly tripled PostgreSQL's CPU per stored event
-//! (store alone 4.4 → 13.0 s per 100,000 events; full ingest path 5,993 → 4,164 events/s): more
-//! than a faster search of rare texts is worth on the ingest path. A text search on PostgreSQL
+//! every ingest transaction, which costs the ingest path more than a faster search of rare texts
+//! is worth (figures in bench/README.md). A text search on PostgreSQL
 //! reads rows again (a rare text over a long history is slow). The extension stays installed.
 
 use sea_orm_migration::prelude::*;
