@@ -10,6 +10,7 @@ pub mod v1 {
 
 pub mod event;
 pub mod jails;
+pub mod pipeline;
 pub mod rules;
 pub mod token;
 

@@ -22,13 +22,8 @@ pub const BATCH_EVENTS: usize = 1000;
 pub const BATCH_BYTES: usize = 2 << 20;
 /// Bytes counted per event for its fields other than the log lines (a generous bound).
 const EVENT_OVERHEAD: usize = 512;
-/// Events sent but not yet acknowledged. The hub stores what queued up behind its transaction in
-/// flight in its next one (up to 8,000 events) and, under a sustained load, waits a moment for a
-/// large transaction; it reads up to 16,000 events ahead. The window is counted in events, not
-/// batches: while the spool is written in small groups, batches are small, and a window of sixteen
-/// batches held the hub's transactions to a few hundred events each (with four, the writer waited
-/// for the agent's next batches after each commit: an ack's round trip per transaction).
-pub const MAX_IN_FLIGHT_EVENTS: u64 = 16_000;
+/// Events sent but not yet acknowledged (`banhub_proto::pipeline`, which the hub reads ahead by).
+pub const MAX_IN_FLIGHT_EVENTS: u64 = banhub_proto::pipeline::IN_FLIGHT_EVENTS as u64;
 /// Batches sent but not yet acknowledged, at most (a bound on the bookkeeping of many tiny ones).
 pub const MAX_IN_FLIGHT_BATCHES: usize = 256;
 

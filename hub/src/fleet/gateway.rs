@@ -48,12 +48,11 @@ const HELLO_DEADLINE: Duration = Duration::from_secs(10);
 const SEEN_WRITE_INTERVAL: Duration = Duration::from_secs(30);
 /// Servers per "last seen" statement.
 const SEEN_CHUNK: usize = 500;
-/// Most events stored in one transaction when an agent's batches queue up behind a commit (eight
-/// batches of the agent's largest).
-const COALESCE_EVENTS: usize = 8_000;
+/// Most events stored in one transaction when an agent's batches queue up behind a commit.
+const COALESCE_EVENTS: usize = banhub_proto::pipeline::COALESCE_EVENTS;
 /// Events read ahead of the transaction in flight at most; the session stops reading frames
-/// beyond (the agent keeps at most as many unacknowledged: `MAX_IN_FLIGHT_EVENTS`).
-const READ_AHEAD_EVENTS: usize = 2 * COALESCE_EVENTS;
+/// beyond (the agent keeps at most as many unacknowledged).
+const READ_AHEAD_EVENTS: usize = banhub_proto::pipeline::IN_FLIGHT_EVENTS;
 /// Events a session's last transaction must hold for the next one to linger (see the module
 /// docs), so a short burst is not held back.
 const LINGER_MIN_EVENTS: usize = 100;
