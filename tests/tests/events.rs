@@ -564,7 +564,6 @@ async fn filters_and_paging(backend: Backend) {
 
     // Bad parameters name themselves; unknown ones are a 400; nothing is half-read.
     for (query, field) in [
-        ("serverId=web-1", "serverId"),
         ("jail=../etc", "jail"),
         ("ip=not-an-ip", "ip"),
         ("ip=0.0.0.0/0", "ip"),
@@ -588,6 +587,21 @@ async fn filters_and_paging(backend: Backend) {
     }
     let (status, problem) = hub.get("/api/events/bans?servr=x").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    // `serverId` takes a server's name as well as its id; a name no server has is a 404 that
+    // names it.
+    assert_eq!(
+        ids(&hub.all("serverId=web-1", 9).await),
+        ids(&hub.all(&format!("serverId={}", servers[0]), 9).await)
+    );
+    let (status, problem) = hub.get("/api/events/bans?serverId=web-9").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{problem}");
+    assert_eq!(problem["code"], "unknown_server", "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("web-9")),
+        "{problem}"
+    );
 
     // CSV: a header and a row per event, the same filters.
     let sshd = hub.all("jail=sshd", 1000).await.len();
@@ -816,7 +830,6 @@ async fn stats_and_insights_match_what_was_stored(backend: Backend) {
 
     for (path, field) in [
         ("/api/events/bans/stats?from=soon", "from"),
-        ("/api/events/bans/stats?serverId=nope", "serverId"),
         ("/api/events/bans/stats?from=1000&to=1000", "from"),
         ("/api/events/bans/insights?limit=1000", "limit"),
         ("/api/events/bans/insights?ip=localhost", "ip"),
@@ -829,6 +842,9 @@ async fn stats_and_insights_match_what_was_stored(backend: Backend) {
         );
         assert_eq!(problem["field"], field, "{path}");
     }
+    let (status, problem) = hub.get("/api/events/bans/stats?serverId=nope").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{problem}");
+    assert_eq!(problem["code"], "unknown_server", "{problem}");
     hub.shutdown().await;
 }
 

@@ -9,9 +9,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem};
+use super::target;
 use crate::app::AppState;
 use crate::auth::{Admin, AuditQuery, AuditRecord, Outcome};
-use crate::domain::ServerId;
 
 const DEFAULT_PAGE: u64 = 50;
 const MAX_PAGE: u64 = 500;
@@ -31,7 +31,7 @@ pub struct AuditParams {
     cursor: Option<String>,
     /// Only this actor (a subject, e.g. `alice` or `token:<id>`).
     actor: Option<String>,
-    /// Only entries about this server (its id).
+    /// Only entries about this server: its id, or its name.
     server_id: Option<String>,
 }
 
@@ -119,15 +119,9 @@ async fn list_audit(
                 .ok_or_else(|| ApiError::invalid("cursor", "must be a nextCursor of this API"))
         })
         .transpose()?;
-    let server_id = params
-        .server_id
-        .as_deref()
-        .map(|s| {
-            ServerId::parse(s)
-                .map(|id| id.to_string())
-                .map_err(|_| ApiError::invalid("serverId", "must be a server id"))
-        })
-        .transpose()?;
+    let server_id = target::filter(&state, params.server_id.as_deref())
+        .await?
+        .map(|id| id.to_string());
     // One more than asked tells whether there is a next page.
     let mut records = state
         .auth

@@ -5,7 +5,7 @@
 //! change is audited like any other state-changing request.
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -13,10 +13,12 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::error::{ApiError, ApiJson, Problem};
+use super::error::{ApiError, ApiJson, Problem, optional_json};
+use super::target::ServerPath;
 use crate::app::AppState;
 use crate::auth::Admin;
 use crate::domain::ServerId;
+use crate::fleet::FleetError;
 use crate::settings::{CallbackSecretError, SecretStatus};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -79,25 +81,21 @@ pub struct RotateBody {
     revoke_previous: bool,
 }
 
-fn server_id(raw: &str) -> Result<ServerId, ApiError> {
-    ServerId::parse(raw).map_err(|_| ApiError::NotFound(format!("no server has the id {raw:?}")))
-}
-
+/// A server removed while the request ran.
 fn no_server(id: ServerId) -> ApiError {
-    ApiError::NotFound(format!("no server has the id {id}"))
+    ApiError::Fleet(FleetError::UnknownServer(id.to_string()))
 }
 
 /// The state of a server's callback secret (never the secret).
 #[utoipa::path(get, path = "/api/servers/{id}/callback-secret", tag = "servers",
     extensions(("x-required-role" = json!("admin"))),
-    params(("id" = String, Path, description = "Server id")),
+    params(("id" = String, Path, description = "Server id or name")),
     responses((status = 200, body = CallbackSecretDto), (status = 404, body = Problem)))]
 async fn get_callback_secret(
     _caller: Admin,
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ServerPath(id): ServerPath,
 ) -> Result<ApiJson<CallbackSecretDto>, ApiError> {
-    let id = server_id(&id)?;
     let status = state
         .settings
         .callback_secret_status(id)
@@ -111,7 +109,7 @@ async fn get_callback_secret(
 /// host can be switched over without losing bans; `revokePrevious` ends it at once.
 #[utoipa::path(post, path = "/api/servers/{id}/callback-secret", tag = "servers",
     extensions(("x-required-role" = json!("admin"))),
-    params(("id" = String, Path, description = "Server id")),
+    params(("id" = String, Path, description = "Server id or name")),
     request_body(content = Option<RotateBody>, content_type = "application/json"),
     responses((status = 201, body = IssuedSecretDto),
               (status = 400, description = "Not a JSON object", body = Problem),
@@ -120,24 +118,10 @@ async fn get_callback_secret(
 async fn rotate_callback_secret(
     _caller: Admin,
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ServerPath(id): ServerPath,
     body: Bytes,
 ) -> Result<(StatusCode, ApiJson<IssuedSecretDto>), ApiError> {
-    let id = server_id(&id)?;
-    let body: RotateBody = if body.iter().all(u8::is_ascii_whitespace) {
-        RotateBody::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            if e.is_data() {
-                ApiError::invalid("body", e)
-            } else {
-                ApiError::Malformed {
-                    status: StatusCode::BAD_REQUEST,
-                    detail: format!("the body is not a JSON object: {e}"),
-                }
-            }
-        })?
-    };
+    let body: RotateBody = optional_json(&body)?;
     let issued = state
         .settings
         .rotate_callback_secret(id, body.secret, body.revoke_previous)
@@ -160,14 +144,13 @@ async fn rotate_callback_secret(
 /// until a new one is issued.
 #[utoipa::path(delete, path = "/api/servers/{id}/callback-secret", tag = "servers",
     extensions(("x-required-role" = json!("admin"))),
-    params(("id" = String, Path, description = "Server id")),
+    params(("id" = String, Path, description = "Server id or name")),
     responses((status = 204), (status = 404, body = Problem)))]
 async fn revoke_callback_secret(
     _caller: Admin,
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ServerPath(id): ServerPath,
 ) -> Result<StatusCode, ApiError> {
-    let id = server_id(&id)?;
     if !state.settings.revoke_callback_secrets(id).await? {
         return Err(no_server(id));
     }

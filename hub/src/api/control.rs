@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::error::{ApiError, ApiJson, Problem};
+use super::error::{ApiError, ApiJson, Problem, optional_json};
 use super::target::Target;
 use crate::app::AppState;
 use crate::auth::{Admin, Operator};
@@ -27,10 +27,16 @@ pub struct RestartBody {
 }
 
 /// Reloads fail2ban's configuration or restarts its jails; reports the jails that failed to start.
-#[utoipa::path(post, path = "/api/bandaemon/restart", tag = "control", request_body = RestartBody,
+#[utoipa::path(post, path = "/api/bandaemon/restart", tag = "control",
+    request_body(content = Option<RestartBody>, content_type = "application/json",
+                 description = "Optional: an empty body reloads"),
     extensions(("x-required-role" = json!("admin"))),
     params(("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
-    responses((status = 200, body = RestartResult), (status = 503, body = Problem)))]
+    responses((status = 200, body = RestartResult),
+              (status = 400, description = "The body is not JSON", body = Problem),
+              (status = 404, description = "No such server", body = Problem),
+              (status = 422, description = "The body does not fit its shape", body = Problem),
+              (status = 503, body = Problem)))]
 async fn restart(
     caller: Admin,
     State(state): State<AppState>,
@@ -38,14 +44,7 @@ async fn restart(
     body: axum::body::Bytes,
 ) -> Result<ApiJson<RestartResult>, ApiError> {
     // The body is optional: an empty POST reloads.
-    let body: RestartBody = if body.iter().all(u8::is_ascii_whitespace) {
-        RestartBody::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| ApiError::Malformed {
-            status: axum::http::StatusCode::BAD_REQUEST,
-            detail: format!("the body is not a valid restart request: {e}"),
-        })?
-    };
+    let body: RestartBody = optional_json(&body)?;
     let mode = body.mode.unwrap_or(RestartKind::Reload);
     Ok(ApiJson(
         state

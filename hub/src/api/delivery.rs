@@ -1,15 +1,15 @@
 //! `/api/servers/{id}/delivery` and `/api/servers/{id}/probe`: how a server's ban events reach
 //! the hub, and an end-to-end probe of that path.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem};
+use super::target::ServerPath;
 use crate::app::AppState;
 use crate::auth::{Operator, Viewer};
-use crate::domain::ServerId;
-use crate::fleet::{DeliveryReport, FleetError, ProbeResult};
+use crate::fleet::{DeliveryReport, ProbeResult};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -17,16 +17,12 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(run_probe))
 }
 
-fn server_id(raw: &str) -> Result<ServerId, ApiError> {
-    ServerId::parse(raw).map_err(|_| ApiError::Fleet(FleetError::UnknownServer))
-}
-
 /// Delivery diagnostics: the agent's relay (listening, last callback), its spool (depth, oldest
 /// unacknowledged event), whether each running jail runs the banhub action, when the hub last
 /// stored an event of this server, and the last end-to-end probe.
 #[utoipa::path(get, path = "/api/servers/{id}/delivery", tag = "servers",
     extensions(("x-required-role" = json!("viewer"))),
-    params(("id" = String, Path, description = "Server id")),
+    params(("id" = String, Path, description = "Server id or name")),
     responses((status = 200, body = DeliveryReport),
               (status = 404, description = "No such server", body = Problem),
               (status = 503, description = "Agent offline or not enrolled", body = Problem),
@@ -34,11 +30,11 @@ fn server_id(raw: &str) -> Result<ServerId, ApiError> {
 async fn delivery_status(
     caller: Viewer,
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ServerPath(id): ServerPath,
 ) -> Result<ApiJson<DeliveryReport>, ApiError> {
     let report = state
         .fleet
-        .delivery_status(server_id(&id)?, &caller.requested_by())
+        .delivery_status(id, &caller.requested_by())
         .await?;
     Ok(ApiJson(report))
 }
@@ -51,7 +47,7 @@ async fn delivery_status(
 /// stats and insights unless `jail=banhub-probe` is asked for.
 #[utoipa::path(post, path = "/api/servers/{id}/probe", tag = "servers",
     extensions(("x-required-role" = json!("operator"))),
-    params(("id" = String, Path, description = "Server id")),
+    params(("id" = String, Path, description = "Server id or name")),
     responses((status = 200, body = ProbeResult),
               (status = 404, description = "No such server", body = Problem),
               (status = 409, description = "A probe of this server is already running", body = Problem),
@@ -59,11 +55,8 @@ async fn delivery_status(
 async fn run_probe(
     caller: Operator,
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ServerPath(id): ServerPath,
 ) -> Result<ApiJson<ProbeResult>, ApiError> {
-    let result = state
-        .fleet
-        .probe(server_id(&id)?, false, &caller.requested_by())
-        .await?;
+    let result = state.fleet.probe(id, false, &caller.requested_by()).await?;
     Ok(ApiJson(result))
 }

@@ -115,7 +115,7 @@ impl ApiError {
             ),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
             Self::Fleet(e) => match e {
-                FleetError::UnknownServer => {
+                FleetError::UnknownServer(_) => {
                     (StatusCode::NOT_FOUND, "unknown_server", "Unknown server")
                 }
                 FleetError::NotEnrolled => (
@@ -334,6 +334,8 @@ where
     }
 }
 
+/// JSON that does not parse is a 400; JSON that parses but does not fit the body's shape (a field
+/// missing, unknown or of the wrong type) is a 422, like every other field rule.
 fn json_rejection(rejection: JsonRejection) -> ApiError {
     let status = rejection.status();
     let detail = match status {
@@ -345,7 +347,72 @@ fn json_rejection(rejection: JsonRejection) -> ApiError {
         }
         _ => rejection.body_text(),
     };
-    ApiError::Malformed { status, detail }
+    match rejection {
+        JsonRejection::JsonDataError(_) => shape_error(&detail),
+        _ => ApiError::Malformed { status, detail },
+    }
+}
+
+/// The 422 of a JSON body that does not fit its shape; `field` is the field at fault when the
+/// message names one (`a.b: …`, ``missing field `a` `` or ``unknown field `a` ``), else `body`.
+fn shape_error(message: &str) -> ApiError {
+    let message = message
+        .strip_prefix("Failed to deserialize the JSON body into the target type: ")
+        .unwrap_or(message);
+    let (path, reason) = match message.split_once(": ") {
+        Some((path, reason))
+            if !path.is_empty()
+                && path != "."
+                && path
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '[' | ']')) =>
+        {
+            (Some(path), reason)
+        }
+        _ => (None, message),
+    };
+    let missing = ["missing field `", "unknown field `"]
+        .iter()
+        .find_map(|prefix| reason.strip_prefix(prefix))
+        .and_then(|rest| rest.split_once('`'))
+        .map(|(name, _)| name);
+    let field = match (path, missing) {
+        // An unknown field is the last step of its own path already.
+        (Some(path), Some(name)) if path == name || path.ends_with(&format!(".{name}")) => {
+            path.to_owned()
+        }
+        (Some(path), Some(name)) => format!("{path}.{name}"),
+        (Some(path), None) => path.to_owned(),
+        (None, Some(name)) => name.to_owned(),
+        (None, None) => "body".to_owned(),
+    };
+    ApiError::invalid(&field, reason)
+}
+
+/// An optional JSON body: empty (or only whitespace) is `T::default()`; otherwise it is read
+/// like [`ApiJson`]: not JSON is a 400, the wrong shape a 422.
+pub fn optional_json<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    let not_json = |e: serde_json::Error| ApiError::Malformed {
+        status: StatusCode::BAD_REQUEST,
+        detail: format!("the body is not valid JSON: {e}"),
+    };
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if !inner.is_data() {
+            not_json(inner)
+        } else if path == "." {
+            shape_error(&inner.to_string())
+        } else {
+            shape_error(&format!("{path}: {inner}"))
+        }
+    })?;
+    de.end().map_err(not_json)?;
+    Ok(value)
 }
 
 impl<T: Serialize> IntoResponse for ApiJson<T> {
@@ -357,6 +424,90 @@ impl<T: Serialize> IntoResponse for ApiJson<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, Default, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Body {
+        name: String,
+        mode: Option<u8>,
+    }
+
+    /// The status and field an optional body is refused with.
+    fn refused(body: &str) -> (StatusCode, Option<String>) {
+        let Err(error) = optional_json::<Body>(body.as_bytes()) else {
+            panic!("{body} was accepted");
+        };
+        let status = error.parts().0;
+        let field = match error {
+            ApiError::Invalid { field, .. } => Some(field),
+            _ => None,
+        };
+        (status, field)
+    }
+
+    #[test]
+    fn optional_bodies_are_400_when_not_json_and_422_when_misshapen() {
+        assert!(optional_json::<Body>(b"").is_ok());
+        assert!(optional_json::<Body>(b" \n").is_ok());
+        assert_eq!(refused("{\"name\": "), (StatusCode::BAD_REQUEST, None));
+        assert_eq!(refused("not json"), (StatusCode::BAD_REQUEST, None));
+        assert_eq!(
+            refused("{}"),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("name".to_owned()))
+        );
+        assert_eq!(
+            refused("{\"name\": 7}"),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("name".to_owned()))
+        );
+        assert_eq!(
+            refused("{\"name\": \"a\"} x"),
+            (StatusCode::BAD_REQUEST, None)
+        );
+        assert_eq!(
+            refused("{\"name\": \"a\", \"nom\": 1}"),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("nom".to_owned()))
+        );
+        assert_eq!(
+            refused("\"text\""),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("body".to_owned()))
+        );
+    }
+
+    #[test]
+    fn shape_errors_name_their_field() {
+        let field = |message: &str| match shape_error(message) {
+            ApiError::Invalid { field, .. } => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            field(
+                "Failed to deserialize the JSON body into the target type: missing field `name` at line 1 column 2"
+            ),
+            "name"
+        );
+        assert_eq!(
+            field(
+                "Failed to deserialize the JSON body into the target type: name: invalid type: integer `7`, expected a string at line 1 column 10"
+            ),
+            "name"
+        );
+        assert_eq!(
+            field(
+                "Failed to deserialize the JSON body into the target type: labels: missing field `key` at line 1 column 2"
+            ),
+            "labels.key"
+        );
+        assert_eq!(field("unknown field `nom`, expected `name`"), "nom");
+        assert_eq!(
+            field("labels.nom: unknown field `nom`, expected `name`"),
+            "labels.nom"
+        );
+        assert_eq!(
+            field("invalid type: sequence, expected struct Body"),
+            "body"
+        );
+    }
 
     /// The problem an agent's refusal of `kind` becomes: status, code and type.
     fn check(kind: AgentErrorKind, status: StatusCode, code: &str) {

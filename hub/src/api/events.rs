@@ -18,6 +18,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem};
+use super::target;
 use crate::app::AppState;
 use crate::auth::Viewer;
 use crate::domain::ServerId;
@@ -71,7 +72,7 @@ pub(super) fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Api
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct ListParams {
-    /// Only events of this server (its id).
+    /// Only events of this server: its id, or its name.
     server_id: Option<String>,
     /// Only events of this jail.
     jail: Option<String>,
@@ -86,8 +87,9 @@ pub struct ListParams {
     from: Option<String>,
     /// Events before this time: RFC 3339 or Unix milliseconds.
     to: Option<String>,
-    /// Text to find in the log lines, ignoring case. Not indexed: narrow with other filters on
-    /// large histories.
+    /// Text to find in the log lines, ignoring case (only ASCII letters' case on SQLite). A text
+    /// index finds the candidate events (trigrams on SQLite; `pg_trgm` on PostgreSQL, where the
+    /// extension is installed), so a search stays quick on a long history.
     q: Option<String>,
     /// Events per page, 1 to 1000 (default 50); for CSV, rows in all, 1 to 1,000,000 (default
     /// 10,000).
@@ -103,7 +105,7 @@ pub struct ListParams {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct StatsParams {
-    /// Only this server.
+    /// Only this server: its id, or its name.
     server_id: Option<String>,
     /// Only this jail.
     jail: Option<String>,
@@ -118,7 +120,7 @@ pub struct StatsParams {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct InsightsParams {
-    /// Only this server: its jails, and the addresses banned on it.
+    /// Only this server (its id, or its name): its jails, and the addresses banned on it.
     server_id: Option<String>,
     /// Only this jail (for the jail and server rankings).
     jail: Option<String>,
@@ -138,7 +140,7 @@ pub struct InsightsParams {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct StreamParams {
-    /// Only events of this server.
+    /// Only events of this server: its id, or its name.
     server_id: Option<String>,
     /// Only events of this jail.
     jail: Option<String>,
@@ -150,11 +152,6 @@ pub struct StreamParams {
     source: Option<String>,
     /// Resume after this event id (what the `Last-Event-ID` header does on a reconnect).
     last_event_id: Option<String>,
-}
-
-fn server(raw: Option<&str>) -> Result<Option<ServerId>, ApiError> {
-    raw.map(|s| ServerId::parse(s).map_err(|e| ApiError::invalid("serverId", e)))
-        .transpose()
 }
 
 fn jail(raw: Option<&str>) -> Result<Option<JailName>, ApiError> {
@@ -220,7 +217,7 @@ fn number(
 
 #[allow(clippy::too_many_arguments)]
 fn filter(
-    server_id: Option<&str>,
+    server: Option<ServerId>,
     jail_name: Option<&str>,
     address: Option<&str>,
     kind: Option<&str>,
@@ -230,7 +227,7 @@ fn filter(
     text: Option<&str>,
 ) -> Result<EventFilter, ApiError> {
     Ok(EventFilter {
-        server: server(server_id)?,
+        server,
         jail: jail(jail_name)?,
         ip: ip(address)?,
         kinds: list("kind", kind, EventKind::parse, "ban, unban, gap")?,
@@ -249,9 +246,10 @@ fn filter(
 }
 
 impl ListParams {
-    fn filter(&self) -> Result<EventFilter, ApiError> {
+    /// The filter, with the server of `serverId=` as [`target::filter`] resolved it.
+    fn filter(&self, server: Option<ServerId>) -> Result<EventFilter, ApiError> {
         filter(
-            self.server_id.as_deref(),
+            server,
             self.jail.as_deref(),
             self.ip.as_deref(),
             self.kind.as_deref(),
@@ -319,6 +317,7 @@ pub struct EventDto {
     ip: Option<String>,
     jail: Option<String>,
     hostname: Option<String>,
+    /// The failures that led to a ban; null for unbans and gaps.
     failures: Option<u32>,
     /// Log lines that led to the ban (attacker-controlled text).
     logs: Vec<String>,
@@ -335,6 +334,14 @@ pub struct EventDto {
     gap_reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     gap_ranges: Option<Vec<SeqRangeDto>>,
+}
+
+/// The failures that led to a ban. An unban or a gap reports none, whatever its stored row holds.
+fn ban_failures(e: &StoredEvent) -> Option<u32> {
+    match &e.body {
+        EventBody::Ban(facts) => Some(facts.failures),
+        _ => None,
+    }
 }
 
 impl From<&StoredEvent> for EventDto {
@@ -363,7 +370,7 @@ impl From<&StoredEvent> for EventDto {
             ip: facts.map(|f| f.ip.to_string()),
             jail: facts.map(|f| f.jail.to_string()),
             hostname: facts.map(|f| f.hostname.clone()),
-            failures: facts.map(|f| f.failures),
+            failures: ban_failures(e),
             logs: facts.map(|f| f.logs.lines().to_vec()).unwrap_or_default(),
             ban_time: facts
                 .and_then(|f| f.ban_time)
@@ -631,13 +638,14 @@ async fn list_bans(
     let params = query(params)?;
     match params.format.as_deref() {
         None | Some("json") => {}
-        Some("csv") => return csv_export(&state, &params),
+        Some("csv") => return csv_export(&state, &params).await,
         Some(_) => return Err(ApiError::invalid("format", "must be json or csv")),
     }
     let limit = number("limit", params.limit.as_deref(), DEFAULT_PAGE, MAX_PAGE)?;
+    let server = target::filter(&state, params.server_id.as_deref()).await?;
     let page = state
         .events
-        .list(&params.filter()?, params.cursor()?, limit)
+        .list(&params.filter(server)?, params.cursor()?, limit)
         .await?;
     Ok(ApiJson(EventPageDto::from(page)).into_response())
 }
@@ -652,14 +660,15 @@ async fn export_bans(
     State(state): State<AppState>,
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    csv_export(&state, &query(params)?)
+    csv_export(&state, &query(params)?).await
 }
 
-fn csv_export(state: &AppState, params: &ListParams) -> Result<Response, ApiError> {
+async fn csv_export(state: &AppState, params: &ListParams) -> Result<Response, ApiError> {
     let limit = number("limit", params.limit.as_deref(), DEFAULT_EXPORT, MAX_EXPORT)?;
+    let server = target::filter(state, params.server_id.as_deref()).await?;
     let pages = state
         .events
-        .export(params.filter()?, params.cursor()?, limit)?;
+        .export(params.filter(server)?, params.cursor()?, limit)?;
     let header = futures::stream::once(async { Ok(Bytes::from_static(CSV_HEADER.as_bytes())) });
     let rows = pages.map(|page| match page {
         Ok(events) => {
@@ -711,7 +720,7 @@ fn csv_row(out: &mut String, e: &StoredEvent) {
         facts.map(|f| f.jail.to_string()).unwrap_or_default(),
         facts.map(|f| f.ip.to_string()).unwrap_or_default(),
         facts.map(|f| f.hostname.clone()).unwrap_or_default(),
-        facts.map(|f| f.failures.to_string()).unwrap_or_default(),
+        ban_failures(e).map(|n| n.to_string()).unwrap_or_default(),
         facts
             .and_then(|f| f.ban_time)
             .and_then(|s| DateTime::from_timestamp(s, 0))
@@ -760,7 +769,7 @@ async fn ban_stats(
 ) -> Result<ApiJson<StatsDto>, ApiError> {
     let p = query(params)?;
     let stats_query = StatsQuery {
-        server: server(p.server_id.as_deref())?,
+        server: target::filter(&state, p.server_id.as_deref()).await?,
         jail: jail(p.jail.as_deref())?,
         from: time("from", p.from.as_deref())?,
         to: time("to", p.to.as_deref())?,
@@ -802,7 +811,7 @@ async fn ban_insights(
 ) -> Result<ApiJson<InsightsDto>, ApiError> {
     let p = query(params)?;
     let insights_query = InsightsQuery {
-        server: server(p.server_id.as_deref())?,
+        server: target::filter(&state, p.server_id.as_deref()).await?,
         jail: jail(p.jail.as_deref())?,
         from: time("from", p.from.as_deref())?,
         to: time("to", p.to.as_deref())?,
@@ -893,7 +902,7 @@ async fn event_stream(
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     let p = query(params)?;
     let filter = filter(
-        p.server_id.as_deref(),
+        target::filter(&state, p.server_id.as_deref()).await?,
         p.jail.as_deref(),
         p.ip.as_deref(),
         p.kind.as_deref(),

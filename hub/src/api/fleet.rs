@@ -18,9 +18,10 @@ use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem};
 use super::guards;
+use super::target::ServerPath;
 use crate::app::AppState;
 use crate::auth::{Admin, Operator, Viewer};
-use crate::domain::{Labels, ServerId};
+use crate::domain::Labels;
 use crate::fleet::{ActionError, FleetBan, FleetError, Selector};
 use crate::store::cluster::{FleetActionRecord, TargetRecord, TargetState};
 
@@ -296,22 +297,21 @@ pub struct ServerLabels {
 /// Replaces a server's labels, which fleet actions select servers by.
 #[utoipa::path(put, path = "/api/servers/{id}/labels", tag = "servers", request_body = LabelsBody,
     extensions(("x-required-role" = json!("admin"))),
-    params(("id" = String, Path, description = "Server id")),
+    params(("id" = String, Path, description = "Server id or name")),
     responses((status = 200, body = ServerLabels), (status = 404, body = Problem),
               (status = 422, body = Problem)))]
 async fn set_labels(
     _caller: Admin,
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ServerPath(id): ServerPath,
     ApiJson(body): ApiJson<LabelsBody>,
 ) -> Result<ApiJson<ServerLabels>, ApiError> {
-    let id = ServerId::parse(&id).map_err(|_| ApiError::Fleet(FleetError::UnknownServer))?;
     let labels = Labels::parse(body.labels).map_err(|e| ApiError::invalid("labels", e))?;
     let server = state
         .store
         .set_server_labels(id, &labels)
         .await?
-        .ok_or(ApiError::Fleet(FleetError::UnknownServer))?;
+        .ok_or_else(|| ApiError::Fleet(FleetError::UnknownServer(id.to_string())))?;
     Ok(ApiJson(ServerLabels {
         id: server.id.to_string(),
         name: server.name.to_string(),

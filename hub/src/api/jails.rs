@@ -288,13 +288,7 @@ pub struct BanBody {
 impl BanBody {
     /// The body is optional: an empty POST bans within the guard rails.
     fn read(bytes: &[u8]) -> Result<Self, ApiError> {
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Ok(Self::default());
-        }
-        serde_json::from_slice(bytes).map_err(|e| ApiError::Malformed {
-            status: axum::http::StatusCode::BAD_REQUEST,
-            detail: format!("the body is not a valid ban request: {e}"),
-        })
+        super::error::optional_json(bytes)
     }
 }
 

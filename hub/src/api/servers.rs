@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -11,10 +11,11 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem};
+use super::target::ServerPath;
 use crate::app::AppState;
 use crate::auth::{Admin, Operator, Viewer};
-use crate::domain::{Labels, NewServer, ServerId, ServerName, ServerStatus};
-use crate::fleet::{FleetError, IssuedToken, PingReport, ServerView};
+use crate::domain::{Labels, NewServer, ServerName, ServerStatus};
+use crate::fleet::{IssuedToken, PingReport, ServerView};
 
 const MAX_DESCRIPTION: usize = 1024;
 
@@ -42,8 +43,10 @@ pub struct CreateServer {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum StatusDto {
-    /// Created, no agent enrolled yet.
+    /// Created, no agent enrolled yet and no direct callback received.
     Pending,
+    /// No agent, but fail2ban reports through direct callbacks (`lastSeenAt`: the last one).
+    Reporting,
     Online,
     Offline,
 }
@@ -59,7 +62,8 @@ pub struct ServerDto {
     status: StatusDto,
     created_at: DateTime<Utc>,
     enrolled_at: Option<DateTime<Utc>>,
-    /// Last time the agent was seen alive (now, while online).
+    /// Last time the agent was seen alive (now, while online); for a server without an agent, its
+    /// last direct callback.
     last_seen_at: Option<DateTime<Utc>>,
     /// When the current session started, while online.
     connected_at: Option<DateTime<Utc>>,
@@ -87,6 +91,7 @@ impl From<ServerView> for ServerDto {
             labels: s.labels.into_map(),
             status: match view.status {
                 ServerStatus::Pending => StatusDto::Pending,
+                ServerStatus::Reporting => StatusDto::Reporting,
                 ServerStatus::Online => StatusDto::Online,
                 ServerStatus::Offline => StatusDto::Offline,
             },
@@ -168,10 +173,6 @@ impl From<PingReport> for TestResult {
     }
 }
 
-fn server_id(raw: &str) -> Result<ServerId, ApiError> {
-    ServerId::parse(raw).map_err(|_| ApiError::Fleet(FleetError::UnknownServer))
-}
-
 fn new_server(body: CreateServer) -> Result<NewServer, ApiError> {
     let name = ServerName::parse(&body.name).map_err(|e| ApiError::invalid("name", e))?;
     if body.description.chars().count() > MAX_DESCRIPTION
@@ -229,34 +230,34 @@ async fn create_server(
 /// One server.
 #[utoipa::path(get, path = "/api/servers/{id}", tag = "servers",
     extensions(("x-required-role" = json!("viewer"))),
-    params(("id" = String, Path, description = "Server id")),
+    params(("id" = String, Path, description = "Server id or name")),
     responses((status = 200, body = ServerDto), (status = 404, body = Problem)))]
 async fn get_server(
     _caller: Viewer,
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ServerPath(id): ServerPath,
 ) -> Result<ApiJson<ServerDto>, ApiError> {
-    Ok(ApiJson(state.fleet.get(server_id(&id)?).await?.into()))
+    Ok(ApiJson(state.fleet.get(id).await?.into()))
 }
 
 /// Deletes a server: its agent's certificate is revoked and its live session cut.
 #[utoipa::path(delete, path = "/api/servers/{id}", tag = "servers",
     extensions(("x-required-role" = json!("admin"))),
-    params(("id" = String, Path, description = "Server id")),
+    params(("id" = String, Path, description = "Server id or name")),
     responses((status = 204), (status = 404, body = Problem)))]
 async fn delete_server(
     _caller: Admin,
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ServerPath(id): ServerPath,
 ) -> Result<StatusCode, ApiError> {
-    state.fleet.delete_server(server_id(&id)?).await?;
+    state.fleet.delete_server(id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// Round trip through the server's agent to fail2ban's `ping`.
 #[utoipa::path(post, path = "/api/servers/{id}/test", tag = "servers",
     extensions(("x-required-role" = json!("operator"))),
-    params(("id" = String, Path, description = "Server id")),
+    params(("id" = String, Path, description = "Server id or name")),
     responses((status = 200, body = TestResult),
               (status = 404, body = Problem),
               (status = 502, description = "fail2ban unreachable or failing on the host", body = Problem),
@@ -265,12 +266,9 @@ async fn delete_server(
 async fn test_server(
     caller: Operator,
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ServerPath(id): ServerPath,
 ) -> Result<ApiJson<TestResult>, ApiError> {
-    let report = state
-        .fleet
-        .ping(server_id(&id)?, &caller.requested_by())
-        .await?;
+    let report = state.fleet.ping(id, &caller.requested_by()).await?;
     Ok(ApiJson(report.into()))
 }
 
@@ -278,13 +276,13 @@ async fn test_server(
 /// Enrolling with it replaces (and revokes) the server's current agent.
 #[utoipa::path(post, path = "/api/servers/{id}/enrollment-token", tag = "servers",
     extensions(("x-required-role" = json!("admin"))),
-    params(("id" = String, Path, description = "Server id")),
+    params(("id" = String, Path, description = "Server id or name")),
     responses((status = 201, body = EnrollmentDto), (status = 404, body = Problem)))]
 async fn new_enrollment_token(
     _caller: Admin,
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ServerPath(id): ServerPath,
 ) -> Result<(StatusCode, ApiJson<EnrollmentDto>), ApiError> {
-    let token = state.fleet.issue_token(server_id(&id)?).await?;
+    let token = state.fleet.issue_token(id).await?;
     Ok((StatusCode::CREATED, ApiJson(token.into())))
 }

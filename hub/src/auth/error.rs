@@ -13,6 +13,13 @@ pub enum AuthError {
     /// Authenticated, but the role does not allow this (403).
     #[error("{0}")]
     Forbidden(String),
+    /// The route exists, but not with this method (405); `allowed` goes into the `Allow` header.
+    #[error("{method} is not served at {route}; it serves {}", .allowed.join(", "))]
+    MethodNotAllowed {
+        method: String,
+        route: String,
+        allowed: Vec<String>,
+    },
     /// A cookie-authenticated change from another origin, or without saying its origin (403).
     #[error("{0}")]
     CrossOrigin(String),
@@ -56,6 +63,11 @@ impl AuthError {
                 "Authentication required",
             ),
             Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
+            Self::MethodNotAllowed { .. } => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "Method not allowed",
+            ),
             Self::CrossOrigin(_) => (
                 StatusCode::FORBIDDEN,
                 "cross_origin",

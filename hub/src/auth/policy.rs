@@ -121,6 +121,23 @@ impl Policy {
         }
         None
     }
+
+    /// The methods a route template serves, in the order an `Allow` header lists them (HEAD with
+    /// GET, as axum answers it); empty for a template the document does not know.
+    pub fn allowed(&self, template: &str) -> Vec<Method> {
+        let order = [
+            Method::GET,
+            Method::HEAD,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+        ];
+        order
+            .into_iter()
+            .filter(|method| self.lookup(method, template).is_some())
+            .collect()
+    }
 }
 
 /// Writes the policy into the document: the two security schemes, and on each operation its
@@ -357,6 +374,10 @@ pub async fn authorize(
         .unwrap_or_else(|| path.clone());
     let access = match authorizer.policy.lookup(&method, &template) {
         Some(access) => access,
+        // A route served with other methods: the method is wrong, whoever asks.
+        None if !authorizer.policy.allowed(&template).is_empty() => {
+            return method_not_allowed(&authorizer.policy, &method, &template);
+        }
         None if path == "/api" || path.starts_with("/api/") => {
             tracing::error!(%method, route = %template, "route without {ROLE_EXTENSION} refused");
             return ApiError::from(AuthError::Forbidden(format!(
@@ -457,6 +478,26 @@ pub async fn authorize(
             .auth
             .record(entry(status.as_u16(), outcome))
             .await;
+    }
+    response
+}
+
+/// A 405 problem whose `Allow` header lists the methods the route serves.
+fn method_not_allowed(policy: &Policy, method: &Method, template: &str) -> Response {
+    let allowed: Vec<String> = policy
+        .allowed(template)
+        .iter()
+        .map(|m| m.as_str().to_owned())
+        .collect();
+    let allow = allowed.join(", ");
+    let mut response = ApiError::from(AuthError::MethodNotAllowed {
+        method: method.to_string(),
+        route: template.to_owned(),
+        allowed,
+    })
+    .into_response();
+    if let Ok(value) = HeaderValue::from_str(&allow) {
+        response.headers_mut().insert(header::ALLOW, value);
     }
     response
 }
@@ -588,6 +629,8 @@ mod tests {
             Some(Access::Role(Role::Operator))
         );
         assert_eq!(policy.lookup(&Method::GET, "/api/x"), None);
+        assert_eq!(policy.allowed("/api/x"), vec![Method::POST]);
+        assert!(policy.allowed("/api/y").is_empty());
         assert_eq!(
             policy.lookup(&Method::GET, "/api/docs/{*rest}"),
             Some(Access::Role(Role::Viewer))

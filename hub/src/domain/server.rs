@@ -126,14 +126,23 @@ impl Labels {
     }
 }
 
-/// Whether a server's agent currently holds a session with the hub.
+/// Whether a server's agent currently holds a session with the hub, or how else it reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum ServerStatus {
-    /// Created, but no agent has enrolled yet.
+    /// Created, but no agent has enrolled yet and no direct callback has come.
     Pending,
+    /// No agent, but fail2ban reports to the hub through direct callbacks.
+    Reporting,
     Online,
     Offline,
+}
+
+impl ServerStatus {
+    /// Whether an agent has enrolled for the server (so commands can reach it when online).
+    pub fn has_agent(self) -> bool {
+        matches!(self, Self::Online | Self::Offline)
+    }
 }
 
 #[cfg(test)]

@@ -191,6 +191,11 @@ impl Events {
     ) -> Result<StoredEvent, EventsError> {
         let stored = self.store().insert_direct_event(server, event).await?;
         self.publish(vec![stored.clone()]);
+        // The event is stored whatever happens here: failing the callback now would only have
+        // the sender send it again.
+        if let Err(e) = self.store().mark_reported_directly(server).await {
+            tracing::warn!(server_id = %server, error = %e, "could not note the direct callback on its server");
+        }
         Ok(stored)
     }
 

@@ -95,8 +95,9 @@ pub enum AgentErrorKind {
 /// Why a fleet operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
-    #[error("no server with this id")]
-    UnknownServer,
+    /// No server has this id or name (the value the caller sent).
+    #[error("no server has the id or name {0:?}")]
+    UnknownServer(String),
     #[error("no agent has enrolled for this server yet; run the enroll command on the host")]
     NotEnrolled,
     #[error("the server's agent is offline")]
@@ -287,7 +288,7 @@ impl Fleet {
     /// Issues a new one-time enrollment token for an existing server (e.g. after rebuilding its host).
     pub async fn issue_token(&self, server: ServerId) -> Result<IssuedToken, FleetError> {
         if self.0.store.get_server(server).await?.is_none() {
-            return Err(FleetError::UnknownServer);
+            return Err(FleetError::UnknownServer(server.to_string()));
         }
         let token_id = uuid::Uuid::now_v7().to_string();
         let secret = random_secret();
@@ -333,7 +334,7 @@ impl Fleet {
             .store
             .get_server(id)
             .await?
-            .ok_or(FleetError::UnknownServer)?;
+            .ok_or_else(|| FleetError::UnknownServer(id.to_string()))?;
         let session = self.0.sessions.info(server.id);
         let lease = match session {
             Some(_) => None,
@@ -376,7 +377,12 @@ impl Fleet {
         let status = if session.is_some() {
             ServerStatus::Online
         } else if server.agent_id.is_none() {
-            ServerStatus::Pending
+            // Without an agent, `last_seen_at` is the last direct callback.
+            if server.last_seen_at.is_some() {
+                ServerStatus::Reporting
+            } else {
+                ServerStatus::Pending
+            }
         } else {
             ServerStatus::Offline
         };
@@ -400,7 +406,7 @@ impl Fleet {
             .store
             .delete_server(id)
             .await?
-            .ok_or(FleetError::UnknownServer)?;
+            .ok_or_else(|| FleetError::UnknownServer(id.to_string()))?;
         self.revoke_everywhere(&revoked).await;
         self.cut_off(id, None, "this server was removed from the hub")
             .await;
@@ -413,7 +419,7 @@ impl Fleet {
     /// Round trip to the server's agent and on to fail2ban's `ping`.
     pub async fn ping(&self, id: ServerId, requested_by: &str) -> Result<PingReport, FleetError> {
         let view = self.get(id).await?;
-        if view.status == ServerStatus::Pending {
+        if !view.status.has_agent() {
             return Err(FleetError::NotEnrolled);
         }
         let started = Instant::now();

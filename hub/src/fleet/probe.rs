@@ -25,8 +25,8 @@ use utoipa::ToSchema;
 
 use super::{Fleet, FleetError};
 use crate::config::ProbeConfig;
+use crate::domain::ServerId;
 use crate::domain::events::{EventFilter, EventKind, StoredEvent};
-use crate::domain::{ServerId, ServerStatus};
 use crate::events::EventsError;
 
 /// How often a waiting probe also looks in the store, in case the live feed lagged.
@@ -213,7 +213,7 @@ impl Drop for Running<'_> {
 
 impl Fleet {
     fn enrolled(&self, view: &super::ServerView) -> Result<(), FleetError> {
-        if view.status == ServerStatus::Pending {
+        if !view.status.has_agent() {
             return Err(FleetError::NotEnrolled);
         }
         Ok(())

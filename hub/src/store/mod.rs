@@ -455,6 +455,18 @@ impl Store {
             .is_some_and(|c| c.agent_id == agent.to_string() && c.revoked_at.is_none()))
     }
 
+    /// Records a direct callback of a server that has no agent, so it shows as reporting; a
+    /// server with an agent is left alone (its `last_seen_at` is its agent's).
+    pub async fn mark_reported_directly(&self, id: ServerId) -> Result<(), StoreError> {
+        server::Entity::update_many()
+            .col_expr(server::Column::LastSeenAt, Expr::value(now_ms()))
+            .filter(server::Column::Id.eq(id.to_string()))
+            .filter(server::Column::AgentId.is_null())
+            .exec(&self.db)
+            .await?;
+        Ok(())
+    }
+
     /// Records that the server's agent is alive, with what it reported.
     pub async fn mark_seen(
         &self,

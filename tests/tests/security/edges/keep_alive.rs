@@ -141,13 +141,14 @@ async fn refusals_before_the_body_is_read_close_the_connection_and_say_so() {
         );
     }
 
-    // A body the hub read (and refused as malformed) keeps the connection for the next request.
+    // A body the hub read (and refused: a field of the wrong type) keeps the connection for the
+    // next request.
     let mut connection = Connection::open(&hub).await;
     let headers = [("Authorization", bearer.as_str()), json];
     let answer = connection
         .post("/api/servers", &headers, "{\"name\": 5}")
         .await;
-    assert_eq!(answer.status, 400, "{answer:?}");
+    assert_eq!(answer.status, 422, "{answer:?}");
     assert_eq!(answer.headers.get("connection"), None, "{answer:?}");
     let answer = connection
         .post("/api/servers", &headers, "{\"name\":\"kept-alive\"}")

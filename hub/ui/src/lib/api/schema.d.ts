@@ -1553,7 +1553,10 @@ export interface components {
              * @description When fail2ban banned the address, if the action said.
              */
             banTime?: string | null;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description The failures that led to a ban; null for unbans and gaps.
+             */
             failures?: number | null;
             gapRanges?: components["schemas"]["SeqRangeDto"][] | null;
             gapReason?: string | null;
@@ -2180,7 +2183,8 @@ export interface components {
             };
             /**
              * Format: date-time
-             * @description Last time the agent was seen alive (now, while online).
+             * @description Last time the agent was seen alive (now, while online); for a server without an agent, its
+             *     last direct callback.
              */
             lastSeenAt?: string | null;
             name: string;
@@ -2322,7 +2326,7 @@ export interface components {
             totals: components["schemas"]["CountsDto"];
         };
         /** @enum {string} */
-        StatusDto: "pending" | "online" | "offline";
+        StatusDto: "pending" | "reporting" | "online" | "offline";
         /** @description Every running jail of one server with its counters. */
         StatusReport: {
             /**
@@ -2579,7 +2583,7 @@ export interface operations {
                 cursor?: string;
                 /** @description Only this actor (a subject, e.g. `alice` or `token:<id>`). */
                 actor?: string;
-                /** @description Only entries about this server (its id). */
+                /** @description Only entries about this server: its id, or its name. */
                 serverId?: string;
             };
             header?: never;
@@ -2706,9 +2710,10 @@ export interface operations {
             path?: never;
             cookie?: never;
         };
-        requestBody: {
+        /** @description Optional: an empty body reloads */
+        requestBody?: {
             content: {
-                "application/json": components["schemas"]["RestartBody"];
+                "application/json": components["schemas"]["RestartBody"] | null;
             };
         };
         responses: {
@@ -2718,6 +2723,33 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RestartResult"];
+                };
+            };
+            /** @description The body is not JSON */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such server */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body does not fit its shape */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             503: {
@@ -2783,7 +2815,7 @@ export interface operations {
     list_bans: {
         parameters: {
             query?: {
-                /** @description Only events of this server (its id). */
+                /** @description Only events of this server: its id, or its name. */
                 serverId?: string;
                 /** @description Only events of this jail. */
                 jail?: string;
@@ -2801,8 +2833,9 @@ export interface operations {
                 /** @description Events before this time: RFC 3339 or Unix milliseconds. */
                 to?: string;
                 /**
-                 * @description Text to find in the log lines, ignoring case. Not indexed: narrow with other filters on
-                 *     large histories.
+                 * @description Text to find in the log lines, ignoring case (only ASCII letters' case on SQLite). A text
+                 *     index finds the candidate events (trigrams on SQLite; `pg_trgm` on PostgreSQL, where the
+                 *     extension is installed), so a search stays quick on a long history.
                  */
                 q?: string;
                 /**
@@ -2853,7 +2886,7 @@ export interface operations {
     export_bans: {
         parameters: {
             query?: {
-                /** @description Only events of this server (its id). */
+                /** @description Only events of this server: its id, or its name. */
                 serverId?: string;
                 /** @description Only events of this jail. */
                 jail?: string;
@@ -2871,8 +2904,9 @@ export interface operations {
                 /** @description Events before this time: RFC 3339 or Unix milliseconds. */
                 to?: string;
                 /**
-                 * @description Text to find in the log lines, ignoring case. Not indexed: narrow with other filters on
-                 *     large histories.
+                 * @description Text to find in the log lines, ignoring case (only ASCII letters' case on SQLite). A text
+                 *     index finds the candidate events (trigrams on SQLite; `pg_trgm` on PostgreSQL, where the
+                 *     extension is installed), so a search stays quick on a long history.
                  */
                 q?: string;
                 /**
@@ -2913,7 +2947,7 @@ export interface operations {
     ban_insights: {
         parameters: {
             query?: {
-                /** @description Only this server: its jails, and the addresses banned on it. */
+                /** @description Only this server (its id, or its name): its jails, and the addresses banned on it. */
                 serverId?: string;
                 /** @description Only this jail (for the jail and server rankings). */
                 jail?: string;
@@ -2966,7 +3000,7 @@ export interface operations {
     ban_stats: {
         parameters: {
             query?: {
-                /** @description Only this server. */
+                /** @description Only this server: its id, or its name. */
                 serverId?: string;
                 /** @description Only this jail. */
                 jail?: string;
@@ -3012,7 +3046,7 @@ export interface operations {
     event_stream: {
         parameters: {
             query?: {
-                /** @description Only events of this server. */
+                /** @description Only events of this server: its id, or its name. */
                 serverId?: string;
                 /** @description Only events of this jail. */
                 jail?: string;
@@ -3724,7 +3758,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Server id */
+                /** @description Server id or name */
                 id: string;
             };
             cookie?: never;
@@ -3754,7 +3788,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Server id */
+                /** @description Server id or name */
                 id: string;
             };
             cookie?: never;
@@ -3782,7 +3816,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Server id */
+                /** @description Server id or name */
                 id: string;
             };
             cookie?: never;
@@ -3812,7 +3846,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Server id */
+                /** @description Server id or name */
                 id: string;
             };
             cookie?: never;
@@ -3864,7 +3898,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Server id */
+                /** @description Server id or name */
                 id: string;
             };
             cookie?: never;
@@ -3892,7 +3926,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Server id */
+                /** @description Server id or name */
                 id: string;
             };
             cookie?: never;
@@ -3941,7 +3975,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Server id */
+                /** @description Server id or name */
                 id: string;
             };
             cookie?: never;
@@ -3971,7 +4005,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Server id */
+                /** @description Server id or name */
                 id: string;
             };
             cookie?: never;
@@ -4013,7 +4047,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Server id */
+                /** @description Server id or name */
                 id: string;
             };
             cookie?: never;
@@ -4062,7 +4096,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Server id */
+                /** @description Server id or name */
                 id: string;
             };
             cookie?: never;
