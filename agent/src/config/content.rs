@@ -87,39 +87,51 @@ pub(crate) fn check_filter(text: &str) -> Result<IniFile, String> {
 /// The names of the actions in an `action` value: each entry is `name` or `name[options]`,
 /// entries separated by white space outside brackets and quotes.
 pub fn action_names(value: &str) -> Vec<String> {
-    let mut names = Vec::new();
+    action_entries(value)
+        .iter()
+        .filter_map(|entry| split_entry(entry).map(|(name, _)| name.to_owned()))
+        .collect()
+}
+
+/// The entries of an action list, split on white space outside brackets and quotes.
+pub(crate) fn action_entries(value: &str) -> Vec<String> {
+    let mut entries = Vec::new();
     let mut current = String::new();
-    let mut in_name = true;
     let mut depth = 0usize;
     let mut quote: Option<char> = None;
     for c in value.chars() {
         if let Some(q) = quote {
+            current.push(c);
             if c == q {
                 quote = None;
             }
             continue;
         }
         match c {
-            '[' => {
-                depth += 1;
-                in_name = false;
-            }
+            '[' => depth += 1,
             ']' => depth = depth.saturating_sub(1),
             '"' | '\'' if depth > 0 => quote = Some(c),
             c if c.is_whitespace() && depth == 0 => {
                 if !current.is_empty() {
-                    names.push(std::mem::take(&mut current));
+                    entries.push(std::mem::take(&mut current));
                 }
-                in_name = true;
+                continue;
             }
-            c if in_name && depth == 0 => current.push(c),
             _ => {}
         }
+        current.push(c);
     }
     if !current.is_empty() {
-        names.push(current);
+        entries.push(current);
     }
-    names
+    entries
+}
+
+/// `name[…][…]` → the name and the text after it.
+pub(crate) fn split_entry(entry: &str) -> Option<(&str, &str)> {
+    let end = entry.find('[').unwrap_or(entry.len());
+    let name = entry[..end].trim();
+    (!name.is_empty()).then(|| (name, &entry[end..]))
 }
 
 /// Checks what a jail would make fail2ban read or start, as resolved in the new config: its

@@ -16,6 +16,7 @@ use std::path::{Component, Path};
 
 use banhub_proto::rules::check_name;
 
+use super::content::{action_entries, split_entry};
 use super::ini::{self, DEFAULT_SECTION, IniFile};
 use super::reader::EffectiveConfig;
 use crate::settings::PolicySettings;
@@ -354,47 +355,6 @@ fn introduced(old: Option<&str>, new: &str) -> Vec<(String, String)> {
 
 fn resolved(config: &EffectiveConfig, jail: &str, key: &str) -> Option<String> {
     config.get(jail, key)?.value.ok()
-}
-
-/// The entries of an action list, split on white space outside brackets and quotes.
-fn action_entries(value: &str) -> Vec<String> {
-    let mut entries = Vec::new();
-    let mut current = String::new();
-    let mut depth = 0usize;
-    let mut quote: Option<char> = None;
-    for c in value.chars() {
-        if let Some(q) = quote {
-            current.push(c);
-            if c == q {
-                quote = None;
-            }
-            continue;
-        }
-        match c {
-            '[' => depth += 1,
-            ']' => depth = depth.saturating_sub(1),
-            '"' | '\'' if depth > 0 => quote = Some(c),
-            c if c.is_whitespace() && depth == 0 => {
-                if !current.is_empty() {
-                    entries.push(std::mem::take(&mut current));
-                }
-                continue;
-            }
-            _ => {}
-        }
-        current.push(c);
-    }
-    if !current.is_empty() {
-        entries.push(current);
-    }
-    entries
-}
-
-/// `name[…][…]` → the name and the text after it.
-fn split_entry(entry: &str) -> Option<(&str, &str)> {
-    let end = entry.find('[').unwrap_or(entry.len());
-    let name = entry[..end].trim();
-    (!name.is_empty()).then(|| (name, &entry[end..]))
 }
 
 /// The parameters of `[key=value, key="value", key='value'][…]`, as fail2ban's
