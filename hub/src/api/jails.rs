@@ -8,7 +8,7 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::error::{ApiError, ApiJson, Problem};
+use super::error::{ApiError, ApiJson, Problem, optional_json};
 use super::guards;
 use super::servers::ServerDto;
 use super::target::Target;
@@ -285,13 +285,6 @@ pub struct BanBody {
     guard_override: bool,
 }
 
-impl BanBody {
-    /// The body is optional: an empty POST bans within the guard rails.
-    fn read(bytes: &[u8]) -> Result<Self, ApiError> {
-        super::error::optional_json(bytes)
-    }
-}
-
 /// Bans an address or network in a jail. A network wider than the configured limits, or the
 /// broadcast address, needs an admin's `{"override": true}`; the hub's own addresses are refused.
 #[utoipa::path(post, path = "/api/jails/{jail}/ban/{ip}", tag = "jails",
@@ -309,7 +302,7 @@ async fn ban(
     Path((jail, ip)): Path<(String, String)>,
     body: axum::body::Bytes,
 ) -> Result<ApiJson<BanOutcome>, ApiError> {
-    let body = BanBody::read(&body)?;
+    let body: BanBody = optional_json(&body)?;
     let jail = jail_name("jail", &jail)?;
     let ip = address(&ip)?;
     let overridden = guards::admin_override(&caller, body.guard_override)?;
