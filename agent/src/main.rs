@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use banhub_agent::config::{LogFormat, Settings};
 use banhub_agent::enroll::{self, EnrollOptions};
 use banhub_agent::link::{self, LinkExit};
-use banhub_agent::settings::{LogFormat, Settings};
 use banhub_agent::{action, reconcile, relay, spool};
 use clap::{Args, Parser, Subcommand};
 use figment::Figment;

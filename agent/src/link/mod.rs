@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity as TlsIdentity};
 use tracing::Instrument;
 
+use crate::config::Settings;
 use crate::enroll::{Credentials, StateError};
-use crate::settings::Settings;
 use crate::spool::Spool;
 use crate::tls::{self, ConnectProblem};
 

@@ -21,8 +21,8 @@ use tonic::transport::{Certificate, Identity as TlsIdentity, Server, ServerTlsCo
 use tonic::{Request, Response, Status, Streaming};
 
 use super::*;
+use crate::config::{Fail2banSettings, LinkSettings};
 use crate::enroll::Identity;
-use crate::settings::{Fail2banSettings, LinkSettings};
 use crate::tls::test_pki::TestCa;
 
 /// Generous bound on anything the tests wait for; they poll, never sleep.

@@ -37,9 +37,9 @@ use super::Context;
 use super::args;
 use super::failure::{Failure, Reply};
 use super::pool::Fail2banPool;
-use crate::config::JailName;
 use crate::fail2ban::Fail2banError;
 use crate::fail2ban::client::BanRecord;
+use crate::fail2ban_files::JailName;
 
 /// Age after which a kept list is refreshed in the background.
 pub const FRESH_FOR: Duration = Duration::from_secs(10);

@@ -15,10 +15,10 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use super::{ConfigEditor, EditError, FileChange, NewConfig, ReloadScope, Scope, Stage, blocking};
-use crate::config::files::{AgentFile, EditableFile};
-use crate::config::reader::ConfigReader;
-use crate::config::staging::{Change, build_shadow, commit, restore, save_backups, stage};
-use crate::config::version::Version;
+use crate::fail2ban_files::files::{AgentFile, EditableFile};
+use crate::fail2ban_files::reader::ConfigReader;
+use crate::fail2ban_files::staging::{Change, build_shadow, commit, restore, save_backups, stage};
+use crate::fail2ban_files::version::Version;
 
 /// The new state of one of the agent's files.
 #[derive(Debug, Clone)]
@@ -233,7 +233,9 @@ impl ConfigEditor {
     /// The effective configuration as it would be without [`AgentFile::Attach`]: what each
     /// jail's `action` is before banhub is appended to it. Reads a shadow of the config dir
     /// (symlinks) in the backup directory.
-    pub async fn load_without_attach(&self) -> Result<crate::config::EffectiveConfig, EditError> {
+    pub async fn load_without_attach(
+        &self,
+    ) -> Result<crate::fail2ban_files::EffectiveConfig, EditError> {
         let s = self.inner.settings.clone();
         let change = Change {
             file: EditableFile::Agent(AgentFile::Attach),

@@ -34,8 +34,8 @@ use super::staging::{
 };
 use super::tools::{self, Fail2banTools, ToolError};
 use super::version::Version;
+use crate::config::PolicySettings;
 use crate::fail2ban::{Fail2banError, Fail2banSocket};
-use crate::settings::PolicySettings;
 
 mod agent_files;
 mod settle;
@@ -93,7 +93,7 @@ impl EditorSettings {
     }
 
     /// The agent's `fail2ban.*` settings, with backups in `<state_dir>/config-backups`.
-    pub fn from_agent(settings: &crate::settings::Settings) -> Self {
+    pub fn from_agent(settings: &crate::config::Settings) -> Self {
         let f2b = &settings.fail2ban;
         let mut editor = Self::new(
             &f2b.config_dir,
