@@ -12,13 +12,12 @@
 //!   reload added to it, and `reload --restart` takes one jail per call.
 
 use std::collections::BTreeSet;
-use std::time::Instant;
 
-use super::{ConfigEditor, EditError, FileChange, NewConfig, ReloadScope, Scope, Stage, blocking};
+use super::pipeline::{Edit, Scope, Writer};
+use super::{ConfigEditor, EditError, FileChange, ReloadScope, blocking};
 use crate::fail2ban_files::files::{AgentFile, EditableFile};
-use crate::fail2ban_files::reader::ConfigReader;
-use crate::fail2ban_files::staging::{Change, build_shadow, commit, restore, save_backups, stage};
-use crate::fail2ban_files::version::Version;
+use crate::fail2ban_files::reader::{ConfigReader, EffectiveConfig};
+use crate::fail2ban_files::staging::{Change, build_shadow, stage};
 
 /// The new state of one of the agent's files.
 #[derive(Debug, Clone)]
@@ -64,178 +63,56 @@ pub struct AgentEditReport {
 impl ConfigEditor {
     /// Applies `edit`; see the module documentation.
     pub async fn apply_agent_files(&self, edit: AgentEdit) -> Result<AgentEditReport, EditError> {
-        let started = Instant::now();
-        let _lock = self.lock().await?;
-        let s = self.inner.settings.clone();
-        let mut changes = Vec::new();
+        let lock = self.lock().await?;
+        let mut files = Vec::new();
         for write in &edit.writes {
             let file = EditableFile::Agent(write.file);
             self.live_path(&file)?;
             let (old, _) = self.current(&file).await?;
-            changes.push(Change {
+            files.push(Change {
                 file,
                 old,
                 mode: write.mode,
                 new: write.content.clone(),
             });
         }
-        let changes: Vec<Change> = changes.into_iter().filter(|c| c.old != c.new).collect();
-        let running_before = match self.running_jails().await {
-            Ok(running) => Some(running),
-            Err(e) if edit.allow_offline => {
-                tracing::info!(error = %e, "fail2ban is not answering; the files are written without a reload");
-                None
-            }
-            Err(e) => return Err(EditError::Unavailable(e)),
+        let edit = Edit {
+            files,
+            scope: Scope::Jails(edit.check_jails),
+            writer: Writer::Agent {
+                restart: edit.restart,
+                allow_offline: edit.allow_offline,
+            },
         };
-        let mut report = AgentEditReport {
-            changes: changes
-                .iter()
-                .map(|c| FileChange {
-                    file: c.file.clone(),
-                    previous: Version::of(c.old.as_deref()),
-                    current: Version::of(c.new.as_deref()),
-                })
-                .collect(),
-            fail2ban_running: running_before.is_some(),
-            reloaded: false,
-            restarted: Vec::new(),
-            running: running_before.iter().flatten().cloned().collect::<Vec<_>>(),
-            warnings: Vec::new(),
+        let applied = self.run(&lock, edit).await?;
+        let report = AgentEditReport {
+            changes: applied.changes,
+            fail2ban_running: applied.running.is_some(),
+            reloaded: applied.reload != ReloadScope::NotNeeded,
+            restarted: applied.restarted,
+            running: applied.running.into_iter().flatten().collect(),
+            warnings: applied.warnings,
         };
-
-        let enabled_after = if changes.is_empty() {
-            let reader = self.inner.reader.clone();
-            blocking(move || reader.load().map_err(EditError::from))
-                .await?
-                .enabled_jails()
+        if report.fail2ban_running {
+            tracing::info!(
+                files = ?report.changes.iter().map(|c| c.file.to_string()).collect::<Vec<_>>(),
+                restarted = ?report.restarted,
+                total_ms = u64::try_from(applied.timings.total.as_millis()).unwrap_or(u64::MAX),
+                "banhub's fail2ban files applied"
+            );
         } else {
-            let staged = {
-                let (dir, changes) = (s.config_dir.clone(), changes.clone());
-                blocking(move || stage(&dir, &changes)).await?
-            };
-            let shadow = {
-                let (dir, parent, entries) = (
-                    s.config_dir.clone(),
-                    s.backup_dir.clone(),
-                    staged.entries.clone(),
-                );
-                blocking(move || build_shadow(&dir, &parent, &entries)).await?
-            };
-            let NewConfig {
-                enabled, warnings, ..
-            } = self
-                .validate(
-                    shadow.path(),
-                    &Scope::Jails(edit.check_jails.clone()),
-                    &running_before.clone().unwrap_or_default(),
-                )
-                .await?;
-            drop(shadow);
-            report.warnings.extend(warnings);
-            {
-                let (root, changes, keep) = (s.backup_dir.clone(), changes.clone(), s.keep_backups);
-                blocking(move || save_backups(&root, &changes, keep)).await?;
-            }
-            let committed = {
-                let entries = staged.entries.clone();
-                blocking(move || commit(&entries)).await
-            };
-            drop(staged);
-            if let Err(e) = committed {
-                return Err(match &running_before {
-                    Some(running) => {
-                        self.rollback(&changes, Stage::Commit, vec![e.to_string()], running)
-                            .await
-                    }
-                    None => {
-                        let (dir, undo) = (s.config_dir.clone(), changes.clone());
-                        blocking(move || restore(&dir, &undo)).await?;
-                        e
-                    }
-                });
-            }
-            enabled
-        };
-
-        let Some(running_before) = running_before else {
             tracing::info!(
                 files = report.changes.len(),
                 "banhub's fail2ban files written; fail2ban is not running and reads them at start"
             );
-            return Ok(report);
-        };
-        if !changes.is_empty() {
-            match self.reload(&ReloadScope::All).await {
-                Ok(messages) => report.warnings.extend(messages),
-                Err(messages) => {
-                    return Err(self
-                        .rollback(&changes, Stage::Reload, messages, &running_before)
-                        .await);
-                }
-            }
-            report.reloaded = true;
         }
-        let running_now = match self.running_jails().await {
-            Ok(running) => running,
-            Err(e) => {
-                let messages = vec![format!("fail2ban does not answer after the reload: {e}")];
-                return Err(self
-                    .rollback(&changes, Stage::HealthCheck, messages, &running_before)
-                    .await);
-            }
-        };
-        for jail in edit.restart.iter().filter(|j| running_now.contains(*j)) {
-            match self.restart_jail(jail).await {
-                Ok(messages) => report.warnings.extend(messages),
-                Err(messages) => {
-                    return Err(self
-                        .rollback(&changes, Stage::Reload, messages, &running_before)
-                        .await);
-                }
-            }
-            report.restarted.push(jail.clone());
-        }
-
-        let must_run: BTreeSet<String> = running_before
-            .union(&edit.check_jails)
-            .filter(|j| enabled_after.contains(*j))
-            .cloned()
-            .collect();
-        let running = match self.running_jails().await {
-            Ok(running) => running,
-            Err(e) => {
-                let messages = vec![format!("fail2ban does not answer after the reload: {e}")];
-                return Err(self
-                    .rollback(&changes, Stage::HealthCheck, messages, &running_before)
-                    .await);
-            }
-        };
-        let problems: Vec<String> = must_run
-            .difference(&running)
-            .map(|j| format!("jail {j} is not running after the reload; fail2ban's log says why"))
-            .collect();
-        if !problems.is_empty() {
-            return Err(self
-                .rollback(&changes, Stage::HealthCheck, problems, &running_before)
-                .await);
-        }
-        report.running = running.into_iter().collect();
-        tracing::info!(
-            files = ?report.changes.iter().map(|c| c.file.to_string()).collect::<Vec<_>>(),
-            restarted = ?report.restarted,
-            total_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            "banhub's fail2ban files applied"
-        );
         Ok(report)
     }
 
     /// The effective configuration as it would be without [`AgentFile::Attach`]: what each
     /// jail's `action` is before banhub is appended to it. Reads a shadow of the config dir
     /// (symlinks) in the backup directory.
-    pub async fn load_without_attach(
-        &self,
-    ) -> Result<crate::fail2ban_files::EffectiveConfig, EditError> {
+    pub async fn load_without_attach(&self) -> Result<EffectiveConfig, EditError> {
         let s = self.inner.settings.clone();
         let change = Change {
             file: EditableFile::Agent(AgentFile::Attach),
