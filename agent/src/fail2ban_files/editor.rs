@@ -375,17 +375,9 @@ impl ConfigEditor {
         expected: Version,
     ) -> Result<EditReport, EditError> {
         let file = EditableFile::JailOverride(jail.clone());
-        self.check_text(&file, content)?;
-        content::check_jail_override(jail, content).map_err(|reason| EditError::BadContent {
-            file: file.clone(),
-            reason,
-        })?;
-        let lock = self.lock().await?;
-        let change = self
-            .versioned_change(&file, expected, Some(content.as_bytes().to_vec()))
-            .await?;
-        self.edit(&lock, vec![change], Scope::Jails([jail.to_string()].into()))
-            .await
+        let rule = |text: &str| content::check_jail_override(jail, text);
+        let scope = Scope::Jails([jail.to_string()].into());
+        self.replace(file, content, rule, expected, scope).await
     }
 
     /// Removes `jail.d/<jail>.local`, if its version is still `expected`.
@@ -395,10 +387,8 @@ impl ConfigEditor {
         expected: Version,
     ) -> Result<EditReport, EditError> {
         let file = EditableFile::JailOverride(jail.clone());
-        let lock = self.lock().await?;
-        let change = self.versioned_change(&file, expected, None).await?;
-        self.edit(&lock, vec![change], Scope::Jails([jail.to_string()].into()))
-            .await
+        let scope = Scope::Jails([jail.to_string()].into());
+        self.remove(file, expected, scope).await
     }
 
     /// Replaces `filter.d/<filter>.local` with `content`, if its version is still `expected`.
@@ -409,16 +399,8 @@ impl ConfigEditor {
         expected: Version,
     ) -> Result<EditReport, EditError> {
         let file = EditableFile::FilterLocal(filter.clone());
-        self.check_text(&file, content)?;
-        content::check_filter(content).map_err(|reason| EditError::BadContent {
-            file: file.clone(),
-            reason,
-        })?;
-        let lock = self.lock().await?;
-        let change = self
-            .versioned_change(&file, expected, Some(content.as_bytes().to_vec()))
-            .await?;
-        self.edit(&lock, vec![change], Scope::Filter(filter.clone()))
+        let scope = Scope::Filter(filter.clone());
+        self.replace(file, content, content::check_filter, expected, scope)
             .await
     }
 
@@ -429,18 +411,15 @@ impl ConfigEditor {
         content: &str,
         expected: Version,
     ) -> Result<EditReport, EditError> {
-        let file = EditableFile::Defaults;
-        self.check_text(&file, content)?;
-        content::check_defaults(content).map_err(|reason| EditError::BadContent {
-            file: file.clone(),
-            reason,
-        })?;
-        let lock = self.lock().await?;
-        let change = self
-            .versioned_change(&file, expected, Some(content.as_bytes().to_vec()))
-            .await?;
-        self.edit(&lock, vec![change], Scope::Jails(BTreeSet::new()))
-            .await
+        let scope = Scope::Jails(BTreeSet::new());
+        self.replace(
+            EditableFile::Defaults,
+            content,
+            content::check_defaults,
+            expected,
+            scope,
+        )
+        .await
     }
 
     /// Removes `filter.d/<filter>.local`, if its version is still `expected`.
@@ -450,10 +429,42 @@ impl ConfigEditor {
         expected: Version,
     ) -> Result<EditReport, EditError> {
         let file = EditableFile::FilterLocal(filter.clone());
+        let scope = Scope::Filter(filter.clone());
+        self.remove(file, expected, scope).await
+    }
+
+    /// Replaces `file` with `content`, which must pass the general text checks and `rule`, if the
+    /// file's version is still `expected`.
+    async fn replace<T>(
+        &self,
+        file: EditableFile,
+        content: &str,
+        rule: impl FnOnce(&str) -> Result<T, String>,
+        expected: Version,
+        scope: Scope,
+    ) -> Result<EditReport, EditError> {
+        self.check_text(&file, content)?;
+        rule(content).map_err(|reason| EditError::BadContent {
+            file: file.clone(),
+            reason,
+        })?;
+        let lock = self.lock().await?;
+        let change = self
+            .versioned_change(&file, expected, Some(content.as_bytes().to_vec()))
+            .await?;
+        self.edit(&lock, vec![change], scope).await
+    }
+
+    /// Removes `file`, if its version is still `expected`.
+    async fn remove(
+        &self,
+        file: EditableFile,
+        expected: Version,
+        scope: Scope,
+    ) -> Result<EditReport, EditError> {
         let lock = self.lock().await?;
         let change = self.versioned_change(&file, expected, None).await?;
-        self.edit(&lock, vec![change], Scope::Filter(filter.clone()))
-            .await
+        self.edit(&lock, vec![change], scope).await
     }
 
     /// Sets `enabled = true|false` for several jails in one validated edit with one reload:
