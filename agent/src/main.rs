@@ -14,6 +14,7 @@ use clap::{Args, Parser, Subcommand};
 use figment::Figment;
 use figment::providers::Serialized;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// Success.
 const EXIT_OK: u8 = 0;
@@ -403,7 +404,12 @@ async fn start_relay(
         settings.fail2ban.socket.clone(),
         settings.fail2ban_timeout(),
     );
-    tokio::spawn(jails.clone().keep_fresh(shutdown.clone()));
+    tokio::spawn(
+        jails
+            .clone()
+            .keep_fresh(shutdown.clone())
+            .instrument(tracing::info_span!("jail_catalog")),
+    );
     let mut relay = relay::Relay::new(spool, secret).with_jails(jails);
     // The belief is only ever read by reconciliation; with it off, recording every callback in it
     // is work for nothing (and its state file is not written anyway).
@@ -414,11 +420,14 @@ async fn start_relay(
         listen: bound,
         stats: relay.stats(),
     };
-    tokio::spawn(async move {
-        if let Err(e) = relay.serve(listener, shutdown).await {
-            tracing::error!(error = %e, "the callback relay stopped");
+    tokio::spawn(
+        async move {
+            if let Err(e) = relay.serve(listener, shutdown).await {
+                tracing::error!(error = %e, "the callback relay stopped");
+            }
         }
-    });
+        .instrument(tracing::info_span!("relay", listen = %bound)),
+    );
     Ok(handle)
 }
 
@@ -440,7 +449,11 @@ fn start_reconcile(
     );
     config.timeout = settings.fail2ban_timeout();
     let reconciler = reconcile::Reconciler::new(config, spool, belief);
-    tokio::spawn(reconciler.run(shutdown));
+    tokio::spawn(
+        reconciler
+            .run(shutdown)
+            .instrument(tracing::info_span!("reconcile")),
+    );
 }
 
 /// Cancels `shutdown` on the first SIGINT or SIGTERM.

@@ -39,6 +39,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::spool::{BanEvent, Event, Position, Source, Spool, SpoolError};
 pub use jails::{JailCatalog, Verdict};
@@ -231,26 +232,29 @@ impl Relay {
             }
             let relay = Arc::clone(&relay);
             let shutdown = shutdown.clone();
-            connections.spawn(async move {
-                let service = hyper::service::service_fn(move |request| {
-                    let relay = Arc::clone(&relay);
-                    async move { Ok::<_, Infallible>(relay.handle(request).await) }
-                });
-                let connection = http1::Builder::new()
-                    .max_buf_size(MAX_BODY_BYTES + 16 * 1024)
-                    .serve_connection(TokioIo::new(stream), service);
-                let mut connection = std::pin::pin!(connection);
-                let result = tokio::select! {
-                    result = connection.as_mut() => result,
-                    () = shutdown.cancelled() => {
-                        connection.as_mut().graceful_shutdown();
-                        connection.await
+            connections.spawn(
+                async move {
+                    let service = hyper::service::service_fn(move |request| {
+                        let relay = Arc::clone(&relay);
+                        async move { Ok::<_, Infallible>(relay.handle(request).await) }
+                    });
+                    let connection = http1::Builder::new()
+                        .max_buf_size(MAX_BODY_BYTES + 16 * 1024)
+                        .serve_connection(TokioIo::new(stream), service);
+                    let mut connection = std::pin::pin!(connection);
+                    let result = tokio::select! {
+                        result = connection.as_mut() => result,
+                        () = shutdown.cancelled() => {
+                            connection.as_mut().graceful_shutdown();
+                            connection.await
+                        }
+                    };
+                    if let Err(e) = result {
+                        tracing::debug!(error = %e, "a relay connection ended with an error");
                     }
-                };
-                if let Err(e) = result {
-                    tracing::debug!(error = %e, "a relay connection ended with an error");
                 }
-            });
+                .in_current_span(),
+            );
         }
         connections.close();
         connections.wait().await;

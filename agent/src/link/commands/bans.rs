@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use banhub_proto::v1::command_result::Outcome;
 use banhub_proto::v1::{BanChange, BannedEntry, BannedPage, ListBanned, SetBan};
+use tracing::Instrument;
 
 use super::Context;
 use super::args;
@@ -202,13 +203,16 @@ fn refresh_in_background(context: &Context, jail: &JailName) {
         context.bans.clone(),
         jail.to_string(),
     );
-    tokio::spawn(async move {
-        match fetch(&pool, &jail).await {
-            Ok(bans) => cache.put(&jail, Arc::new(bans)),
-            Err(e) => tracing::debug!(%jail, error = %e, "refreshing a ban list failed"),
+    tokio::spawn(
+        async move {
+            match fetch(&pool, &jail).await {
+                Ok(bans) => cache.put(&jail, Arc::new(bans)),
+                Err(e) => tracing::debug!(%jail, error = %e, "refreshing a ban list failed"),
+            }
+            cache.end_refresh(&jail);
         }
-        cache.end_refresh(&jail);
-    });
+        .in_current_span(),
+    );
 }
 
 /// The kept list made to match `current` (fail2ban's `get <jail> banned`, oldest ban first):
