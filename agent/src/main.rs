@@ -1,4 +1,4 @@
-//! `banhub-agent`: parses the command line, loads the settings, starts logging and calls the library.
+//! `banhub-agent`: parses the command line, loads the configuration, starts logging and calls the library.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -474,7 +474,7 @@ fn spawn_signal_handler(shutdown: CancellationToken) -> anyhow::Result<()> {
 
 fn init_tracing(settings: &Settings) {
     use tracing_subscriber::EnvFilter;
-    // RUST_LOG wins when it is set and valid; the settings were validated at load.
+    // RUST_LOG wins when it is set and valid; the configuration was validated at load.
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&settings.log.filter))
         .unwrap_or_else(|_| EnvFilter::new("info"));

@@ -45,7 +45,7 @@ const INCLUDES: &str = "INCLUDES";
 const KNOWN_PREFIX: &str = "KNOWN/";
 
 /// Reads one fail2ban config directory. Cheap to create; every call reads the files afresh.
-/// All methods block on file I/O (a few small files; about a millisecond for stock Debian).
+/// All methods block on file I/O (a few small files).
 #[derive(Debug, Clone)]
 pub struct ConfigReader {
     dir: PathBuf,

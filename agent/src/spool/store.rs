@@ -34,9 +34,9 @@ const LOCK_FILE: &str = "lock";
 const SEGMENT_SUFFIX: &str = ".seg";
 /// Room kept free for the gap record written when the bound forces events out.
 const GAP_RESERVE: u64 = 1024;
-/// How stale the persisted ack mark may get. Acks arrive once per delivered batch; writing the
-/// mark (a file write, two syncs and a rename) every time cost the writer thread as much as the
-/// appends it serves. The mark only has to be current before a segment is deleted (done then,
+/// How stale the persisted ack mark may get. Acks arrive once per delivered batch, and writing the
+/// mark (a file write, two syncs and a rename) each time would load the writer thread that serves
+/// the appends. The mark only has to be current before a segment is deleted (done then,
 /// whatever the age): after a crash the events acked since the last mark are delivered again, and
 /// the hub stores each `(agent, epoch, seq)` once, so a stale mark re-sends but never loses.
 const ACK_PERSIST_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);

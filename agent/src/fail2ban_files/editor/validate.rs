@@ -120,7 +120,7 @@ impl ConfigEditor {
                         continue;
                     };
                     // A running jail whose filter line is unchanged compiled it at its last
-                    // start; compiling again would only add fail2ban-regex's ~0.5 s start-up.
+                    // start; compiling again would only add fail2ban-regex's start-up.
                     let unchanged = running_before.contains(jail)
                         && live.jail(jail).map(|j| j.filter) == Some(info.filter.clone());
                     if let Some(filter) = info.filter

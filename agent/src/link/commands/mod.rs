@@ -81,7 +81,7 @@ pub struct Context {
 }
 
 impl Context {
-    /// The context of the agent's settings: fail2ban's socket, config directory and client,
+    /// The context of the agent's configuration: fail2ban's socket, config directory and client,
     /// with config backups in `<state_dir>/config-backups`.
     pub fn new(settings: &Settings) -> Self {
         let editor_settings = EditorSettings::from_agent(settings);
