@@ -80,7 +80,7 @@ impl Writer {
     }
 
     /// How fail2ban is told about committed files.
-    fn reload(
+    fn reload_scope(
         &self,
         targets: &BTreeSet<String>,
         running_before: &BTreeSet<String>,
@@ -217,7 +217,7 @@ impl ConfigEditor {
         let reload = if changes.is_empty() {
             ReloadScope::NotNeeded
         } else {
-            writer.reload(&targets, &running_before, &new)
+            writer.reload_scope(&targets, &running_before, &new)
         };
         let mut messages = Vec::new();
         if reload != ReloadScope::NotNeeded {
@@ -230,32 +230,13 @@ impl ConfigEditor {
                 }
             }
         }
-        let mut restarted = Vec::new();
-        let mut restart_messages = Vec::new();
-        if let Writer::Agent { restart, .. } = &writer
-            && !restart.is_empty()
-        {
-            let running_now = match self.running_jails().await {
-                Ok(running) => running,
-                Err(e) => {
-                    let failure = with(&messages, not_answering(&e));
-                    return Err(self
-                        .rollback(&changes, Stage::HealthCheck, failure, &running_before)
-                        .await);
-                }
-            };
-            for jail in restart.iter().filter(|j| running_now.contains(*j)) {
-                match self.restart_jail(jail).await {
-                    Ok(messages) => restart_messages.extend(messages),
-                    Err(messages) => {
-                        return Err(self
-                            .rollback(&changes, Stage::Reload, messages, &running_before)
-                            .await);
-                    }
-                }
-                restarted.push(jail.clone());
+        let (mut restarted, restart_messages) = match &writer {
+            Writer::Agent { restart, .. } => {
+                self.restart(restart, &changes, &running_before, &messages)
+                    .await?
             }
-        }
+            Writer::Hub => (Vec::new(), Vec::new()),
+        };
 
         let running = self
             .health_check(
@@ -360,6 +341,42 @@ impl ConfigEditor {
                 e
             }
         })
+    }
+
+    /// `reload --restart` for each jail of `restart` that runs: the jails, and fail2ban's messages.
+    /// A failure rolls back.
+    async fn restart(
+        &self,
+        restart: &BTreeSet<String>,
+        changes: &[Change],
+        running_before: &BTreeSet<String>,
+        messages: &[String],
+    ) -> Result<(Vec<String>, Vec<String>), EditError> {
+        let (mut restarted, mut restart_messages) = (Vec::new(), Vec::new());
+        if restart.is_empty() {
+            return Ok((restarted, restart_messages));
+        }
+        let running_now = match self.running_jails().await {
+            Ok(running) => running,
+            Err(e) => {
+                let failure = with(messages, not_answering(&e));
+                return Err(self
+                    .rollback(changes, Stage::HealthCheck, failure, running_before)
+                    .await);
+            }
+        };
+        for jail in restart.iter().filter(|j| running_now.contains(*j)) {
+            match self.restart_jail(jail).await {
+                Ok(messages) => restart_messages.extend(messages),
+                Err(messages) => {
+                    return Err(self
+                        .rollback(changes, Stage::Reload, messages, running_before)
+                        .await);
+                }
+            }
+            restarted.push(jail.clone());
+        }
+        Ok((restarted, restart_messages))
     }
 
     /// fail2ban answers and runs what it must: every jail that ran before or that the edit
