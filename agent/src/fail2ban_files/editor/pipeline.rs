@@ -14,7 +14,6 @@ use super::{
     ConfigEditor, EditError, EditLock, EditTimings, FileChange, ReloadScope, RollbackReport, Stage,
     blocking,
 };
-use crate::fail2ban::Fail2banError;
 use crate::fail2ban_files::names::FilterName;
 use crate::fail2ban_files::reader::EffectiveConfig;
 use crate::fail2ban_files::staging::{self, Change, Staged};
@@ -343,6 +342,29 @@ impl ConfigEditor {
         })
     }
 
+    /// The running jails after the reload; when fail2ban does not answer, the edit is rolled back
+    /// with `messages` (the reload's) and that failure.
+    async fn running_after_reload(
+        &self,
+        changes: &[Change],
+        running_before: &BTreeSet<String>,
+        messages: &[String],
+    ) -> Result<BTreeSet<String>, EditError> {
+        match self.running_jails().await {
+            Ok(running) => Ok(running),
+            Err(e) => {
+                let failure = messages
+                    .iter()
+                    .cloned()
+                    .chain([format!("fail2ban does not answer after the reload: {e}")])
+                    .collect();
+                Err(self
+                    .rollback(changes, Stage::HealthCheck, failure, running_before)
+                    .await)
+            }
+        }
+    }
+
     /// `reload --restart` for each jail of `restart` that runs: the jails, and fail2ban's messages.
     /// A failure rolls back.
     async fn restart(
@@ -356,15 +378,9 @@ impl ConfigEditor {
         if restart.is_empty() {
             return Ok((restarted, restart_messages));
         }
-        let running_now = match self.running_jails().await {
-            Ok(running) => running,
-            Err(e) => {
-                let failure = with(messages, not_answering(&e));
-                return Err(self
-                    .rollback(changes, Stage::HealthCheck, failure, running_before)
-                    .await);
-            }
-        };
+        let running_now = self
+            .running_after_reload(changes, running_before, messages)
+            .await?;
         for jail in restart.iter().filter(|j| running_now.contains(*j)) {
             match self.restart_jail(jail).await {
                 Ok(messages) => restart_messages.extend(messages),
@@ -396,15 +412,9 @@ impl ConfigEditor {
             .filter(|j| new.enabled.contains(*j))
             .cloned()
             .collect();
-        let running = match self.running_jails().await {
-            Ok(running) => running,
-            Err(e) => {
-                let failure = with(messages, not_answering(&e));
-                return Err(self
-                    .rollback(changes, Stage::HealthCheck, failure, running_before)
-                    .await);
-            }
-        };
+        let running = self
+            .running_after_reload(changes, running_before, messages)
+            .await?;
         let mut problems: Vec<String> = must_run
             .difference(&running)
             .map(|j| format!("jail {j} is not running after the reload; fail2ban's log says why"))
@@ -483,13 +493,4 @@ impl ConfigEditor {
             },
         }
     }
-}
-
-/// `messages` and one more.
-fn with(messages: &[String], more: String) -> Vec<String> {
-    messages.iter().cloned().chain([more]).collect()
-}
-
-fn not_answering(error: &Fail2banError) -> String {
-    format!("fail2ban does not answer after the reload: {error}")
 }
