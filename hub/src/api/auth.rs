@@ -7,6 +7,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use axum::Extension;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -18,6 +19,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem};
+use super::events::query;
 use crate::app::AppState;
 use crate::auth::policy::check_same_origin_navigation;
 use crate::auth::{
@@ -157,8 +159,9 @@ fn encode(text: &str) -> String {
 async fn login_start(
     State(state): State<AppState>,
     headers: HeaderMap,
-    params: Query<LoginParams>,
+    params: Result<Query<LoginParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let params = query(params)?;
     let target = return_to(params.return_to.as_deref())?;
     match state.auth.mode() {
         AuthMode::Local => Ok(found(&format!("/login?return_to={}", encode(&target)))),
@@ -302,8 +305,12 @@ async fn callback(
     State(state): State<AppState>,
     ClientAddr(client): ClientAddr,
     headers: HeaderMap,
-    Query(params): Query<Callback>,
+    params: Result<Query<Callback>, QueryRejection>,
 ) -> Response {
+    let params = match query(params) {
+        Ok(params) => params,
+        Err(e) => return e.into_response(),
+    };
     let auth = &state.auth;
     let result = auth.finish_oidc(&params, &headers).await;
     let mut response = match result {

@@ -1,6 +1,7 @@
 //! Jails of the target server (`X-BanDaemon-Server`): summary, management, configuration, bans,
 //! banned lists, log tails and allowlists. Every name and address is parsed here before it travels.
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use banhub_proto::rules::{IpOrCidr, JailName, unmapped_net};
 use serde::{Deserialize, Serialize};
@@ -9,6 +10,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem, optional_json};
+use super::events::query;
 use super::guards;
 use super::servers::ServerDto;
 use super::target::Target;
@@ -373,8 +375,9 @@ async fn banned(
     State(state): State<AppState>,
     Target(server): Target,
     Path(jail): Path<String>,
-    Query(query): Query<BannedQuery>,
+    params: Result<Query<BannedQuery>, QueryRejection>,
 ) -> Result<ApiJson<BannedPage>, ApiError> {
+    let query = query(params)?;
     let jail = jail_name("jail", &jail)?;
     let limit = query.limit.unwrap_or(50);
     if !(1..=MAX_PAGE).contains(&limit) {
@@ -426,8 +429,9 @@ async fn logs(
     State(state): State<AppState>,
     Target(server): Target,
     Path(jail): Path<String>,
-    Query(query): Query<LogQuery>,
+    params: Result<Query<LogQuery>, QueryRejection>,
 ) -> Result<ApiJson<LogTailResult>, ApiError> {
+    let query = query(params)?;
     let jail = jail_name("jail", &jail)?;
     let lines = query.lines.unwrap_or(200);
     if !(1..=MAX_LOG_LINES).contains(&lines) {
