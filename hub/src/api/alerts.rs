@@ -42,6 +42,7 @@ fn limit(raw: Option<u64>) -> Result<u64, ApiError> {
 #[into_params(parameter_in = Query)]
 pub struct DeliveryParams {
     /// `pending`, `sending`, `delivered` or `failed`.
+    #[param(value_type = Option<DeliveryStatus>)]
     status: Option<String>,
     /// Only deliveries of this alert rule.
     rule_id: Option<String>,
@@ -49,6 +50,7 @@ pub struct DeliveryParams {
     /// Only deliveries older than this id (the `next` of the previous page).
     before: Option<i64>,
     /// 1 to 500 (default 100).
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<u64>,
 }
 
@@ -100,6 +102,7 @@ async fn deliveries(
 #[into_params(parameter_in = Query)]
 pub struct DigestParams {
     /// 1 to 500 (default 100).
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<u64>,
 }
 

@@ -114,6 +114,10 @@ async fn user(Extension(authn): Extension<Authn>) -> Result<ApiJson<UserDto>, Ap
 #[into_params(parameter_in = Query)]
 pub struct LoginParams {
     /// Where to go after the login: a path on this hub (e.g. `/servers`), default `/`.
+    #[param(
+        max_length = 2048,
+        pattern = "^(/([^/\\\\\\x00-\\x1f\\x7f-\\x9f][^\\\\\\x00-\\x1f\\x7f-\\x9f]*)?)?$"
+    )]
     return_to: Option<String>,
 }
 
@@ -471,10 +475,15 @@ impl From<ApiTokenRecord> for TokenDto {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateToken {
-    /// What it is for, 1 to 64 characters.
+    /// What it is for, 1 to 64 characters (not only spaces), no control characters.
+    #[schema(
+        max_length = 64,
+        pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x1f\\x7f-\\x9f\\s][^\\x00-\\x1f\\x7f-\\x9f]*$"
+    )]
     name: String,
     role: Role,
     /// Days until it stops working (1 to 3650); absent: until revoked.
+    #[schema(minimum = 1, maximum = 3650)]
     expires_in_days: Option<u32>,
 }
 

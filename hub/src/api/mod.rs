@@ -16,6 +16,7 @@ mod guards;
 mod health;
 mod jails;
 mod openapi;
+mod schemas;
 mod servers;
 mod settings;
 pub(crate) mod target;

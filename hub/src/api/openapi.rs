@@ -13,8 +13,10 @@ use std::collections::BTreeSet;
 
 use utoipa::OpenApi;
 use utoipa::openapi::path::{Operation, ParameterIn};
+use utoipa::openapi::schema::{Schema, SchemaType, Type};
 use utoipa::openapi::{Content, Ref, RefOr, Required, Response};
 
+use super::schemas;
 use super::target::SERVER_HEADER;
 use crate::auth::policy::{self, ROLE_EXTENSION};
 
@@ -29,6 +31,18 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
                        (`application/problem+json`) with a stable `code`; each answer's description \
                        lists the codes it can carry."
     ),
+    components(schemas(
+        schemas::Name,
+        schemas::JailName,
+        schemas::Address,
+        schemas::ServerRef,
+        schemas::Timestamp,
+        schemas::EventKinds,
+        schemas::EventSources,
+        schemas::SearchText,
+        schemas::EventsFormat,
+        schemas::Labels
+    )),
     tags((name = "servers", description = "Registered fail2ban hosts and their agents"),
          (name = "jails", description = "Jails of the server named by X-BanDaemon-Server (default: the oldest server)"),
          (name = "filters", description = "Filter debugging with fail2ban-regex on the host"),
@@ -292,6 +306,15 @@ pub fn finish(doc: &mut utoipa::openapi::OpenApi) {
 /// whose description lists its codes.
 fn complete(path: &str, method: &str, op: &mut Operation) {
     let facts = Facts::of(path, method, op);
+    if let Some(RefOr::T(body)) = &mut op.request_body
+        && !matches!(body.required, Some(Required::True))
+    {
+        for content in body.content.values_mut() {
+            if let RefOr::T(content) = content {
+                content.schema = content.schema.take().map(not_null);
+            }
+        }
+    }
     let mut statuses: BTreeSet<u16> = op
         .responses
         .responses
@@ -332,6 +355,23 @@ fn complete(path: &str, method: &str, op: &mut Operation) {
             RefOr::T(Content::new(Some(Ref::from_schema_name("Problem")))),
         );
         op.responses.responses.insert(key, RefOr::T(response));
+    }
+}
+
+/// An optional body is absent or empty, never `null` (which does not fit its shape): its schema is
+/// the body's own, without the `null` that `Option<Body>` adds.
+fn not_null(schema: RefOr<Schema>) -> RefOr<Schema> {
+    let RefOr::T(Schema::OneOf(one_of)) = &schema else {
+        return schema;
+    };
+    let is_null = |item: &RefOr<Schema>| {
+        matches!(item, RefOr::T(Schema::Object(object))
+            if object.schema_type == SchemaType::Type(Type::Null))
+    };
+    let mut rest = one_of.items.iter().filter(|item| !is_null(item));
+    match (rest.next(), rest.next()) {
+        (Some(only), None) => only.clone(),
+        _ => schema,
     }
 }
 
