@@ -263,7 +263,7 @@ const SHARED: &[Answer] = &[
 /// A short title for a status the shared layers add, when the handler did not document it.
 fn title(status: u16) -> &'static str {
     match status {
-        400 => "The body is not JSON, or the query string does not parse",
+        400 => "Malformed: the body is not JSON, or the query string does not parse",
         401 => "No valid session or token",
         403 => {
             "The caller's role is too low, or a cookie-authenticated change came from another site"
@@ -347,7 +347,8 @@ fn complete(path: &str, method: &str, op: &mut Operation) {
                 .map(|code| format!("`{code}`"))
                 .collect::<Vec<_>>()
                 .join(", ");
-            description = format!("{description}. Codes from the shared layers: {listed}.");
+            let sentence = description.trim_end_matches('.');
+            description = format!("{sentence}. Codes from the shared layers: {listed}.");
         }
         let mut response = Response::new(description);
         response.content.insert(
@@ -472,6 +473,10 @@ mod tests {
         );
         assert!(has("GET /api/summary", "503"));
         assert!(!has("GET /healthz", "503"));
+        // An optional body is absent or a body, never `null`.
+        let restart = &ops["POST /api/bandaemon/restart"]["requestBody"]["content"]["application/json"]
+            ["schema"];
+        assert!(restart["$ref"].is_string(), "{restart}");
     }
 
     #[test]

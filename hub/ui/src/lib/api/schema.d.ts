@@ -2525,7 +2525,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeliveryPage"];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2601,7 +2601,7 @@ export interface operations {
                     "application/json": components["schemas"]["DigestList"];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3078,7 +3078,7 @@ export interface operations {
                     "application/json": components["schemas"]["UnbanEverywhereResult"];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3368,7 +3368,7 @@ export interface operations {
                     "text/csv": string;
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3652,7 +3652,7 @@ export interface operations {
                     "text/event-stream": components["schemas"]["EventDto"];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3844,7 +3844,7 @@ export interface operations {
                     "application/json": components["schemas"]["FilterTestResult"];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3994,7 +3994,7 @@ export interface operations {
                     "application/json": components["schemas"]["FleetActionDto"][];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4138,7 +4138,7 @@ export interface operations {
                     "application/json": components["schemas"]["FleetActionDto"];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4339,7 +4339,7 @@ export interface operations {
                     "application/json": components["schemas"]["ConfigChange"];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4585,7 +4585,7 @@ export interface operations {
                     "application/json": components["schemas"]["ConfigChange"];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4733,7 +4733,7 @@ export interface operations {
                     "application/json": components["schemas"]["BanOutcome"];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5084,7 +5084,7 @@ export interface operations {
                     "application/json": components["schemas"]["ConfigChange"];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5334,7 +5334,7 @@ export interface operations {
                     "application/json": components["schemas"]["ConfigChange"];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5752,7 +5752,7 @@ export interface operations {
                     "application/json": components["schemas"]["CreatedServer"];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6391,7 +6391,7 @@ export interface operations {
                     "application/json": components["schemas"]["ServerLabels"];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6899,7 +6899,7 @@ export interface operations {
                     "application/json": components["schemas"]["SettingsDocument"];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7003,7 +7003,7 @@ export interface operations {
                     "application/json": components["schemas"]["PushDefaultsResult"];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7098,7 +7098,7 @@ export interface operations {
                     "application/json": components["schemas"]["TestEmailResult"];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7360,7 +7360,7 @@ export interface operations {
                     "application/json": components["schemas"]["CreatedToken"];
                 };
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7695,7 +7695,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description The body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
