@@ -12,7 +12,7 @@ use sea_orm::{
 
 use super::entities::{alert_delivery, alert_digest, alert_state};
 use super::{Store, StoreError, to_time};
-use crate::alerts::model::{
+use crate::domain::alerts::{
     AttemptOutcome, Channel, Delivery, DeliveryFilter, DeliveryStatus, Digest, DigestSummary,
     NewDelivery, RuleMatches,
 };

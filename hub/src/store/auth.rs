@@ -10,7 +10,7 @@ use sea_orm::{
 
 use super::entities::{api_token, audit_entry, local_user, login_flow, session};
 use super::{Store, StoreError, is_unique_violation, now_ms, to_time};
-use crate::auth::model::{
+use crate::domain::auth::{
     ApiTokenRecord, AuditQuery, AuditRecord, LoginFlow, Outcome, Role, SessionKind, SessionRecord,
 };
 

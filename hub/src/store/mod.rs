@@ -32,8 +32,10 @@ use sea_orm::{
 use sea_orm_migration::MigratorTrait;
 use subtle::ConstantTimeEq;
 
-use crate::domain::{AgentFacts, AgentId, Labels, NewServer, Server, ServerId, ServerName};
-use crate::pki::{SignedAgentCert, sha256_hex};
+use crate::domain::{
+    AgentFacts, AgentId, Labels, NewServer, Server, ServerId, ServerName, SignedAgentCert,
+    sha256_hex,
+};
 use entities::{agent_cert, enrollment_token, server};
 
 /// A store failure.

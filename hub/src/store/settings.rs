@@ -9,7 +9,7 @@ use sea_orm::{
 use super::entities::settings_row;
 use super::{Store, StoreError, now_ms, to_time};
 use crate::domain::ServerId;
-use crate::settings::StoredSettings;
+use crate::domain::StoredSettings;
 
 const ROW: i32 = 1;
 
