@@ -7,16 +7,14 @@ mod alerts;
 mod auth;
 pub mod cluster;
 mod entities;
-mod event_reads;
-mod event_text;
-mod event_text_pg;
 pub mod events;
 mod health;
 mod migration;
 mod places;
 mod settings;
-mod sqlite_ingest;
+mod sql;
 mod sqlite_memory;
+mod writer;
 
 pub use places::IpBans;
 pub use settings::{CallbackSecretRow, RotateOutcome};
@@ -89,7 +87,7 @@ pub struct Store {
     write_gate: std::sync::Arc<tokio::sync::Mutex<()>>,
     /// This hub's ingest transactions: the text indexer keeps off the gate while ingest is busy
     /// (see [`Store::ingest_active_within`]).
-    ingest_activity: std::sync::Arc<events::IngestActivity>,
+    ingest_activity: std::sync::Arc<writer::IngestActivity>,
     /// PostgreSQL: set once the `pg_trgm` index of M0013 was seen to exist, so that text searches
     /// stop asking (see [`Store::pg_text_index_exists`]).
     pg_text_index_seen: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -154,7 +152,7 @@ impl Store {
                 .max_connections(1)
                 .min_connections(1)
                 .map_sqlx_sqlite_opts(|sqlite| {
-                    events::sqlite_writer_settings(sqlite_settings(sqlite))
+                    writer::sqlite_writer_settings(sqlite_settings(sqlite))
                 });
             Database::connect(options).await?
         } else {
@@ -543,7 +541,7 @@ mod tests {
     use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 
     use super::Store;
-    use super::events::{SQLITE_WRITER_AUTOCHECKPOINT_PAGES, SQLITE_WRITER_CACHE_KIB};
+    use super::writer::{SQLITE_WRITER_AUTOCHECKPOINT_PAGES, SQLITE_WRITER_CACHE_KIB};
 
     async fn pragma(db: &DatabaseConnection, name: &str) -> i64 {
         let row = db

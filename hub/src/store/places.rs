@@ -4,7 +4,7 @@
 
 use sea_orm::ConnectionTrait;
 
-use super::events::Sql;
+use super::sql::Sql;
 use super::{Store, StoreError};
 use crate::domain::ServerId;
 

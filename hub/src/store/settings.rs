@@ -7,9 +7,12 @@ use sea_orm::{
 };
 
 use super::entities::settings_row;
+use super::sql::{Sql, get};
 use super::{Store, StoreError, now_ms, to_time};
-use crate::domain::ServerId;
+use subtle::ConstantTimeEq;
+
 use crate::domain::StoredSettings;
+use crate::domain::{Server, ServerId};
 
 const ROW: i32 = 1;
 
@@ -249,5 +252,44 @@ impl Store {
         ServerId::parse(&id)
             .map(Some)
             .map_err(|_| StoreError::Corrupt(format!("server id {id:?}")))
+    }
+}
+impl Store {
+    /// Sets (or, with `None`, clears) the SHA-256 hex of the server's callback secret. Returns
+    /// whether the server exists.
+    pub async fn set_callback_secret(
+        &self,
+        server: ServerId,
+        hash: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let mut sql = Sql::new(self.backend(), "UPDATE servers SET callback_secret_hash = ");
+        sql.bind(hash.map(str::to_owned))
+            .push(" WHERE id = ")
+            .bind(server.to_string());
+        Ok(self.db.execute_raw(sql.build()).await?.rows_affected() == 1)
+    }
+
+    /// The server whose callback secret hashes to `hash` (SHA-256 hex), if any.
+    pub async fn server_by_callback_secret_hash(
+        &self,
+        hash: &str,
+    ) -> Result<Option<Server>, StoreError> {
+        let mut sql = Sql::new(
+            self.backend(),
+            "SELECT id, callback_secret_hash FROM servers WHERE callback_secret_hash = ",
+        );
+        sql.bind(hash.to_owned());
+        let Some(row) = self.db.query_one_raw(sql.build()).await? else {
+            return Ok(None);
+        };
+        let id: String = get(&row, 0)?;
+        let stored: String = get(&row, 1)?;
+        // The lookup went by hash; the comparison that decides is constant-time all the same.
+        if !bool::from(stored.as_bytes().ct_eq(hash.as_bytes())) {
+            return Ok(None);
+        }
+        let id =
+            ServerId::parse(&id).map_err(|_| StoreError::Corrupt(format!("server id {id:?}")))?;
+        self.get_server(id).await
     }
 }
