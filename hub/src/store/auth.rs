@@ -9,7 +9,8 @@ use sea_orm::{
 };
 
 use super::entities::{api_token, audit_entry, local_user, login_flow, session};
-use super::{Store, StoreError, is_unique_violation, now_ms, to_time};
+use super::servers::is_unique_violation;
+use super::{Store, StoreError, now_ms, to_time};
 use crate::domain::auth::{
     ApiTokenRecord, AuditQuery, AuditRecord, LoginFlow, Outcome, Role, SessionKind, SessionRecord,
 };
