@@ -26,4 +26,4 @@ mod text_pg;
 
 pub(super) use flusher::DeferredRollups;
 pub use ingest::{IngestOutcome, PreparedBatch};
-pub use rollups::{CountRow, DAY_MS, Grain, HOUR_MS, PendingRollups};
+pub use rollups::{CountRow, DAY_MS, Grain, HOUR_MS, PendingRollups, bucket_ceil, bucket_floor};

@@ -11,9 +11,21 @@ use super::super::StoreError;
 use crate::domain::ServerId;
 use crate::domain::events::{EventBody, EventKind, IpOrCidr, StoredEvent};
 
+/// One hour in ms: the smallest bucket.
 pub const HOUR_MS: i64 = 3_600_000;
 
 pub const DAY_MS: i64 = 24 * HOUR_MS;
+
+/// The start of the `step`-long bucket (counted from the Unix epoch) holding `ms`.
+pub fn bucket_floor(ms: i64, step: i64) -> i64 {
+    ms.div_euclid(step) * step
+}
+
+/// The end of the `step`-long bucket holding `ms`, or `ms` itself when a bucket starts there.
+pub fn bucket_ceil(ms: i64, step: i64) -> i64 {
+    let floor = bucket_floor(ms, step);
+    if floor == ms { ms } else { floor + step }
+}
 
 /// The granularity of a rollup table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -39,7 +51,7 @@ impl Grain {
 
     /// The start of the bucket holding `ms`.
     pub fn floor(self, ms: i64) -> i64 {
-        ms.div_euclid(self.millis()) * self.millis()
+        bucket_floor(ms, self.millis())
     }
 }
 
@@ -292,5 +304,180 @@ impl Rollups {
             rollups.add_address((ip, server), agg);
         }
         Ok(rollups)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::DateTime;
+
+    use super::*;
+    use crate::domain::events::{
+        BanFacts, EventId, EventSource, GapFacts, GapReason, JailName, Logs,
+    };
+
+    const AT: i64 = 1_790_000_123_456;
+
+    fn event(id: i64, server: ServerId, body: EventBody) -> StoredEvent {
+        StoredEvent {
+            id: EventId(id),
+            server_id: server,
+            agent_id: None,
+            position: None,
+            occurred_at: DateTime::from_timestamp_millis(AT).unwrap_or_default(),
+            stored_at: DateTime::from_timestamp_millis(AT).unwrap_or_default(),
+            source: EventSource::Action,
+            body,
+        }
+    }
+
+    fn facts(ip: &str, jail: &str) -> BanFacts {
+        BanFacts {
+            ip: IpOrCidr::parse(ip).expect("an address"),
+            jail: JailName::parse(jail).expect("a jail"),
+            hostname: String::new(),
+            failures: 3,
+            logs: Logs::capped(Vec::<String>::new()),
+            ban_time: None,
+            ban_duration: None,
+            ban_count: None,
+        }
+    }
+
+    fn ban(id: i64, server: ServerId, ip: &str, jail: &str) -> StoredEvent {
+        event(id, server, EventBody::Ban(facts(ip, jail)))
+    }
+
+    /// The counts of `rollups` under `(grain, server, jail)`, by kind.
+    fn count(rollups: &Rollups, grain: Grain, server: &str, jail: &str, kind: EventKind) -> i64 {
+        rollups
+            .counts
+            .iter()
+            .filter(|((g, s, j, _, k), _)| {
+                *g == grain && s == server && j == jail && *k == kind.as_str()
+            })
+            .map(|(_, n)| *n)
+            .sum()
+    }
+
+    #[test]
+    fn a_ban_counts_per_grain_under_its_server_and_the_fleet_for_its_jail_and_all_jails() {
+        let server = ServerId::new();
+        let rollups = Rollups::of(&[ban(7, server, "192.0.2.1", "sshd")]);
+        assert_eq!(rollups.counts.len(), 8, "2 grains × 2 servers × 2 jails");
+        for grain in [Grain::Hour, Grain::Day] {
+            for who in [server.to_string(), String::new()] {
+                for jail in ["sshd", ""] {
+                    assert_eq!(count(&rollups, grain, &who, jail, EventKind::Ban), 1);
+                }
+            }
+            let bucket = rollups.counts.keys().find(|k| k.0 == grain).map(|k| k.3);
+            assert_eq!(bucket, Some(grain.floor(AT)));
+        }
+        assert_eq!(rollups.ip_servers.len(), 1);
+        let agg = rollups.ip_servers.values().next().expect("the address");
+        assert_eq!((agg.bans, agg.first, agg.last), (1, AT, AT));
+        assert_eq!(rollups.upto, 7);
+    }
+
+    #[test]
+    fn an_unban_counts_like_a_ban_but_adds_no_address() {
+        let server = ServerId::new();
+        let unban = event(1, server, EventBody::Unban(facts("192.0.2.1", "sshd")));
+        let rollups = Rollups::of(&[unban]);
+        assert_eq!(rollups.counts.len(), 8);
+        assert_eq!(count(&rollups, Grain::Day, "", "", EventKind::Unban), 1);
+        assert!(rollups.ip_servers.is_empty());
+    }
+
+    #[test]
+    fn a_gap_counts_under_all_jails_only() {
+        let server = ServerId::new();
+        let gap = event(
+            2,
+            server,
+            EventBody::Gap(GapFacts {
+                reason: GapReason::Overflow,
+                lost: 10,
+                ranges: Vec::new(),
+            }),
+        );
+        let rollups = Rollups::of(&[gap]);
+        assert_eq!(
+            rollups.counts.len(),
+            4,
+            "2 grains × 2 servers, jail \"\" only"
+        );
+        assert_eq!(count(&rollups, Grain::Hour, "", "", EventKind::Gap), 1);
+    }
+
+    #[test]
+    fn the_probe_counts_nowhere_but_moves_the_highest_id() {
+        let server = ServerId::new();
+        let probe = ban(9, server, "192.0.2.1", banhub_proto::rules::PROBE_JAIL);
+        let rollups = Rollups::of(&[probe]);
+        assert!(rollups.counts.is_empty());
+        assert!(rollups.ip_servers.is_empty());
+        assert_eq!(rollups.upto, 9);
+    }
+
+    #[test]
+    fn bans_of_one_address_add_up_with_the_jail_of_the_latest() {
+        let server = ServerId::new();
+        let mut rollups = Rollups::of(&[ban(1, server, "192.0.2.1", "sshd")]);
+        let mut later = ban(2, server, "192.0.2.1", "nginx");
+        later.occurred_at = DateTime::from_timestamp_millis(AT + 1_000).unwrap_or_default();
+        rollups.merge(Rollups::of(&[later]));
+        let agg = rollups.ip_servers.values().next().expect("the address");
+        assert_eq!(rollups.ip_servers.len(), 1);
+        assert_eq!((agg.bans, agg.first, agg.last), (2, AT, AT + 1_000));
+        assert_eq!(agg.last_jail, "nginx");
+        assert_eq!(count(&rollups, Grain::Hour, "", "", EventKind::Ban), 2);
+        assert_eq!(rollups.upto, 2);
+    }
+
+    #[test]
+    fn the_shared_part_is_the_fleet_and_the_addresses() {
+        let server = ServerId::new();
+        let mut own = Rollups::of(&[ban(1, server, "192.0.2.1", "sshd")]);
+        let shared = own.take_shared();
+        assert!(own.counts.keys().all(|k| k.1 == server.to_string()));
+        assert!(own.ip_servers.is_empty());
+        assert!(shared.counts.keys().all(|k| k.1.is_empty()));
+        assert_eq!((own.counts.len(), shared.counts.len()), (4, 4));
+        assert_eq!(shared.ip_servers.len(), 1);
+    }
+
+    #[test]
+    fn a_pending_row_reads_back_as_written() {
+        let server = ServerId::new();
+        let rollups = Rollups::of(&[
+            ban(1, server, "192.0.2.1", "sshd"),
+            ban(2, server, "2001:db8::/64", "sshd"),
+        ]);
+        let back = Rollups::from_body(&rollups.to_body().expect("a body")).expect("parsed");
+        assert_eq!(back.counts, rollups.counts);
+        assert_eq!(back.ip_servers.len(), 2);
+        for (key, agg) in &rollups.ip_servers {
+            let read = back.ip_servers.get(key).expect("the pair");
+            assert_eq!(
+                (read.bans, read.first, read.last),
+                (agg.bans, agg.first, agg.last)
+            );
+            assert_eq!(read.last_jail, agg.last_jail);
+        }
+        assert!(
+            Rollups::from_body("{\"c\": [[false, \"\", \"\", 0, \"nope\", 1]], \"a\": []}")
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn buckets_round_to_their_step() {
+        assert_eq!(bucket_floor(5 * HOUR_MS + 1, HOUR_MS), 5 * HOUR_MS);
+        assert_eq!(bucket_floor(-1, HOUR_MS), -HOUR_MS);
+        assert_eq!(bucket_ceil(5 * HOUR_MS + 1, HOUR_MS), 6 * HOUR_MS);
+        assert_eq!(bucket_ceil(5 * HOUR_MS, HOUR_MS), 5 * HOUR_MS);
+        assert_eq!(Grain::Day.floor(DAY_MS + 5), DAY_MS);
     }
 }
