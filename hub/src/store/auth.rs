@@ -1,5 +1,5 @@
 //! Repository functions of operator authentication: the local administrator's password hash,
-//! sessions, OIDC logins in progress, API tokens and the audit log.
+//! sessions, OIDC logins in progress, API tokens and the audit log. Through sea-orm's entities.
 
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;

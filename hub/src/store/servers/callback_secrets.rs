@@ -2,7 +2,7 @@
 //! the previous one still authenticates, cleared, and looked up by hash (compared in constant
 //! time). Hand-written SQL through sea-orm's pool.
 
-use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, TransactionTrait};
 use subtle::ConstantTimeEq;
 
 use super::super::sql::{Sql, get};
@@ -29,46 +29,19 @@ pub enum RotateOutcome {
     InUse,
 }
 
-/// A statement with `?` placeholders, numbered for PostgreSQL.
-fn statement(backend: DbBackend, sql: &str, values: Vec<sea_orm::Value>) -> Statement {
-    let sql = match backend {
-        DbBackend::Postgres => {
-            let mut out = String::with_capacity(sql.len() + 8);
-            let mut n = 0;
-            for c in sql.chars() {
-                if c == '?' {
-                    n += 1;
-                    out.push_str(&format!("${n}"));
-                } else {
-                    out.push(c);
-                }
-            }
-            out
-        }
-        _ => sql.to_owned(),
-    };
-    Statement::from_sql_and_values(backend, sql, values)
-}
-
 impl Store {
-    fn backend_of(&self) -> DbBackend {
-        self.db.get_database_backend()
-    }
-
     /// A server's callback secret state, `None` if there is no such server.
     pub async fn callback_secret_row(
         &self,
         server: ServerId,
     ) -> Result<Option<CallbackSecretRow>, StoreError> {
-        let row = self
-            .db
-            .query_one_raw(statement(
-                self.backend_of(),
-                "SELECT callback_secret_hash, callback_secret_set_at, callback_secret_previous_until \
-                 FROM servers WHERE id = ?",
-                vec![server.to_string().into()],
-            ))
-            .await?;
+        let mut sql = Sql::new(
+            self.backend(),
+            "SELECT callback_secret_hash, callback_secret_set_at, callback_secret_previous_until \
+             FROM servers WHERE id = ",
+        );
+        sql.bind(server.to_string());
+        let row = self.db.query_one_raw(sql.build()).await?;
         let Some(row) = row else {
             return Ok(None);
         };
@@ -90,39 +63,37 @@ impl Store {
         now_ms: i64,
         previous_until: Option<i64>,
     ) -> Result<RotateOutcome, StoreError> {
-        let backend = self.backend_of();
+        let backend = self.backend();
         let txn = self.db.begin().await?;
         // A write first takes the lock: on SQLite a transaction that reads and then writes fails
         // (busy) when another connection wrote in between.
-        let found = txn
-            .execute_raw(statement(
-                backend,
-                "UPDATE servers SET callback_secret_set_at = callback_secret_set_at WHERE id = ?",
-                vec![server.to_string().into()],
-            ))
-            .await?;
+        let mut sql = Sql::new(
+            backend,
+            "UPDATE servers SET callback_secret_set_at = callback_secret_set_at WHERE id = ",
+        );
+        sql.bind(server.to_string());
+        let found = txn.execute_raw(sql.build()).await?;
         if found.rows_affected() != 1 {
             return Ok(RotateOutcome::NoServer);
         }
-        let current = txn
-            .query_one_raw(statement(
-                backend,
-                "SELECT callback_secret_hash FROM servers WHERE id = ?",
-                vec![server.to_string().into()],
-            ))
-            .await?;
+        let mut sql = Sql::new(
+            backend,
+            "SELECT callback_secret_hash FROM servers WHERE id = ",
+        );
+        sql.bind(server.to_string());
+        let current = txn.query_one_raw(sql.build()).await?;
         let Some(current) = current else {
             return Ok(RotateOutcome::NoServer);
         };
         let current: Option<String> = current.try_get_by_index(0)?;
-        let taken = txn
-            .query_one_raw(statement(
-                backend,
-                "SELECT id FROM servers WHERE callback_secret_hash = ? \
-                 OR callback_secret_previous_hash = ?",
-                vec![hash.to_owned().into(), hash.to_owned().into()],
-            ))
-            .await?;
+        let mut sql = Sql::new(
+            backend,
+            "SELECT id FROM servers WHERE callback_secret_hash = ",
+        );
+        sql.bind(hash.to_owned())
+            .push(" OR callback_secret_previous_hash = ")
+            .bind(hash.to_owned());
+        let taken = txn.query_one_raw(sql.build()).await?;
         if taken.is_some() {
             return Ok(RotateOutcome::InUse);
         }
@@ -130,19 +101,17 @@ impl Store {
             (Some(old), Some(until)) if until > now_ms => (Some(old), Some(until)),
             _ => (None, None),
         };
-        txn.execute_raw(statement(
-            backend,
-            "UPDATE servers SET callback_secret_hash = ?, callback_secret_set_at = ?, \
-             callback_secret_previous_hash = ?, callback_secret_previous_until = ? WHERE id = ?",
-            vec![
-                hash.to_owned().into(),
-                now_ms.into(),
-                previous.into(),
-                until.into(),
-                server.to_string().into(),
-            ],
-        ))
-        .await?;
+        let mut sql = Sql::new(backend, "UPDATE servers SET callback_secret_hash = ");
+        sql.bind(hash.to_owned())
+            .push(", callback_secret_set_at = ")
+            .bind(now_ms)
+            .push(", callback_secret_previous_hash = ")
+            .bind(previous)
+            .push(", callback_secret_previous_until = ")
+            .bind(until)
+            .push(" WHERE id = ")
+            .bind(server.to_string());
+        txn.execute_raw(sql.build()).await?;
         txn.commit().await?;
         Ok(RotateOutcome::Rotated(CallbackSecretRow {
             set: true,
@@ -154,16 +123,14 @@ impl Store {
     /// Removes a server's callback secrets, current and previous: it takes no direct callbacks.
     /// Returns whether the server exists.
     pub async fn clear_callback_secrets(&self, server: ServerId) -> Result<bool, StoreError> {
-        let done = self
-            .db
-            .execute_raw(statement(
-                self.backend_of(),
-                "UPDATE servers SET callback_secret_hash = NULL, callback_secret_set_at = NULL, \
-                 callback_secret_previous_hash = NULL, callback_secret_previous_until = NULL \
-                 WHERE id = ?",
-                vec![server.to_string().into()],
-            ))
-            .await?;
+        let mut sql = Sql::new(
+            self.backend(),
+            "UPDATE servers SET callback_secret_hash = NULL, callback_secret_set_at = NULL, \
+             callback_secret_previous_hash = NULL, callback_secret_previous_until = NULL \
+             WHERE id = ",
+        );
+        sql.bind(server.to_string());
+        let done = self.db.execute_raw(sql.build()).await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -174,15 +141,15 @@ impl Store {
         hash: &str,
         now_ms: i64,
     ) -> Result<Option<ServerId>, StoreError> {
-        let row = self
-            .db
-            .query_one_raw(statement(
-                self.backend_of(),
-                "SELECT id, callback_secret_previous_hash FROM servers \
-                 WHERE callback_secret_previous_hash = ? AND callback_secret_previous_until > ?",
-                vec![hash.to_owned().into(), now_ms.into()],
-            ))
-            .await?;
+        let mut sql = Sql::new(
+            self.backend(),
+            "SELECT id, callback_secret_previous_hash FROM servers \
+             WHERE callback_secret_previous_hash = ",
+        );
+        sql.bind(hash.to_owned())
+            .push(" AND callback_secret_previous_until > ")
+            .bind(now_ms);
+        let row = self.db.query_one_raw(sql.build()).await?;
         let Some(row) = row else {
             return Ok(None);
         };
