@@ -262,7 +262,7 @@ impl Store {
                 stored_at,
             )
             .await?;
-        // The text index's pending range of this transaction (see `event_text_pg`).
+        // The text index's pending range of this transaction (see `text_pg`).
         if let (Some(first), Some(last)) = (inserted.first(), inserted.last()) {
             super::text_pg::note_pending(&txn, first.0, last.0).await?;
         }
@@ -398,7 +398,7 @@ impl Store {
             .ok_or_else(|| StoreError::Corrupt("the insert returned no id".to_owned()))?;
         let id: i64 = get(&row, 0)?;
         if self.backend() == DbBackend::Postgres {
-            // The text index's pending range (see `event_text_pg`).
+            // The text index's pending range (see `text_pg`).
             super::text_pg::note_pending(&txn, id, id).await?;
         }
         let stored = StoredEvent {

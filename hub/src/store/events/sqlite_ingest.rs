@@ -183,8 +183,8 @@ fn add_row(
 }
 
 impl Store {
-    /// SQLite's [`Store::store_batch`], on the writer connection through sqlx (see
-    /// `sqlite_ingest`). The transaction holds SQLite's write lock, so nobody else inserts
+    /// SQLite's [`Store::store_batch`], on the writer connection through sqlx (see the module
+    /// doc). The transaction holds SQLite's write lock, so nobody else inserts
     /// meanwhile: the stored sequence numbers of the batch's range are read once, and the new
     /// events get explicit ids following the table's highest id ever (AUTOINCREMENT's counter, so
     /// ids are still never reused), without reading a row back per event. Should the check ever
