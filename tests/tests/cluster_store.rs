@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use banhub::domain::{AgentId, Labels, NewServer, ServerId, ServerName};
 use banhub::store::Store;
-use banhub::store::cluster::{NewFleetAction, Notice, RelayedOutcome, TargetOutcome, TargetState};
+use banhub::store::cluster::{Notice, RelayedOutcome};
+use banhub::store::fleet_actions::{NewFleetAction, TargetOutcome, TargetState};
 use banhub_tests::PostgresServer;
 use chrono::Utc;
 use tempfile::TempDir;

@@ -16,7 +16,6 @@
 
 pub mod geoip;
 pub mod mail;
-pub mod model;
 pub mod places;
 pub mod render;
 pub mod webhook;
@@ -31,12 +30,14 @@ use chrono::Utc;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::alerts::{
+    AttemptOutcome, Channel, Delivery, DeliveryFilter, Digest, NewDelivery, RuleMatches,
+};
 use crate::domain::events::{EventFilter, EventId, EventKind, StoredEvent};
 use crate::events::Events;
 use crate::settings::SettingsService;
 use crate::settings::model::Alerts as AlertSettings;
 use crate::store::{Store, StoreError};
-use model::{AttemptOutcome, Channel, Delivery, DeliveryFilter, Digest, NewDelivery};
 
 /// Events read per step.
 const BATCH: usize = 500;
@@ -332,7 +333,7 @@ impl Alerts {
         position: &mut Position,
         state: &mut matcher::State,
         upto: i64,
-        matches: Vec<model::RuleMatches>,
+        matches: Vec<RuleMatches>,
     ) -> Result<(), StoreError> {
         let found: usize = matches.iter().map(|m| m.matches.len()).sum();
         if found == 0 && position.written_at.elapsed() < CURSOR_WRITE_EVERY {

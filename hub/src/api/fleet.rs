@@ -23,7 +23,7 @@ use crate::app::AppState;
 use crate::auth::{Admin, Operator, Viewer};
 use crate::domain::Labels;
 use crate::fleet::{ActionError, FleetBan, FleetError, Selector};
-use crate::store::cluster::{FleetActionRecord, TargetRecord, TargetState};
+use crate::store::fleet_actions::{FleetActionRecord, TargetRecord, TargetState};
 
 /// Longest time a command for an offline server may stay queued: 7 days.
 const MAX_QUEUE_SECS: u64 = 7 * 24 * 3600;

@@ -11,7 +11,6 @@ pub mod config;
 mod cookie;
 mod error;
 mod local;
-pub mod model;
 mod oidc;
 pub mod policy;
 mod ratelimit;
@@ -26,15 +25,15 @@ use chrono::{DateTime, TimeDelta, Utc};
 use openidconnect::url::Url;
 use subtle::ConstantTimeEq as _;
 
+pub use crate::domain::auth::{
+    ApiTokenRecord, AuditQuery, AuditRecord, Credential, LoginFlow, Outcome, Principal, Role,
+    SessionKind, SessionRecord,
+};
 pub use capability::{Admin, Caller, Operator, Viewer};
 pub use config::{AuthConfig, AuthMode};
 pub use cookie::{LOGIN_COOKIE, LOGIN_COOKIE_PATH, SESSION_COOKIE};
 pub use error::AuthError;
 pub use local::INITIAL_PASSWORD_FILE;
-pub use model::{
-    ApiTokenRecord, AuditQuery, AuditRecord, Credential, LoginFlow, Outcome, Principal, Role,
-    SessionKind, SessionRecord,
-};
 pub use policy::AuditHandle;
 
 use crate::pki::{random_secret, sha256_hex};

@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 
 use super::config::{OidcConfig, RoleMap};
 use super::error::AuthError;
-use super::model::Role;
+use crate::domain::auth::Role;
 
 /// How long a discovery document (with its signing keys) is used before it is fetched again.
 const DISCOVERY_TTL: Duration = Duration::from_secs(3600);

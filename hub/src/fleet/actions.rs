@@ -14,7 +14,7 @@ use chrono::Utc;
 
 use super::{Fleet, FleetError};
 use crate::domain::{Server, ServerId};
-use crate::store::cluster::{FleetActionRecord, NewFleetAction, TargetOutcome, TargetWork};
+use crate::store::fleet_actions::{FleetActionRecord, NewFleetAction, TargetOutcome, TargetWork};
 
 /// Which servers an action applies to.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

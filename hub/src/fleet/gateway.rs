@@ -37,10 +37,9 @@ use tracing::Instrument;
 use super::sessions::{Registration, SessionInfo};
 use super::{Fleet, ingest};
 use crate::domain::{AgentFacts, AgentId, Server};
-use crate::events::EventsError;
+use crate::events::{EventBatch, EventsError};
 use crate::pki::agent_from_cert;
 use crate::store::StoreError;
-use crate::store::events::PreparedBatch;
 
 /// How long an agent may take to send its hello after the stream opens.
 const HELLO_DEADLINE: Duration = Duration::from_secs(10);
@@ -71,7 +70,7 @@ const STOP_COMMIT_WAIT: Duration = Duration::from_secs(2);
 enum Queued {
     /// Events of one spool epoch for one transaction, rows built as they arrived; `last_seq` is the
     /// highest sequence number received (refused events included), acknowledged with them.
-    Events { batch: PreparedBatch, last_seq: u64 },
+    Events { batch: EventBatch, last_seq: u64 },
     /// Another frame, handled once everything before it is committed and acknowledged.
     Frame(Option<agent_frame::Body>),
 }
@@ -475,10 +474,7 @@ impl SessionTask {
         );
         if !merge {
             pipeline.queue.push_back(Queued::Events {
-                batch: self
-                    .fleet
-                    .events()
-                    .prepare_batch(self.server.id, self.agent, epoch),
+                batch: self.fleet.events().batch(self.server.id, self.agent, epoch),
                 last_seq: 0,
             });
         }
@@ -550,10 +546,7 @@ impl SessionTask {
                         continue;
                     }
                     pipeline.linger_until = None;
-                    let service = self.fleet.events().clone();
-                    let task = tokio::spawn(
-                        async move { service.ingest_prepared(batch).await }.in_current_span(),
-                    );
+                    let task = tokio::spawn(async move { batch.commit().await }.in_current_span());
                     pipeline.in_flight = Some(InFlight {
                         task,
                         epoch,

@@ -112,26 +112,6 @@ const HUB: Layering = Layering {
             "serve",
             "`http.base_path`'s type `BasePath` is defined in `serve`",
         ),
-        (
-            "store",
-            "alerts",
-            "the store returns the alert models of `alerts::model`",
-        ),
-        (
-            "store",
-            "auth",
-            "the store returns the user, session and token models of `auth::model`",
-        ),
-        (
-            "store",
-            "settings",
-            "the store returns `settings::StoredSettings`",
-        ),
-        (
-            "store",
-            "pki",
-            "the store takes `pki::SignedAgentCert` and hashes with `pki::sha256_hex`",
-        ),
     ],
 };
 

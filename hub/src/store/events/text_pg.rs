@@ -21,9 +21,10 @@ use std::time::{Duration, Instant};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Statement, TransactionTrait};
 use tokio_util::sync::CancellationToken;
 
-use super::event_reads::{push_cursor, push_filter};
-use super::events::{EVENT_COLUMNS, Sql, get, read_events, to_u64};
-use super::{Store, StoreError};
+use super::super::sql::{Sql, get, to_u64};
+use super::super::{Store, StoreError};
+use super::query::{push_cursor, push_filter};
+use super::row::{EVENT_COLUMNS, read_events};
 use crate::domain::events::{Cursor, EventFilter, StoredEvent};
 
 /// The transaction-level advisory lock of the text indexer ("banhub_t"): one replica indexes at a
@@ -137,7 +138,7 @@ impl Store {
     /// answer is kept: only a down migration removes the index, and every search asked (a round
     /// trip before each). Until then each call asks again, so an index that another replica's
     /// migration creates later is noticed.
-    pub(super) async fn pg_text_index_exists(&self) -> Result<bool, StoreError> {
+    pub(in crate::store) async fn pg_text_index_exists(&self) -> Result<bool, StoreError> {
         use std::sync::atomic::Ordering;
         if self.pg_text_index_seen.load(Ordering::Relaxed) {
             return Ok(true);
@@ -391,7 +392,7 @@ impl Store {
     /// The newest rows matching the other filters are read first, as on SQLite: a common text
     /// fills its page from them, exact. Otherwise one statement reads the candidates the index
     /// names and the events of the pending ranges, from one snapshot.
-    pub(super) async fn text_page_pg(
+    pub(in crate::store) async fn text_page_pg(
         &self,
         filter: &EventFilter,
         after: Option<Cursor>,
@@ -403,7 +404,7 @@ impl Store {
         let Some(text) = &filter.text else {
             return Ok(None);
         };
-        let words = index_words(&super::event_text::stored_form(text.as_str()));
+        let words = index_words(&super::text::stored_form(text.as_str()));
         if words.is_empty() || !self.pg_text_index_exists().await? {
             return Ok(None);
         }
