@@ -8,9 +8,9 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ApiJson, Problem};
 use crate::alerts::model::{Delivery, DeliveryFilter, DeliveryStatus, Digest};
-use crate::app::AppState;
 use crate::auth::Viewer;
 
 /// Largest page.

@@ -7,7 +7,6 @@
 //! [`capability`] holds the `Viewer`, `Operator` and `Admin` extractors handlers take.
 
 pub mod capability;
-pub mod config;
 mod cookie;
 mod error;
 mod local;
@@ -26,8 +25,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use openidconnect::url::Url;
 use subtle::ConstantTimeEq as _;
 
+pub use crate::config::{AuthConfig, AuthMode};
 pub use capability::{Admin, Caller, Operator, Viewer};
-pub use config::{AuthConfig, AuthMode};
 pub use cookie::{LOGIN_COOKIE, LOGIN_COOKIE_PATH, SESSION_COOKIE};
 pub use error::AuthError;
 pub use local::INITIAL_PASSWORD_FILE;

@@ -22,7 +22,7 @@ pub const PROBES: &str = "probes";
 /// cursor from each other (and rebuild their spike windows each time), and a replica starting would
 /// put the others' deliveries in flight back to pending.
 pub const ALERTS: &str = "alerts";
-/// The sweeper: fleet-action deadlines, relayed-command leftovers, stale leases, old tokens.
+/// The sweeper: fleet-action deadlines, forwarded-command leftovers, stale leases, old tokens.
 pub const SWEEPER: &str = "sweeper";
 
 /// How long a running job has to end by itself once the hub stops.
@@ -31,8 +31,8 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 const TAKE_OVER_EVERY: Duration = Duration::from_secs(2);
 /// How often the leader checks that its lock connection is alive.
 const CHECK_LOCK_EVERY: Duration = Duration::from_secs(2);
-/// Relayed commands are answered within seconds; rows this old were abandoned.
-const RELAYED_KEEP: Duration = Duration::from_secs(600);
+/// Forwarded commands are answered within seconds; rows this old were abandoned.
+const FORWARDED_KEEP: Duration = Duration::from_secs(600);
 /// Leases and replica rows this far past their time belong to replicas long gone.
 const STALE_KEEP: Duration = Duration::from_secs(24 * 3600);
 /// Enrollment tokens and revoked certificates are kept this long past their expiry, so a late
@@ -45,11 +45,6 @@ const PURGE_EVERY: u64 = 60;
 fn lock_key(name: &str) -> i64 {
     let digest = crate::pki::sha256_hex(format!("banhub-job:{name}").as_bytes());
     i64::from_str_radix(&digest[..15], 16).unwrap_or(0)
-}
-
-/// Starts the cluster's own jobs (the sweeper).
-pub(super) fn spawn_standard(cluster: &Cluster) {
-    tokio::spawn(run_singleton(cluster.clone(), SWEEPER, sweeper));
 }
 
 /// Runs `job` whenever this replica holds the job's lock (always, on SQLite), until shutdown or
@@ -143,7 +138,9 @@ fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-async fn sweeper(cluster: Cluster) {
+/// The sweeper job ([`SWEEPER`]): expires fleet-action targets every sweep interval and purges
+/// leftovers now and then, until shutdown.
+pub async fn sweeper(cluster: Cluster) {
     let mut ticker = tokio::time::interval(cluster.sweep_interval());
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut pass: u64 = 0;
@@ -165,12 +162,14 @@ async fn sweeper(cluster: Cluster) {
         if pass.is_multiple_of(PURGE_EVERY) {
             let now = Utc::now().timestamp_millis();
             let purged = async {
-                let relayed = store.purge_relayed_commands(now - ms(RELAYED_KEEP)).await?;
+                let forwarded = store
+                    .purge_relayed_commands(now - ms(FORWARDED_KEEP))
+                    .await?;
                 let stale = store.purge_stale_cluster_rows(ms(STALE_KEEP)).await?;
                 let expired = store
                     .purge_expired_enrollment(now - ms(EXPIRED_KEEP))
                     .await?;
-                Ok::<_, crate::store::StoreError>(relayed + stale + expired)
+                Ok::<_, crate::store::StoreError>(forwarded + stale + expired)
             }
             .await;
             match purged {

@@ -661,7 +661,15 @@ impl SessionTask {
 /// Refreshes the "last seen" time of every server with a live session here, a few statements every
 /// [`SEEN_WRITE_INTERVAL`] for the whole fleet rather than one write per session: with thousands of
 /// agents, per-session writes would keep the database busy for nothing.
-pub(super) async fn write_seen(fleet: Fleet, shutdown: tokio_util::sync::CancellationToken) {
+impl Fleet {
+    /// Runs the "last seen" writer until shutdown.
+    pub async fn run_seen_writer(self) {
+        let shutdown = self.0.sessions.shutdown_token();
+        write_seen(self, shutdown).await;
+    }
+}
+
+async fn write_seen(fleet: Fleet, shutdown: tokio_util::sync::CancellationToken) {
     let mut ticker = tokio::time::interval(SEEN_WRITE_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
