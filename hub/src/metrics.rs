@@ -12,6 +12,12 @@ pub struct CommandLabels {
     pub outcome: &'static str,
 }
 
+/// Why an agent session ended, as `fleet::SessionEnd::as_str` names it.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SessionEndLabels {
+    pub reason: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
     pub method: String,
@@ -23,6 +29,7 @@ pub struct HttpLabels {
 pub struct Metrics {
     pub agents_connected: Gauge,
     pub agent_sessions: Counter,
+    pub agent_sessions_ended: Family<SessionEndLabels, Counter>,
     pub enrollments: Counter,
     pub events_ingested: Counter,
     pub events_rejected: Counter,
@@ -43,6 +50,11 @@ impl Metrics {
             "agent_sessions",
             "Agent sessions accepted since start",
             self.agent_sessions.clone(),
+        );
+        registry.register(
+            "agent_sessions_ended",
+            "Agent sessions ended since start, by reason",
+            self.agent_sessions_ended.clone(),
         );
         registry.register(
             "enrollments",

@@ -131,7 +131,7 @@ pub fn router(state: AppState, fallback: MethodRouter<AppState>) -> Router {
             state.clone(),
             count_requests,
         ))
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().make_span_with(crate::serve::trace::request_span))
         .layer(middleware::from_fn(unread_body::close_if_unread))
         .layer(middleware::from_fn_with_state(
             SecurityHeaders::new(

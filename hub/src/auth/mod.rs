@@ -368,6 +368,7 @@ impl Auth {
 
     /// Local mode: checks the administrator's password, with rate limiting per client address and
     /// per user name.
+    #[tracing::instrument(skip_all, fields(user = username))]
     pub async fn login_local(
         &self,
         username: &str,
@@ -481,6 +482,7 @@ impl Auth {
     /// OIDC mode: the callback. The `state` must be the one this browser's login cookie carries
     /// and a login this hub started and has not finished; the code is redeemed and the ID token
     /// verified against the login's nonce. Returns the session and where to send the browser.
+    #[tracing::instrument(skip_all)]
     pub async fn finish_oidc(
         &self,
         callback: &Callback,

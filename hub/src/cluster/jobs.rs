@@ -49,6 +49,7 @@ fn lock_key(name: &str) -> i64 {
 
 /// Runs `job` whenever this replica holds the job's lock (always, on SQLite), until shutdown or
 /// until `job` returns.
+#[tracing::instrument(skip_all, fields(job = name))]
 pub async fn run_singleton<F, Fut>(cluster: Cluster, name: &'static str, job: F)
 where
     F: Fn(Cluster) -> Fut,
@@ -60,7 +61,7 @@ where
         let job = job(cluster.clone());
         tokio::pin!(job);
         tokio::select! {
-            () = shutdown.cancelled() => finish(name, job).await,
+            () = shutdown.cancelled() => finish(job).await,
             () = &mut job => {}
         }
         return;
@@ -75,14 +76,14 @@ where
                 Ok(Some(c)) => conn = Some(c),
                 Ok(None) => return,
                 Err(e) => {
-                    tracing::warn!(job = name, error = %e, "cannot open a connection for the job's lock")
+                    tracing::warn!(error = %e, "cannot open a connection for the job's lock")
                 }
             }
         }
         if let Some(c) = conn.as_mut() {
             match c.try_lock(key).await {
                 Ok(true) => {
-                    tracing::info!(job = name, "this replica leads the job now");
+                    tracing::info!("this replica leads the job now");
                     record(&cluster, name, JobEvent::Leads).await;
                     let watch = async {
                         loop {
@@ -95,15 +96,15 @@ where
                     let job = job(cluster.clone());
                     tokio::pin!(job);
                     tokio::select! {
-                        () = shutdown.cancelled() => return finish(name, job).await,
+                        () = shutdown.cancelled() => return finish(job).await,
                         () = &mut job => return,
-                        () = watch => tracing::warn!(job = name, "lost the job's lock connection; another replica may take over"),
+                        () = watch => tracing::warn!("lost the job's lock connection; another replica may take over"),
                     }
                     conn = None;
                 }
                 Ok(false) => {}
                 Err(e) => {
-                    tracing::warn!(job = name, error = %e, "cannot try the job's lock");
+                    tracing::warn!(error = %e, "cannot try the job's lock");
                     conn = None;
                 }
             }
@@ -118,9 +119,9 @@ where
 /// Gives a job that was running when the hub began to stop [`STOP_GRACE`] to end by itself (the
 /// jobs watch the shutdown token too, and end after the step under way: an alert being sent is
 /// then recorded as sent rather than sent again at the next start).
-async fn finish(name: &str, job: std::pin::Pin<&mut impl Future<Output = ()>>) {
+async fn finish(job: std::pin::Pin<&mut impl Future<Output = ()>>) {
     if tokio::time::timeout(STOP_GRACE, job).await.is_err() {
-        tracing::warn!(job = name, "the job did not end in time; stopping it");
+        tracing::warn!("the job did not end in time; stopping it");
     }
 }
 
@@ -130,7 +131,7 @@ async fn record(cluster: &Cluster, name: &str, event: JobEvent) {
         .record_job(name, cluster.replica(), event)
         .await
     {
-        tracing::warn!(job = name, error = %e, "could not record a job's progress");
+        tracing::warn!(error = %e, "could not record a job's progress");
     }
 }
 

@@ -161,6 +161,7 @@ impl Cluster {
 
     /// Registers this replica: forgets leases an earlier run with the same id left behind, and
     /// checks that every replica uses the same CA (`ca_fingerprint`). Call once before serving.
+    #[tracing::instrument(skip_all, fields(replica = %self.0.replica), err)]
     pub async fn join(&self, ca_fingerprint: &str) -> Result<(), JoinError> {
         if !self.0.shared {
             return Ok(());
@@ -297,6 +298,7 @@ impl Cluster {
 
     /// Sends an encoded command to `target` (the replica holding `server`'s agent) and waits up to
     /// `timeout` (plus a small margin) for its encoded answer.
+    #[tracing::instrument(skip_all, fields(%server, target), err(level = "warn"))]
     pub async fn forward(
         &self,
         target: &str,

@@ -10,7 +10,7 @@ use banhub_proto::v1::{Command, CommandResult};
 use chrono::Utc;
 use prost::Message as _;
 
-use super::sessions::{DrainReason, SendError};
+use super::sessions::{DrainReason, SendError, SessionEnd};
 use super::{Fleet, FleetError};
 use crate::cluster::{Cluster, ForwardError};
 use crate::domain::{AgentId, ServerId};
@@ -116,11 +116,13 @@ impl Fleet {
 
     /// Ends the session of `server` wherever it is held, unless its agent is `keep` (the agent just
     /// enrolled for it). The agent is told not to reconnect.
+    #[tracing::instrument(skip_all, fields(%server, reason))]
     pub(super) async fn cut_off(&self, server: ServerId, keep: Option<AgentId>, reason: &str) {
         self.sessions().disconnect_unless(
             server,
             keep,
             DrainReason {
+                end: SessionEnd::Revoked,
                 reason: reason.to_owned(),
                 reconnect: false,
             },

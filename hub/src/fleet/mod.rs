@@ -42,7 +42,7 @@ pub use probe::{
     DeliveryReport, JailDelivery, ProbeFailure, ProbeFailureCode, ProbeResult, ProbeStepTiming,
     RelayDiagnostics, SpoolDiagnostics,
 };
-pub use sessions::{DrainReason, SessionInfo};
+pub use sessions::{DrainReason, SessionEnd, SessionInfo};
 use sessions::{SendError, Sessions};
 
 /// A server with what the fleet knows about its agent right now.

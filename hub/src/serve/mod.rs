@@ -6,6 +6,7 @@ pub mod base_path;
 pub mod headers;
 pub mod problem;
 pub mod tls;
+pub mod trace;
 pub mod unread_body;
 
 use std::net::SocketAddr;
