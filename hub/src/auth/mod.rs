@@ -3,8 +3,9 @@
 //!
 //! [`Auth`] authenticates requests (a bearer token or the session cookie), runs the logins, and keeps
 //! the audit log. [`policy`] holds the per-route roles (declared on each route's OpenAPI operation as
-//! `x-required-role`) and the middleware that enforces them and records every state-changing request;
-//! [`capability`] holds the `Viewer`, `Operator` and `Admin` extractors handlers take.
+//! `x-required-role`) and the same-origin checks; [`capability`] holds the `Viewer`, `Operator` and
+//! `Admin` capabilities handlers take. Refusals are [`AuthError`]s: the HTTP layers that apply all
+//! this, and turn the refusals into `ApiError` answers, are `api::access`.
 
 pub mod capability;
 mod cookie;
