@@ -87,3 +87,31 @@ impl Metrics {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ended_sessions_are_counted_by_reason() {
+        let metrics = Metrics::default();
+        let ended = |reason| {
+            metrics
+                .agent_sessions_ended
+                .get_or_create(&SessionEndLabels { reason })
+                .inc();
+        };
+        ended("timeout");
+        ended("timeout");
+        ended("superseded");
+        let text = metrics.render();
+        assert!(
+            text.contains("banhub_agent_sessions_ended_total{reason=\"timeout\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("banhub_agent_sessions_ended_total{reason=\"superseded\"} 1"),
+            "{text}"
+        );
+    }
+}
