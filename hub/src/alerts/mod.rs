@@ -111,7 +111,9 @@ impl Alerts {
             ),
             Err(e) => tracing::warn!(error = %e, "cannot reset interrupted deliveries"),
         }
-        let sender = tokio::spawn(self.clone().send_loop());
+        let sender = tokio::spawn(tracing::Instrument::in_current_span(
+            self.clone().send_loop(),
+        ));
         self.match_loop().await;
         let _ = sender.await;
     }

@@ -14,8 +14,8 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ApiJson, Problem, problem};
-use crate::app::AppState;
 use banhub_proto::jails::Verdict;
 
 use crate::domain::Server;

@@ -16,10 +16,10 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ApiJson, Problem};
 use super::guards;
 use super::target::ServerPath;
-use crate::app::AppState;
 use crate::auth::{Admin, Operator, Viewer};
 use crate::domain::Labels;
 use crate::fleet::{ActionError, FleetBan, FleetError, Selector};

@@ -13,9 +13,9 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ApiJson, Problem, problem};
 use crate::alerts::mail::{self, Mail};
-use crate::app::AppState;
 use crate::auth::Admin;
 use crate::domain::{Server, ServerId, ServerName};
 use crate::fleet::DefaultsPushResult;

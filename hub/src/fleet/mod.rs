@@ -8,11 +8,11 @@ mod control;
 mod defaults;
 mod enrollment;
 mod filter_tests;
+mod forward;
 mod gateway;
 mod ingest;
 mod listener;
 mod probe;
-mod relay;
 mod sessions;
 
 use std::sync::Arc;
@@ -34,7 +34,7 @@ use crate::metrics::{CommandLabels, Metrics};
 use crate::pki::{Ca, RevocationList, random_secret};
 use crate::store::{Store, StoreError};
 
-pub use actions::{ActionError, FleetBan, Selector, spawn_background};
+pub use actions::{ActionError, FleetBan, Selector};
 pub use control::*;
 pub use defaults::DefaultsPushResult;
 pub use filter_tests::RETRY_AFTER_SECS as FILTER_TEST_RETRY_AFTER_SECS;
@@ -42,7 +42,7 @@ pub use probe::{
     DeliveryReport, JailDelivery, ProbeFailure, ProbeFailureCode, ProbeResult, ProbeStepTiming,
     RelayDiagnostics, SpoolDiagnostics,
 };
-pub use sessions::{DrainReason, SessionInfo};
+pub use sessions::{DrainReason, SessionEnd, SessionInfo};
 use sessions::{SendError, Sessions};
 
 /// A server with what the fleet knows about its agent right now.

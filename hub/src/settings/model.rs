@@ -7,7 +7,7 @@
 //! is stored and are ignored on input, so a client may post back what it read.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use banhub_proto::rules::{IpOrCidr, JailName, check_name};
@@ -550,13 +550,17 @@ fn host_ok(host: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
 }
 
+/// Reads the GeoIP database at a path and says why it cannot be used. The reader belongs to the
+/// alerts, which look countries up; `app` hands it to the settings service.
+pub type GeoipCheck = fn(&Path) -> Result<(), String>;
+
 /// Checks `doc` (secrets aside) and builds the settings from it. Rules without an id get one.
-/// `server_exists` says whether a rule's server is registered; `check_files` whether files named
-/// (the GeoIP database) must exist now.
+/// `server_exists` says whether a rule's server is registered; with `check_files`, the files named
+/// (the GeoIP database) must exist now and be read by it.
 pub fn validate(
     doc: &mut SettingsDocument,
     server_exists: &dyn Fn(ServerId) -> bool,
-    check_files: bool,
+    check_files: Option<GeoipCheck>,
 ) -> Result<Settings, FieldError> {
     let smtp = match &doc.smtp {
         None => None,
@@ -599,7 +603,7 @@ pub fn validate(
             if !path.is_absolute() || raw.chars().any(char::is_control) {
                 return refuse("geoip.databasePath", "must be an absolute path");
             }
-            if check_files {
+            if let Some(read_geoip) = check_files {
                 if !path.is_file() {
                     return refuse(
                         "geoip.databasePath",
@@ -608,7 +612,7 @@ pub fn validate(
                 }
                 // Read it now, so a wrong file is refused here rather than found out when a
                 // rule by country silently never matches.
-                crate::alerts::geoip::GeoIp::open(&path).map_err(|reason| FieldError {
+                read_geoip(&path).map_err(|reason| FieldError {
                     field: "geoip.databasePath".to_owned(),
                     reason,
                 })?;
@@ -1006,7 +1010,7 @@ mod tests {
 
     fn parse(json: serde_json::Value) -> Result<Settings, FieldError> {
         let mut doc: SettingsDocument = serde_json::from_value(json).expect("a document");
-        validate(&mut doc, &|_| true, true)
+        validate(&mut doc, &|_| true, Some(|_| Ok(())))
     }
 
     fn refused(json: serde_json::Value, field: &str) {
@@ -1166,10 +1170,10 @@ mod tests {
                        "rules": [{"name": "r", "email": false, "webhooks": ["w"]}]}
         }))
         .expect("doc");
-        let first = validate(&mut doc, &|_| true, true).expect("valid");
+        let first = validate(&mut doc, &|_| true, Some(|_| Ok(()))).expect("valid");
         let id = doc.alerts.rules[0].id.clone().expect("an id was given");
         assert_eq!(first.alerts.rules[0].id.to_string(), id);
-        let again = validate(&mut doc, &|_| true, true).expect("valid");
+        let again = validate(&mut doc, &|_| true, Some(|_| Ok(()))).expect("valid");
         assert_eq!(again.alerts.rules[0].id, first.alerts.rules[0].id);
     }
 }
