@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::error::AuthError;
-use crate::domain::auth::Role;
 use crate::config::auth::{OidcConfig, RoleMap};
+use crate::domain::auth::Role;
 
 /// How long a discovery document (with its signing keys) is used before it is fetched again.
 const DISCOVERY_TTL: Duration = Duration::from_secs(3600);
