@@ -5,7 +5,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use banhub_proto::problem::{MEDIA_TYPE, type_of};
+use banhub_proto::problem::type_of;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 

@@ -38,7 +38,7 @@ use utoipa_swagger_ui::SwaggerUi;
 pub use error::{ApiError, ApiJson, Problem, problem};
 pub use state::AppState;
 
-use crate::auth::policy::{self, Policy};
+use crate::auth::policy::Policy;
 use crate::metrics::HttpLabels;
 use crate::serve::headers::{self, SecurityHeaders};
 use crate::serve::unread_body;
