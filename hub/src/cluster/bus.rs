@@ -148,7 +148,7 @@ fn resync<S: Subscriber>(cluster: &Cluster, subscriber: &Arc<S>) {
     let catch_up = async move {
         match cluster
             .store()
-            .pending_relayed_commands(cluster.replica())
+            .pending_forwarded_commands(cluster.replica())
             .await
         {
             Ok(ids) => {

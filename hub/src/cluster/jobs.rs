@@ -164,7 +164,7 @@ pub async fn sweeper(cluster: Cluster) {
             let now = Utc::now().timestamp_millis();
             let purged = async {
                 let forwarded = store
-                    .purge_relayed_commands(now - ms(FORWARDED_KEEP))
+                    .purge_forwarded_commands(now - ms(FORWARDED_KEEP))
                     .await?;
                 let stale = store.purge_stale_cluster_rows(ms(STALE_KEEP)).await?;
                 let expired = store

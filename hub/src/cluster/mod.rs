@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ClusterConfig;
 use crate::domain::{AgentId, ServerId};
-use crate::store::cluster::{JobRuns, Lease, LeaseGrant, RelayedOutcome, ReplicaRow};
+use crate::store::cluster::{ForwardedOutcome, JobRuns, Lease, LeaseGrant, ReplicaRow};
 use crate::store::{Store, StoreError};
 
 pub use subscriber::Subscriber;
@@ -305,7 +305,7 @@ impl Cluster {
         server: ServerId,
         command: Vec<u8>,
         timeout: Duration,
-    ) -> Result<RelayedOutcome, ForwardError> {
+    ) -> Result<ForwardedOutcome, ForwardError> {
         let id = uuid::Uuid::now_v7().to_string();
         let wake = Arc::new(Notify::new());
         lock(&self.0.waiters).insert(id.clone(), wake.clone());
@@ -315,7 +315,7 @@ impl Cluster {
         lock(&self.0.waiters).remove(&id);
         if outcome.is_err() {
             // Whatever happens to it now, nobody reads the answer.
-            let _ = self.0.store.delete_relayed_command(&id).await;
+            let _ = self.0.store.delete_forwarded_command(&id).await;
         }
         outcome
     }
@@ -328,12 +328,12 @@ impl Cluster {
         command: Vec<u8>,
         timeout: Duration,
         wake: &Notify,
-    ) -> Result<RelayedOutcome, ForwardError> {
+    ) -> Result<ForwardedOutcome, ForwardError> {
         let deadline_ms = Utc::now().timestamp_millis()
             + i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX / 2);
         let store = &self.0.store;
         store
-            .insert_relayed_command(id, server, &self.0.replica, target, command, deadline_ms)
+            .insert_forwarded_command(id, server, &self.0.replica, target, command, deadline_ms)
             .await?;
         store
             .notify(&channel_of(target), &format!("run:{id}"))
@@ -347,7 +347,7 @@ impl Cluster {
                 return Err(ForwardError::Timeout);
             }
             // A wake-up after lost notifications may come before the answer: then wait on.
-            if let Some(outcome) = store.take_relayed_outcome(id).await? {
+            if let Some(outcome) = store.take_forwarded_outcome(id).await? {
                 return Ok(outcome);
             }
         }
@@ -360,14 +360,14 @@ impl Cluster {
     ) -> Result<Option<(crate::store::cluster::ClaimedCommand, String)>, StoreError> {
         self.0
             .store
-            .claim_relayed_command(id, &self.0.replica)
+            .claim_forwarded_command(id, &self.0.replica)
             .await
     }
 
     /// Writes the answer to a forwarded command and wakes the replica that asked.
-    pub async fn answer(&self, id: &str, origin: &str, outcome: RelayedOutcome) {
+    pub async fn answer(&self, id: &str, origin: &str, outcome: ForwardedOutcome) {
         let store = &self.0.store;
-        match store.finish_relayed_command(id, outcome).await {
+        match store.finish_forwarded_command(id, outcome).await {
             Ok(true) => {
                 if let Err(e) = store
                     .notify(&channel_of(origin), &format!("done:{id}"))

@@ -14,7 +14,7 @@ use super::sessions::{DrainReason, SendError, SessionEnd};
 use super::{Fleet, FleetError};
 use crate::cluster::{Cluster, ForwardError};
 use crate::domain::{AgentId, ServerId};
-use crate::store::cluster::RelayedOutcome;
+use crate::store::cluster::ForwardedOutcome;
 
 /// How the holder says why a forwarded command has no answer.
 const OFFLINE: &str = "offline";
@@ -43,9 +43,9 @@ impl Fleet {
             .forward(&lease.replica, server, command.encode_to_vec(), timeout)
             .await
         {
-            Ok(RelayedOutcome::Answered(bytes)) => CommandResult::decode(bytes.as_slice())
+            Ok(ForwardedOutcome::Answered(bytes)) => CommandResult::decode(bytes.as_slice())
                 .map_err(|e| FleetError::Protocol(format!("a forwarded answer: {e}"))),
-            Ok(RelayedOutcome::Failed(why)) => Err(match why.as_str() {
+            Ok(ForwardedOutcome::Failed(why)) => Err(match why.as_str() {
                 OFFLINE => FleetError::Offline,
                 TIMEOUT => FleetError::Timeout(timeout),
                 SESSION_ENDED => FleetError::SessionEnded,
@@ -69,20 +69,20 @@ impl Fleet {
         let outcome = match Command::decode(claimed.command.as_slice()) {
             Err(e) => {
                 tracing::warn!(command = %id, error = %e, "a forwarded command does not decode");
-                RelayedOutcome::Failed(UNDECODABLE.to_owned())
+                ForwardedOutcome::Failed(UNDECODABLE.to_owned())
             }
             Ok(command) => {
                 let left = claimed.deadline_ms - Utc::now().timestamp_millis();
                 let timeout = Duration::from_millis(u64::try_from(left).unwrap_or(0));
                 if timeout.is_zero() {
-                    RelayedOutcome::Failed(TIMEOUT.to_owned())
+                    ForwardedOutcome::Failed(TIMEOUT.to_owned())
                 } else {
                     match self.sessions().call(claimed.server, command, timeout).await {
-                        Ok(result) => RelayedOutcome::Answered(result.encode_to_vec()),
-                        Err(SendError::Offline) => RelayedOutcome::Failed(OFFLINE.to_owned()),
-                        Err(SendError::Timeout(_)) => RelayedOutcome::Failed(TIMEOUT.to_owned()),
+                        Ok(result) => ForwardedOutcome::Answered(result.encode_to_vec()),
+                        Err(SendError::Offline) => ForwardedOutcome::Failed(OFFLINE.to_owned()),
+                        Err(SendError::Timeout(_)) => ForwardedOutcome::Failed(TIMEOUT.to_owned()),
                         Err(SendError::SessionEnded) => {
-                            RelayedOutcome::Failed(SESSION_ENDED.to_owned())
+                            ForwardedOutcome::Failed(SESSION_ENDED.to_owned())
                         }
                     }
                 }

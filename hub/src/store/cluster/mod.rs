@@ -1,5 +1,5 @@
 //! The store side of hub replicas: agent leases and replica heartbeats (`leases`), commands
-//! relayed between replicas (`relay`), singleton-job bookkeeping and the shared settings (`jobs`),
+//! forwarded between replicas (`forwarded`), singleton-job bookkeeping and the shared settings (`jobs`),
 //! and `LISTEN/NOTIFY` with advisory locks (`signals`, PostgreSQL only).
 //!
 //! Statements are hand-written SQL with `$n` placeholders, which PostgreSQL and (through sqlx)
@@ -7,14 +7,14 @@
 //! notifications and locks hold sqlx connections of their own). Everything that only makes sense
 //! with several replicas is only called on PostgreSQL.
 
+mod forwarded;
 mod jobs;
 mod leases;
-mod relay;
 mod signals;
 
+pub use forwarded::{ClaimedCommand, ForwardedOutcome};
 pub use jobs::{JobEvent, JobRuns};
 pub use leases::{Lease, LeaseGrant, ReplicaRow};
-pub use relay::{ClaimedCommand, RelayedOutcome};
 pub use signals::{Listener, LockConnection, Notice};
 
 use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};

@@ -1,11 +1,11 @@
-//! Commands relayed between replicas: a row per command for the replica holding the agent's
+//! Commands forwarded between replicas: a row per command for the replica holding the agent's
 //! session, claimed, answered and purged.
 
 use super::super::{Store, StoreError, now_ms};
 use super::{get, server_id};
 use crate::domain::ServerId;
 
-/// A relayed command claimed by the replica that holds the agent.
+/// A forwarded command claimed by the replica that holds the agent.
 #[derive(Debug, Clone)]
 pub struct ClaimedCommand {
     pub server: ServerId,
@@ -14,9 +14,9 @@ pub struct ClaimedCommand {
     pub deadline_ms: i64,
 }
 
-/// The answer to a relayed command, as the holding replica wrote it.
+/// The answer to a forwarded command, as the holding replica wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RelayedOutcome {
+pub enum ForwardedOutcome {
     /// The encoded protocol result.
     Answered(Vec<u8>),
     /// Why there is no answer (`offline`, `timeout`, `session_ended`, `undecodable`).
@@ -25,7 +25,7 @@ pub enum RelayedOutcome {
 
 impl Store {
     /// Records a command for the replica `target` to run on its session of `server`.
-    pub async fn insert_relayed_command(
+    pub async fn insert_forwarded_command(
         &self,
         id: &str,
         server: ServerId,
@@ -53,7 +53,7 @@ impl Store {
 
     /// Claims a pending command addressed to `replica`: only one claim succeeds. Returns it with the
     /// replica that asked.
-    pub async fn claim_relayed_command(
+    pub async fn claim_forwarded_command(
         &self,
         id: &str,
         replica: &str,
@@ -81,7 +81,10 @@ impl Store {
     }
 
     /// Ids of the pending commands addressed to `replica` (after notifications were lost).
-    pub async fn pending_relayed_commands(&self, replica: &str) -> Result<Vec<String>, StoreError> {
+    pub async fn pending_forwarded_commands(
+        &self,
+        replica: &str,
+    ) -> Result<Vec<String>, StoreError> {
         self.rows(
             "SELECT id FROM cluster_commands WHERE target_replica = $1 AND state = 'pending' \
              AND deadline > $2",
@@ -93,15 +96,15 @@ impl Store {
         .collect()
     }
 
-    /// Writes the outcome of a relayed command. False when the asking replica gave up on it.
-    pub async fn finish_relayed_command(
+    /// Writes the outcome of a forwarded command. False when the asking replica gave up on it.
+    pub async fn finish_forwarded_command(
         &self,
         id: &str,
-        outcome: RelayedOutcome,
+        outcome: ForwardedOutcome,
     ) -> Result<bool, StoreError> {
         let (result, error): (Option<Vec<u8>>, Option<String>) = match outcome {
-            RelayedOutcome::Answered(bytes) => (Some(bytes), None),
-            RelayedOutcome::Failed(why) => (None, Some(why)),
+            ForwardedOutcome::Answered(bytes) => (Some(bytes), None),
+            ForwardedOutcome::Failed(why) => (None, Some(why)),
         };
         Ok(self
             .exec(
@@ -112,11 +115,11 @@ impl Store {
             == 1)
     }
 
-    /// Takes (and deletes) the outcome of a relayed command once it is there.
-    pub async fn take_relayed_outcome(
+    /// Takes (and deletes) the outcome of a forwarded command once it is there.
+    pub async fn take_forwarded_outcome(
         &self,
         id: &str,
-    ) -> Result<Option<RelayedOutcome>, StoreError> {
+    ) -> Result<Option<ForwardedOutcome>, StoreError> {
         self.rows(
             "DELETE FROM cluster_commands WHERE id = $1 AND state = 'done' RETURNING result, error",
             vec![id.into()],
@@ -127,16 +130,16 @@ impl Store {
             let result: Option<Vec<u8>> = get(row, 0)?;
             let error: Option<String> = get(row, 1)?;
             Ok(match (result, error) {
-                (Some(bytes), _) => RelayedOutcome::Answered(bytes),
-                (None, why) => RelayedOutcome::Failed(why.unwrap_or_default()),
+                (Some(bytes), _) => ForwardedOutcome::Answered(bytes),
+                (None, why) => ForwardedOutcome::Failed(why.unwrap_or_default()),
             })
         })
         .next()
         .transpose()
     }
 
-    /// Forgets a relayed command (the asker gave up waiting).
-    pub async fn delete_relayed_command(&self, id: &str) -> Result<(), StoreError> {
+    /// Forgets a forwarded command (the asker gave up waiting).
+    pub async fn delete_forwarded_command(&self, id: &str) -> Result<(), StoreError> {
         self.exec(
             "DELETE FROM cluster_commands WHERE id = $1",
             vec![id.into()],
@@ -145,8 +148,8 @@ impl Store {
         Ok(())
     }
 
-    /// Deletes relayed commands created before `before_ms` (whatever their state).
-    pub async fn purge_relayed_commands(&self, before_ms: i64) -> Result<u64, StoreError> {
+    /// Deletes forwarded commands created before `before_ms` (whatever their state).
+    pub async fn purge_forwarded_commands(&self, before_ms: i64) -> Result<u64, StoreError> {
         self.exec(
             "DELETE FROM cluster_commands WHERE created_at < $1",
             vec![before_ms.into()],
