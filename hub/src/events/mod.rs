@@ -41,8 +41,7 @@ pub const MAX_PAGE: usize = 1000;
 /// Largest number of entries per insights list.
 pub const MAX_TOP: usize = 100;
 /// Events added to the text index per transaction while ingest is busy: small, so ingest waits
-/// little for the write lock (indexing runs at ≈ 10,000–20,000 events/s on two cores, so 500 hold
-/// it for tens of ms).
+/// little for the write lock (500 events hold it for tens of milliseconds).
 const TEXT_INDEX_BATCH: usize = 500;
 /// … and while ingest is quiet: larger transactions cost less per event (fewer FTS5 segments to
 /// write and merge) and hold up nobody.

@@ -3,7 +3,7 @@
 //! read stays small however many events there are.
 //!
 //! What is read for days before today is kept in a [`DayCache`]: over 90 days that is tens of
-//! thousands of rollup rows per request (≈ 100 ms over a large fleet), and those days change only
+//! thousands of rollup rows per request (see `bench/README.md`), and those days change only
 //! when an event of a past day arrives late (an agent's spool replayed), which empties the cache,
 //! or retention drops them. Today's part is always read.
 

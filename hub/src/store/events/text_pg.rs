@@ -43,7 +43,7 @@ const BUSY: Duration = Duration::from_millis(10);
 /// Growth of the backlog (event ids per second) above which ingest counts as in a burst.
 const BURST_RATE: f64 = 1_000.0;
 /// How far behind (event ids pending) the indexer lets a burst of ingest get before it indexes
-/// anyway: a search scans the pending events (≈ 2 µs each), so this bounds what that costs.
+/// anyway: a search scans the pending events one by one, so this bounds what that costs.
 const BURST_BACKLOG: i64 = 50_000;
 /// Pause while ingest is in a burst.
 const BURST_WAIT: Duration = Duration::from_millis(500);
@@ -82,8 +82,7 @@ const MAX_WORDS: usize = 3;
 /// looked up (it would read the whole index). Each word is asked for as `%word%`, without the
 /// padded trigrams of the word's edges that the whole pattern would add: those (`"or "` of
 /// "backdoor", in every "… for …" line) are the common ones, and reading their long posting lists
-/// was most of a rare search (14.5 ms of GIN for "xz-backdoor-probe" over 10M events, 2.6 ms as
-/// words). Every event holding the text holds each word, so the candidates are a superset.
+/// would be most of a rare search. Every event holding the text holds each word, so the candidates are a superset.
 fn index_words(stored: &str) -> Vec<String> {
     let mut words: Vec<String> = Vec::new();
     for run in stored.split(|c: char| !c.is_ascii_alphanumeric()) {
