@@ -1,6 +1,6 @@
 //! Measurements of the spool and the relay on this machine (benchmarks, not timed tests: they assert
 //! only correctness and print their figures). Run with
-//! `cargo test -p banhub-tests --test spool_bench -- --ignored --nocapture --test-threads 1`.
+//! `cargo test -p banhub-tests --test bench -- --ignored --nocapture --test-threads 1 spool::`.
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! Measurements of the agent's command layer against a real fail2ban holding 50 jails of 10,000
 //! bans each (a benchmark, not a timed test: it asserts only correctness and prints figures).
 //! Run with
-//! `cargo test --release -p banhub-tests --test agent_commands_bench -- --ignored --nocapture`.
+//! `cargo test --release -p banhub-tests --test bench -- --ignored --nocapture agent_commands::`.
 //!
 //! What it measures, each through `commands::execute` with the context `banhub-agent run`
 //! builds: GetStatus (`status` + `status <jail> short` for every jail on one kept connection),
