@@ -6,125 +6,37 @@ use std::net::SocketAddr;
 
 use banhub::app::App;
 use banhub::config::Config;
+use banhub_tests::TestHub;
+use banhub_tests::client::read_checked as read;
 use banhub_tests::postgres::PostgresServer;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
-struct TestHub {
-    base: String,
-    client: reqwest::Client,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-    dir: tempfile::TempDir,
+/// A hub with a 4 KiB body limit, on `database_url` or else on SQLite.
+async fn start(database_url: Option<String>) -> TestHub {
+    start_in(tempfile::tempdir().expect("tempdir"), database_url).await
 }
 
-impl TestHub {
-    async fn start(database_url: Option<String>) -> Self {
-        Self::start_in(tempfile::tempdir().expect("tempdir"), database_url).await
+/// Like [`start`], with `dir` as the hub's directory (its CA, keys and, on SQLite, its database).
+async fn start_in(dir: tempfile::TempDir, database_url: Option<String>) -> TestHub {
+    let mut builder = TestHub::builder()
+        .dir(dir)
+        .configure(|config| config.http.body_limit_bytes = 4096);
+    if let Some(url) = database_url {
+        builder = builder.database_url(url);
     }
-
-    /// A hub on `dir` as its data directory (its CA, keys and, on SQLite, its database).
-    async fn start_in(dir: tempfile::TempDir, database_url: Option<String>) -> Self {
-        let mut config = Config {
-            data_dir: dir.path().join("data"),
-            ..Config::default()
-        };
-        config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
-        config.grpc.listen = SocketAddr::from(([127, 0, 0, 1], 0));
-        config.http.body_limit_bytes = 4096;
-        if let Some(url) = database_url {
-            config.database.url = url;
-        }
-        // Act as an admin: the hub accepts this token through auth.bootstrap_token_sha256.
-        let admin = banhub_tests::BootstrapToken::generate();
-        config.auth.bootstrap_token_sha256 = admin.sha256.clone();
-        let app = App::build(config).await.expect("hub builds");
-        let base = format!("http://{}", app.http_addr().expect("bound"));
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(app.run(stop.clone()));
-        Self {
-            base,
-            client: banhub_tests::bearer_client(&admin.token).expect("client"),
-            stop,
-            task,
-            dir,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        let response = self
-            .client
-            .post(self.url(path))
-            .json(&body)
-            .send()
-            .await
-            .expect("request");
-        read(response).await
-    }
-
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
-        read(
-            self.client
-                .get(self.url(path))
-                .send()
-                .await
-                .expect("request"),
-        )
-        .await
-    }
-
-    async fn server_names(&self) -> Vec<String> {
-        let (status, body) = self.get("/api/servers").await;
-        assert_eq!(status, StatusCode::OK);
-        body.as_array()
-            .expect("a list")
-            .iter()
-            .map(|s| s["name"].as_str().expect("name").to_owned())
-            .collect()
-    }
-
-    /// Stops the hub and hands back its data directory, for a restart on the same data.
-    async fn shutdown(self) -> tempfile::TempDir {
-        self.stop.cancel();
-        self.task.await.expect("joined").expect("clean stop");
-        self.dir
-    }
+    builder.start().await
 }
 
-async fn read(response: reqwest::Response) -> (StatusCode, Value) {
-    let status = response.status();
-    let problem = response
-        .headers()
-        .get("content-type")
-        .is_some_and(|v| v.as_bytes() == b"application/problem+json");
-    let text = response.text().await.expect("body");
-    let body: Value = if text.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&text).unwrap_or(Value::String(text))
-    };
-    if !status.is_success() {
-        assert!(problem, "error {status} is not problem+json: {body}");
-        assert_eq!(body["status"], status.as_u16(), "{body}");
-        assert!(body["code"].is_string(), "{body}");
-        assert!(
-            body["type"]
-                .as_str()
-                .is_some_and(|t| t.starts_with("urn:banhub:problem:")),
-            "{body}"
-        );
-    }
-    (status, body)
+/// The names of every registered server.
+async fn server_names(hub: &TestHub) -> Vec<String> {
+    let servers = hub.api.servers().await.expect("the servers");
+    servers.into_iter().map(|s| s.name).collect()
 }
 
 #[tokio::test]
 async fn create_list_get_delete_server() {
-    let hub = TestHub::start(None).await;
+    let hub = start(None).await;
     let (status, created) = hub
         .post(
             "/api/servers",
@@ -148,7 +60,7 @@ async fn create_list_get_delete_server() {
     let (status, one) = hub.get(&format!("/api/servers/{id}")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(one["name"], "web-1");
-    assert_eq!(hub.server_names().await, vec!["web-1"]);
+    assert_eq!(server_names(&hub).await, vec!["web-1"]);
 
     // A connection test of a server no agent enrolled for says so.
     let (status, problem) = hub
@@ -158,13 +70,13 @@ async fn create_list_get_delete_server() {
     assert_eq!(problem["code"], "agent_not_enrolled");
 
     let response = hub
-        .client
+        .client()
         .delete(hub.url(&format!("/api/servers/{id}")))
         .send()
         .await
         .expect("delete");
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
-    assert!(hub.server_names().await.is_empty());
+    assert!(server_names(&hub).await.is_empty());
     let (status, problem) = hub.get(&format!("/api/servers/{id}")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(problem["code"], "unknown_server");
@@ -173,7 +85,7 @@ async fn create_list_get_delete_server() {
 
 #[tokio::test]
 async fn bad_input_is_a_clear_4xx_and_changes_nothing() {
-    let hub = TestHub::start(None).await;
+    let hub = start(None).await;
     let (status, _) = hub.post("/api/servers", json!({"name": "web-1"})).await;
     assert_eq!(status, StatusCode::CREATED);
 
@@ -252,7 +164,7 @@ async fn bad_input_is_a_clear_4xx_and_changes_nothing() {
 
     // Not JSON at all, the wrong media type, a body over the limit.
     let raw = |body: String, content_type: &'static str| {
-        hub.client
+        hub.client()
             .post(hub.url("/api/servers"))
             .header("content-type", content_type)
             .body(body)
@@ -290,13 +202,13 @@ async fn bad_input_is_a_clear_4xx_and_changes_nothing() {
     let (status, _) = hub.get("/api/no-such-thing").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
-    assert_eq!(hub.server_names().await, vec!["web-1"], "nothing changed");
+    assert_eq!(server_names(&hub).await, vec!["web-1"], "nothing changed");
     hub.shutdown().await;
 }
 
 #[tokio::test]
 async fn openapi_health_and_metrics() {
-    let hub = TestHub::start(None).await;
+    let hub = start(None).await;
     let (status, doc) = hub.get("/api/openapi.json").await;
     assert_eq!(status, StatusCode::OK);
     let paths = doc["paths"].as_object().expect("paths");
@@ -317,7 +229,7 @@ async fn openapi_health_and_metrics() {
 
     // The docs page and its assets are served by the hub itself (works offline).
     let page = hub
-        .client
+        .client()
         .get(hub.url("/api/docs/"))
         .send()
         .await
@@ -329,7 +241,7 @@ async fn openapi_health_and_metrics() {
         "the docs page must not load from a CDN"
     );
     let script = hub
-        .client
+        .client()
         .get(hub.url("/api/docs/swagger-ui-bundle.js"))
         .send()
         .await
@@ -344,7 +256,7 @@ async fn openapi_health_and_metrics() {
     assert_eq!(ready["database"], "sqlite");
 
     let metrics = hub
-        .client
+        .client()
         .get(hub.url("/metrics"))
         .send()
         .await
@@ -360,7 +272,7 @@ async fn openapi_health_and_metrics() {
 async fn the_api_works_on_postgres_too() {
     let pg = PostgresServer::start().expect("PostgreSQL");
     let url = pg.create_database("api").expect("database");
-    let hub = TestHub::start(Some(url.clone())).await;
+    let hub = start(Some(url.clone())).await;
     let (status, _) = hub.post("/api/servers", json!({"name": "pg-1"})).await;
     assert_eq!(status, StatusCode::CREATED);
     let (status, _) = hub.post("/api/servers", json!({"name": "pg-1"})).await;
@@ -370,8 +282,8 @@ async fn the_api_works_on_postgres_too() {
     let dir = hub.shutdown().await;
 
     // The hub started again on the same database sees what it stored before.
-    let hub = TestHub::start_in(dir, Some(url.clone())).await;
-    assert_eq!(hub.server_names().await, vec!["pg-1"]);
+    let hub = start_in(dir, Some(url.clone())).await;
+    assert_eq!(server_names(&hub).await, vec!["pg-1"]);
     hub.shutdown().await;
 
     // A hub with a CA of its own is refused on a database whose hubs share another CA: the agents
@@ -410,22 +322,22 @@ fn assert_unknown_server(status: StatusCode, problem: &Value, sent: &str) {
 
 #[tokio::test]
 async fn a_method_a_route_does_not_serve_is_a_405_naming_the_methods_it_does() {
-    let hub = TestHub::start(None).await;
+    let hub = start(None).await;
     let (status, created) = hub.post("/api/servers", json!({"name": "web-1"})).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = created["server"]["id"].as_str().expect("id").to_owned();
     let cases = [
         (
-            hub.client.delete(hub.url("/api/servers")),
+            hub.client().delete(hub.url("/api/servers")),
             "GET, HEAD, POST",
         ),
         (
-            hub.client.put(hub.url(&format!("/api/servers/{id}"))),
+            hub.client().put(hub.url(&format!("/api/servers/{id}"))),
             "GET, HEAD, DELETE",
         ),
-        (hub.client.get(hub.url("/api/bandaemon/restart")), "POST"),
-        (hub.client.post(hub.url("/api/openapi.json")), "GET, HEAD"),
-        (hub.client.post(hub.url("/healthz")), "GET, HEAD"),
+        (hub.client().get(hub.url("/api/bandaemon/restart")), "POST"),
+        (hub.client().post(hub.url("/api/openapi.json")), "GET, HEAD"),
+        (hub.client().post(hub.url("/healthz")), "GET, HEAD"),
     ];
     for (request, allow) in cases {
         let (status, problem, headers) = send(request).await;
@@ -441,13 +353,13 @@ async fn a_method_a_route_does_not_serve_is_a_405_naming_the_methods_it_does() {
     // A path no route serves is still a 404, and the refused requests changed nothing.
     let (status, _) = hub.get("/api/no-such-thing").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    assert_eq!(hub.server_names().await, vec!["web-1"]);
+    assert_eq!(server_names(&hub).await, vec!["web-1"]);
     hub.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_server_is_named_by_id_or_name_alike_and_an_unknown_one_is_named_back() {
-    let hub = TestHub::start(None).await;
+    let hub = start(None).await;
     let (status, created) = hub.post("/api/servers", json!({"name": "web-1"})).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = created["server"]["id"].as_str().expect("id").to_owned();
@@ -496,7 +408,7 @@ async fn a_server_is_named_by_id_or_name_alike_and_an_unknown_one_is_named_back(
     // In the `X-BanDaemon-Server` header: the server is found (its agent has not enrolled), or
     // the name is sent back.
     let restart = |server: &str| {
-        hub.client
+        hub.client()
             .post(hub.url("/api/bandaemon/restart"))
             .header("X-BanDaemon-Server", server)
     };
@@ -515,10 +427,10 @@ async fn a_server_is_named_by_id_or_name_alike_and_an_unknown_one_is_named_back(
 
 #[tokio::test]
 async fn the_restart_body_is_optional_and_read_like_every_other_body() {
-    let hub = TestHub::start(None).await;
+    let hub = start(None).await;
     let (status, _) = hub.post("/api/servers", json!({"name": "web-1"})).await;
     assert_eq!(status, StatusCode::CREATED);
-    let restart = || hub.client.post(hub.url("/api/bandaemon/restart"));
+    let restart = || hub.client().post(hub.url("/api/bandaemon/restart"));
     // No body, or an empty object: the request is read and reaches the (absent) agent.
     for request in [
         restart(),
@@ -561,7 +473,7 @@ async fn the_restart_body_is_optional_and_read_like_every_other_body() {
 
 #[tokio::test]
 async fn direct_callbacks_show_their_server_as_reporting_and_unbans_carry_no_failures() {
-    let hub = TestHub::start(None).await;
+    let hub = start(None).await;
     let (status, created) = hub.post("/api/servers", json!({"name": "edge-1"})).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     assert_eq!(created["server"]["status"], "pending");

@@ -6,10 +6,8 @@
 use banhub_tests::backends::{Backend, TestDatabase, create_server, store_pages};
 use banhub_tests::on_both_backends;
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use banhub::app::{App, AppState};
 use banhub::config::Config;
 use banhub::domain::events::{
     BanDuration, BanFacts, EventBody, EventFilter, EventKind, EventSource, GapFacts, GapReason,
@@ -17,98 +15,50 @@ use banhub::domain::events::{
 };
 use banhub::domain::{AgentId, ServerId};
 use banhub::store::Store;
-use banhub_tests::PostgresServer;
+use banhub_tests::TestHub;
+use banhub_tests::client::read_checked as read;
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 const HOUR: i64 = 3_600_000;
 const DAY: i64 = 24 * HOUR;
 
-struct TestHub {
-    base: String,
-    client: reqwest::Client,
-    state: AppState,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-    _dir: tempfile::TempDir,
-    _postgres: Option<PostgresServer>,
+/// A hub on `backend`; the pool is kept small so that tests see the backends under contention.
+async fn start(backend: Backend) -> TestHub {
+    start_with(backend, |_| {}).await
 }
 
-impl TestHub {
-    async fn start(backend: Backend) -> Self {
-        Self::start_with(backend, |_| {}).await
-    }
+/// Like [`start`], with `adjust` applied to the configuration.
+async fn start_with(backend: Backend, adjust: impl FnOnce(&mut Config) + 'static) -> TestHub {
+    TestHub::builder()
+        .backend(backend)
+        .configure(|config| config.database.max_connections = 4)
+        .configure(adjust)
+        .start()
+        .await
+}
 
-    async fn start_with(backend: Backend, adjust: impl FnOnce(&mut Config)) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut config = Config {
-            data_dir: dir.path().join("data"),
-            ..Config::default()
-        };
-        config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
-        config.grpc.listen = SocketAddr::from(([127, 0, 0, 1], 0));
-        config.database.max_connections = 4;
-        let postgres = match backend {
-            Backend::Sqlite => None,
-            Backend::Postgres => {
-                let server = PostgresServer::start()
-                    .unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e:#}"));
-                config.database.url = server
-                    .create_database("banhub_events")
-                    .unwrap_or_else(|e| panic!("{e:#}\n{}", server.logs()));
-                Some(server)
-            }
-        };
-        adjust(&mut config);
-        // Act as an admin: the hub accepts this token through auth.bootstrap_token_sha256.
-        let admin = banhub_tests::BootstrapToken::generate();
-        config.auth.bootstrap_token_sha256 = admin.sha256.clone();
-        let app = App::build(config).await.expect("hub builds");
-        let base = format!("http://{}", app.http_addr().expect("bound"));
-        let state = app.state().clone();
-        assert_eq!(
-            state.store.backend_name(),
-            match backend {
-                Backend::Sqlite => "sqlite",
-                Backend::Postgres => "postgres",
-            }
-        );
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(app.run(stop.clone()));
-        Self {
-            base,
-            client: banhub_tests::bearer_client(&admin.token).expect("client"),
-            state,
-            stop,
-            task,
-            _dir: dir,
-            _postgres: postgres,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
-        let response = self.client.get(self.url(path)).send().await.expect("GET");
-        read(response).await
-    }
-
+/// What these tests do to a hub beside its API.
+trait EventHub {
     /// A registered server.
+    async fn server(&self, name: &str) -> ServerId;
+    /// Ingests `batch` as `agent` of `server` would send it.
+    async fn ingest(
+        &self,
+        server: ServerId,
+        agent: AgentId,
+        epoch: u64,
+        batch: Vec<(u64, NewEvent)>,
+    ) -> u64;
+    /// Every event matching `query`, walking the pages `page` at a time.
+    async fn all(&self, query: &str, page: usize) -> Vec<Value>;
+}
+
+impl EventHub for TestHub {
     async fn server(&self, name: &str) -> ServerId {
-        let response = self
-            .client
-            .post(self.url("/api/servers"))
-            .json(&json!({"name": name}))
-            .send()
-            .await
-            .expect("POST");
-        let (status, body) = read(response).await;
-        assert_eq!(status, StatusCode::CREATED, "{body}");
-        ServerId::parse(body["server"]["id"].as_str().expect("id")).expect("server id")
+        let created = self.api.create_server(name).await.expect("a server");
+        ServerId::parse(&created.server.id).expect("server id")
     }
 
     async fn ingest(
@@ -125,54 +75,12 @@ impl TestHub {
             .expect("ingest")
     }
 
-    /// Every event matching `query`, walking the pages `page` at a time.
     async fn all(&self, query: &str, page: usize) -> Vec<Value> {
-        let mut out = Vec::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..10_000 {
-            let mut path = format!("/api/events/bans?limit={page}");
-            if !query.is_empty() {
-                path.push('&');
-                path.push_str(query);
-            }
-            if let Some(c) = &cursor {
-                path.push_str(&format!("&cursor={c}"));
-            }
-            let (status, body) = self.get(&path).await;
-            assert_eq!(status, StatusCode::OK, "{path}: {body}");
-            let events = body["events"].as_array().expect("events");
-            assert!(events.len() <= page);
-            out.extend(events.iter().cloned());
-            match body["nextCursor"].as_str() {
-                Some(next) => {
-                    assert_eq!(events.len(), page, "a full page before a next cursor");
-                    cursor = Some(next.to_owned());
-                }
-                None => return out,
-            }
-        }
-        panic!("paging did not end");
+        self.api
+            .all_events_json(query, page)
+            .await
+            .unwrap_or_else(|e| panic!("{query}: {e}"))
     }
-
-    async fn shutdown(self) {
-        self.stop.cancel();
-        self.task.await.expect("joined").expect("clean stop");
-    }
-}
-
-async fn read(response: reqwest::Response) -> (StatusCode, Value) {
-    let status = response.status();
-    let problem = response
-        .headers()
-        .get("content-type")
-        .is_some_and(|v| v.as_bytes() == b"application/problem+json");
-    let text = response.text().await.expect("body");
-    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    if !status.is_success() {
-        assert!(problem, "error {status} is not problem+json: {body}");
-        assert_eq!(body["status"], status.as_u16(), "{body}");
-    }
-    (status, body)
 }
 
 fn at(ms: i64) -> DateTime<Utc> {
@@ -217,7 +125,7 @@ fn numbered(first: u64, events: Vec<NewEvent>) -> Vec<(u64, NewEvent)> {
 }
 
 async fn bans_are_tallied_per_network_over_every_address(backend: Backend) {
-    let hub = TestHub::start(backend).await;
+    let hub = start(backend).await;
     let (a, b) = (hub.server("net-a").await, hub.server("net-b").await);
     let t = 1_790_000_000_000;
     let (agent_a, agent_b) = (AgentId::new(), AgentId::new());
@@ -320,7 +228,7 @@ on_both_backends!(
 );
 
 async fn ingest_is_idempotent_and_moves_the_cursor(backend: Backend) {
-    let hub = TestHub::start(backend).await;
+    let hub = start(backend).await;
     let server = hub.server("web-1").await;
     let agent = AgentId::new();
     let events = &hub.state.events;
@@ -418,7 +326,7 @@ async fn ingest_is_idempotent_and_moves_the_cursor(backend: Backend) {
 }
 
 async fn filters_and_paging(backend: Backend) {
-    let hub = TestHub::start(backend).await;
+    let hub = start(backend).await;
     let servers = [hub.server("web-1").await, hub.server("web-2").await];
     let agents = [AgentId::new(), AgentId::new()];
     let jails = ["sshd", "nginx-http-auth", "postfix"];
@@ -609,7 +517,7 @@ async fn filters_and_paging(backend: Backend) {
         "/api/events/bans.csv?jail=sshd",
         "/api/events/bans?format=csv&jail=sshd&limit=100000",
     ] {
-        let response = hub.client.get(hub.url(path)).send().await.expect("GET");
+        let response = hub.client().get(hub.url(path)).send().await.expect("GET");
         assert_eq!(response.status(), StatusCode::OK, "{path}");
         assert!(
             response.headers()["content-type"]
@@ -624,7 +532,7 @@ async fn filters_and_paging(backend: Backend) {
         assert!(rows[1..].iter().all(|r| r.contains(",sshd,")));
     }
     let text = hub
-        .client
+        .client()
         .get(hub.url("/api/events/bans.csv?limit=10"))
         .send()
         .await
@@ -641,7 +549,7 @@ fn urlencode(s: &str) -> String {
 }
 
 async fn stats_and_insights_match_what_was_stored(backend: Backend) {
-    let hub = TestHub::start(backend).await;
+    let hub = start(backend).await;
     let (a, b) = (hub.server("web-a").await, hub.server("web-b").await);
     let (agent_a, agent_b) = (AgentId::new(), AgentId::new());
     // Three days back from the start of this hour, so day buckets and edge hours both count.
@@ -882,13 +790,13 @@ async fn next_sse(response: &mut reqwest::Response, buffer: &mut String) -> (i64
 }
 
 async fn live_stream_sends_committed_events(backend: Backend) {
-    let hub = TestHub::start(backend).await;
+    let hub = start(backend).await;
     let server = hub.server("web-1").await;
     let agent = AgentId::new();
     let t = now_ms();
 
     let mut all = hub
-        .client
+        .client()
         .get(hub.url("/api/events/stream"))
         .send()
         .await
@@ -900,7 +808,7 @@ async fn live_stream_sends_committed_events(backend: Backend) {
             .is_ok_and(|t| t.starts_with("text/event-stream"))
     );
     let mut nginx_only = hub
-        .client
+        .client()
         .get(hub.url("/api/events/stream?jail=nginx"))
         .send()
         .await
@@ -934,7 +842,7 @@ async fn live_stream_sends_committed_events(backend: Backend) {
     hub.ingest(server, agent, 1, vec![(3, ban("192.0.2.3", "sshd", t + 2))])
         .await;
     let mut resumed = hub
-        .client
+        .client()
         .get(hub.url("/api/events/stream"))
         .header("Last-Event-ID", first_id.to_string())
         .send()
@@ -963,7 +871,7 @@ async fn live_stream_sends_committed_events(backend: Backend) {
 }
 
 async fn direct_callbacks_need_the_servers_secret(backend: Backend) {
-    let hub = TestHub::start(backend).await;
+    let hub = start(backend).await;
     let (a, b) = (hub.server("direct-a").await, hub.server("direct-b").await);
     let events = &hub.state.events;
     let secret_a = events
@@ -987,7 +895,7 @@ async fn direct_callbacks_need_the_servers_secret(backend: Backend) {
 
     let post = |path: &'static str, secret: Option<String>, body: String| {
         let mut request = hub
-            .client
+            .client()
             .post(hub.url(path))
             .header("content-type", "application/json")
             .body(body);
@@ -1127,7 +1035,7 @@ async fn direct_callbacks_need_the_servers_secret(backend: Backend) {
     assert_eq!(body["serverId"], a.to_string());
     // Any content type: fail2ban's curl may not say JSON.
     let response = hub
-        .client
+        .client()
         .post(hub.url("/api/ban"))
         .header("X-Callback-Secret", secret_b)
         .header("content-type", "application/x-www-form-urlencoded")
@@ -1142,7 +1050,7 @@ async fn direct_callbacks_need_the_servers_secret(backend: Backend) {
 }
 
 async fn retention_prunes_old_events(backend: Backend) {
-    let hub = TestHub::start_with(backend, |c| c.events.retention_days = 30).await;
+    let hub = start_with(backend, |c| c.events.retention_days = 30).await;
     let server = hub.server("web-1").await;
     let agent = AgentId::new();
     let now = now_ms();
@@ -1198,7 +1106,7 @@ async fn retention_prunes_old_events(backend: Backend) {
     assert_eq!((again.events, again.addresses), (0, 0));
 
     // With retention off nothing is pruned.
-    let keep = TestHub::start_with(backend, |c| c.events.retention_days = 0).await;
+    let keep = start_with(backend, |c| c.events.retention_days = 0).await;
     let server = keep.server("web-1").await;
     keep.ingest(
         server,
@@ -1215,7 +1123,7 @@ async fn retention_prunes_old_events(backend: Backend) {
 }
 
 async fn often_banned_addresses_rank_first(backend: Backend) {
-    let hub = TestHub::start(backend).await;
+    let hub = start(backend).await;
     let server = hub.server("web-1").await;
     let t = now_ms() - HOUR;
     let mut events = Vec::new();
@@ -1571,7 +1479,7 @@ async fn network_pages_are_those_of_the_plain_filter(backend: Backend) {
 /// Stats and insights over past days are kept between requests (SQLite); an event of a past day
 /// that arrives late (a replayed spool) must show in the next answer, like a fresh read.
 async fn stats_of_past_days_follow_late_events(backend: Backend) {
-    let hub = TestHub::start(backend).await;
+    let hub = start(backend).await;
     let (a, b) = (hub.server("late-a").await, hub.server("late-b").await);
     let (agent_a, agent_b) = (AgentId::new(), AgentId::new());
     let day0 = now_ms().div_euclid(DAY) * DAY;
