@@ -1,12 +1,11 @@
 //! Control of fail2ban through the hub and the agents, end to end: two real fail2ban sandboxes enrolled
 //! as two servers, every request through the REST API, every effect checked in fail2ban itself.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use banhub_tests::agent::AgentProcess;
+use banhub_tests::TestFleet;
 use banhub_tests::fail2ban::Fail2banSandbox;
+use banhub_tests::fleet::snapshot;
 use banhub_tests::hub::HubProcess;
 use banhub_tests::wait::wait_for_async;
 use reqwest::StatusCode;
@@ -14,69 +13,11 @@ use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 
-/// A hub with servers `alpha` and `beta`, each an agent beside its own fail2ban sandbox.
-struct Fleet {
-    hub: HubProcess,
-    hosts: Vec<Host>,
-    _state: tempfile::TempDir,
-}
-
-struct Host {
-    id: String,
-    sandbox: Fail2banSandbox,
-    agent: AgentProcess,
-}
-
-impl Fleet {
-    async fn start(names: &[&str]) -> Self {
-        let hub = HubProcess::builder()
-            .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
-            .start()
-            .expect("hub starts");
-        let state = tempfile::tempdir().expect("tempdir");
-        let mut hosts = Vec::new();
-        for name in names {
-            let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
-            let (status, created) = post(&hub, "/api/servers", None, json!({ "name": name })).await;
-            assert_eq!(status, StatusCode::CREATED, "{created}");
-            let id = created["server"]["id"].as_str().expect("id").to_owned();
-            let token = created["enrollment"]["token"].as_str().expect("token");
-            let dir = state.path().join(name);
-            let out = AgentProcess::enroll(token, &dir).expect("enroll runs");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let agent = AgentProcess::start(
-                &dir,
-                &sandbox.socket_path(),
-                &sandbox.conf_dir(),
-                &[("BANHUB_AGENT_LINK__BACKOFF_MAX_MS", "1000")],
-            )
-            .expect("agent starts");
-            hosts.push(Host { id, sandbox, agent });
-        }
-        let fleet = Self {
-            hub,
-            hosts,
-            _state: state,
-        };
-        for host in &fleet.hosts {
-            let id = host.id.clone();
-            wait_for_async(DEADLINE, "the agent to come online", || async {
-                let (_, server) = get(&fleet.hub, &format!("/api/servers/{id}"), None).await;
-                (server["status"] == "online").then_some(())
-            })
-            .await
-            .unwrap_or_else(|e| panic!("{e}\n{}\n{}", fleet.hub.logs(), host.agent.logs()));
-        }
-        fleet
-    }
-
-    fn host(&self, i: usize) -> &Host {
-        &self.hosts[i]
-    }
+/// A hub with a server per name, each an agent beside its own fail2ban sandbox, all online.
+async fn start(names: &[&str]) -> TestFleet {
+    TestFleet::start(names)
+        .await
+        .unwrap_or_else(|e| panic!("the fleet starts: {e:#}"))
 }
 
 async fn send(request: reqwest::RequestBuilder, server: Option<&str>) -> (StatusCode, Value) {
@@ -112,26 +53,9 @@ fn banned_in(sandbox: &Fail2banSandbox, jail: &str) -> String {
         .expect("fail2ban answers")
 }
 
-/// Every file of a config dir with its bytes, to prove a refused request changed nothing.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).expect("read_dir") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                files.insert(path.clone(), std::fs::read(&path).expect("read"));
-            }
-        }
-    }
-    files
-}
-
 #[tokio::test]
 async fn the_header_routes_to_the_right_server() {
-    let fleet = Fleet::start(&["alpha", "beta"]).await;
+    let fleet = start(&["alpha", "beta"]).await;
     let (alpha, beta) = (fleet.host(0), fleet.host(1));
 
     let (status, outcome) = post(
@@ -189,7 +113,7 @@ async fn the_header_routes_to_the_right_server() {
 
 #[tokio::test]
 async fn a_log_burst_bans_an_ip_that_shows_in_summary_and_banned_list() {
-    let fleet = Fleet::start(&["alpha"]).await;
+    let fleet = start(&["alpha"]).await;
     let host = fleet.host(0);
     let log = host.sandbox.log_path("testauth");
     host.sandbox
@@ -226,7 +150,7 @@ async fn a_log_burst_bans_an_ip_that_shows_in_summary_and_banned_list() {
 
 #[tokio::test]
 async fn manual_bans_paging_and_unbans_reach_fail2ban() {
-    let fleet = Fleet::start(&["alpha"]).await;
+    let fleet = start(&["alpha"]).await;
     let host = fleet.host(0);
     let server = Some(host.id.as_str());
     for i in 1..=12 {
@@ -314,7 +238,7 @@ async fn manual_bans_paging_and_unbans_reach_fail2ban() {
 
 #[tokio::test]
 async fn enabling_a_jail_with_a_broken_filter_is_refused_and_nothing_changes() {
-    let fleet = Fleet::start(&["alpha"]).await;
+    let fleet = start(&["alpha"]).await;
     let host = fleet.host(0);
     let server = Some(host.id.as_str());
     let conf = host.sandbox.conf_dir();
@@ -403,7 +327,7 @@ async fn enabling_a_jail_with_a_broken_filter_is_refused_and_nothing_changes() {
 
 #[tokio::test]
 async fn jail_config_is_versioned_validated_and_applied() {
-    let fleet = Fleet::start(&["alpha"]).await;
+    let fleet = start(&["alpha"]).await;
     let host = fleet.host(0);
     let server = Some(host.id.as_str());
     let (status, config) = get(&fleet.hub, "/api/jails/testauth/config", server).await;
@@ -474,7 +398,7 @@ async fn jail_config_is_versioned_validated_and_applied() {
 
 #[tokio::test]
 async fn filter_test_and_restart() {
-    let fleet = Fleet::start(&["alpha"]).await;
+    let fleet = start(&["alpha"]).await;
     let server = Some(fleet.host(0).id.as_str());
     let (status, filters) = get(&fleet.hub, "/api/filters", server).await;
     assert_eq!(status, StatusCode::OK, "{filters}");
@@ -550,7 +474,7 @@ async fn filter_test_and_restart() {
 
 #[tokio::test]
 async fn attacks_are_refused_without_side_effects() {
-    let fleet = Fleet::start(&["alpha"]).await;
+    let fleet = start(&["alpha"]).await;
     let host = fleet.host(0);
     let server = Some(host.id.as_str());
     let conf = host.sandbox.conf_dir();
@@ -652,7 +576,7 @@ async fn attacks_are_refused_without_side_effects() {
 
 #[tokio::test]
 async fn allowlists_round_trip_and_an_offline_agent_is_a_503() {
-    let mut fleet = Fleet::start(&["alpha"]).await;
+    let mut fleet = start(&["alpha"]).await;
     let server_id = fleet.host(0).id.clone();
     let server = Some(server_id.as_str());
     let (status, list) = get(&fleet.hub, "/api/jails/testauth/ignoreip", server).await;

@@ -4,90 +4,43 @@
 
 use std::time::Duration;
 
-use banhub_tests::agent::AgentProcess;
-use banhub_tests::enrolled::EnrolledAgent;
+use banhub_tests::TestFleet;
+use banhub_tests::client::ServerStatus;
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubProcess;
-use banhub_tests::wait::{wait_for_async, wait_until_async};
+use banhub_tests::wait::wait_for_async;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
-struct Host {
-    name: String,
-    id: String,
-    sandbox: Fail2banSandbox,
-    agent: AgentProcess,
-    _state: tempfile::TempDir,
-}
-
-struct Fleet {
-    hub: HubProcess,
-    hosts: Vec<Host>,
-}
-
-impl Fleet {
-    async fn start(names: &[(&str, &str)]) -> Self {
-        let hub = HubProcess::builder()
-            .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
-            .env("BANHUB_CLUSTER__SWEEP_INTERVAL_MS", "200")
-            .start()
-            .expect("hub starts");
-        let mut hosts = Vec::new();
-        for (name, env) in names {
-            let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
-            let EnrolledAgent {
-                server_id: id,
-                agent,
-                state,
-            } = EnrolledAgent::register(&hub.client(), &hub.url(""), name, &sandbox, &[])
-                .await
-                .expect("agent enrolled and started");
-            // Labels are set afterwards, the way an operator regroups servers.
-            let (status, labels) = call(
-                &hub,
-                "PUT",
-                &format!("/api/servers/{id}/labels"),
-                Some(json!({"labels": {"env": env}})),
-            )
-            .await;
-            assert_eq!(status, StatusCode::OK, "{labels}");
-            assert_eq!(labels["labels"]["env"], *env);
-            hosts.push(Host {
-                name: (*name).to_owned(),
-                id,
-                sandbox,
-                agent,
-                _state: state,
-            });
-        }
-        let fleet = Self { hub, hosts };
-        for host in &fleet.hosts {
-            fleet.wait_status(host, "online").await;
-        }
-        fleet
+/// A hub (sweeping its command queue every 200 ms) with one server per `(name, env)`, each an
+/// agent beside its own fail2ban sandbox, online and labelled `env`.
+async fn start(names: &[(&str, &str)]) -> TestFleet {
+    let hub = TestFleet::hub_builder()
+        .env("BANHUB_CLUSTER__SWEEP_INTERVAL_MS", "200")
+        .start()
+        .expect("hub starts");
+    let mut fleet = TestFleet::on(hub);
+    for (name, env) in names {
+        let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
+        let host = fleet
+            .add_host(name, sandbox, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{name} comes online: {e:#}"));
+        let id = host.id.clone();
+        // Labels are set afterwards, the way an operator regroups servers.
+        let (status, labels) = call(
+            &fleet.hub,
+            "PUT",
+            &format!("/api/servers/{id}/labels"),
+            Some(json!({"labels": {"env": env}})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{labels}");
+        assert_eq!(labels["labels"]["env"], *env);
     }
-
-    async fn wait_status(&self, host: &Host, want: &str) {
-        let path = format!("/api/servers/{}", host.id);
-        wait_until_async(DEADLINE, "the server's status", || async {
-            call(&self.hub, "GET", &path, None).await.1["status"] == want
-        })
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{} {want}: {e}\n{}\n{}",
-                host.name,
-                self.hub.logs(),
-                host.agent.logs()
-            )
-        });
-    }
-
-    fn host(&self, name: &str) -> &Host {
-        self.hosts.iter().find(|h| h.name == name).expect("host")
-    }
+    fleet
 }
 
 async fn call(
@@ -130,7 +83,7 @@ fn target<'a>(action: &'a Value, name: &str) -> &'a Value {
 
 #[tokio::test]
 async fn a_fleet_ban_over_a_label_selector_reports_each_server() {
-    let fleet = Fleet::start(&[("web-0", "prod"), ("web-1", "prod"), ("db-0", "staging")]).await;
+    let fleet = start(&[("web-0", "prod"), ("web-1", "prod"), ("db-0", "staging")]).await;
     let hub = &fleet.hub;
 
     let (status, action) = call(
@@ -153,11 +106,11 @@ async fn a_fleet_ban_over_a_label_selector_reports_each_server() {
         assert_eq!(t["changed"], true, "{t}");
         assert_eq!(t["jails"], json!(["testauth"]), "{t}");
         assert!(
-            banned_in(&fleet.host(name).sandbox).contains("192.0.2.20"),
+            banned_in(&fleet.host_named(name).sandbox).contains("192.0.2.20"),
             "{name}"
         );
     }
-    assert!(!banned_in(&fleet.host("db-0").sandbox).contains("192.0.2.20"));
+    assert!(!banned_in(&fleet.host_named("db-0").sandbox).contains("192.0.2.20"));
     assert_eq!(action["counts"], json!({"done": 2}));
 
     // The stored record says the same, and the listing counts it.
@@ -245,7 +198,7 @@ async fn a_fleet_ban_over_a_label_selector_reports_each_server() {
     let (status, _) = call(
         hub,
         "PUT",
-        &format!("/api/servers/{}/labels", fleet.host("web-0").id),
+        &format!("/api/servers/{}/labels", fleet.host_named("web-0").id),
         Some(json!({"labels": {"bad key": "x"}})),
     )
     .await;
@@ -253,7 +206,7 @@ async fn a_fleet_ban_over_a_label_selector_reports_each_server() {
     let (_, server) = call(
         hub,
         "GET",
-        &format!("/api/servers/{}", fleet.host("web-0").id),
+        &format!("/api/servers/{}", fleet.host_named("web-0").id),
         None,
     )
     .await;
@@ -262,7 +215,7 @@ async fn a_fleet_ban_over_a_label_selector_reports_each_server() {
 
 #[tokio::test]
 async fn commands_for_an_offline_agent_wait_for_it_or_expire() {
-    let mut fleet = Fleet::start(&[("web-0", "prod"), ("web-1", "edge")]).await;
+    let mut fleet = start(&[("web-0", "prod"), ("web-1", "edge")]).await;
     {
         let host = fleet
             .hosts
@@ -271,7 +224,9 @@ async fn commands_for_an_offline_agent_wait_for_it_or_expire() {
             .expect("host");
         host.agent.stop().expect("agent stops");
     }
-    fleet.wait_status(fleet.host("web-1"), "offline").await;
+    fleet
+        .wait_status(fleet.host_named("web-1"), ServerStatus::Offline)
+        .await;
 
     let (status, queued) = call(
         &fleet.hub,
@@ -283,7 +238,7 @@ async fn commands_for_an_offline_agent_wait_for_it_or_expire() {
     assert_eq!(status, StatusCode::CREATED, "{queued}");
     assert_eq!(target(&queued, "web-0")["state"], "done", "{queued}");
     assert_eq!(target(&queued, "web-1")["state"], "queued", "{queued}");
-    assert!(!banned_in(&fleet.host("web-1").sandbox).contains("192.0.2.30"));
+    assert!(!banned_in(&fleet.host_named("web-1").sandbox).contains("192.0.2.30"));
 
     // Another one for the offline server with a deadline of two seconds: it expires.
     let (status, expiring) = call(
@@ -330,15 +285,15 @@ async fn commands_for_an_offline_agent_wait_for_it_or_expire() {
         panic!(
             "{e}\n{}\n{}",
             fleet.hub.logs(),
-            fleet.host("web-1").agent.logs()
+            fleet.host_named("web-1").agent.logs()
         )
     });
     let t = target(&delivered, "web-1");
     assert_eq!(t["changed"], true, "{t}");
     assert!(t["deliveredAt"].is_string(), "{t}");
     assert_eq!(delivered["counts"], json!({"done": 2}));
-    assert!(banned_in(&fleet.host("web-1").sandbox).contains("192.0.2.30"));
-    assert!(!banned_in(&fleet.host("web-1").sandbox).contains("192.0.2.31"));
+    assert!(banned_in(&fleet.host_named("web-1").sandbox).contains("192.0.2.30"));
+    assert!(!banned_in(&fleet.host_named("web-1").sandbox).contains("192.0.2.31"));
     let (_, still) = call(&fleet.hub, "GET", &expiring_path, None).await;
     assert_eq!(target(&still, "web-1")["state"], "expired");
 }

@@ -4,12 +4,11 @@
 //! real SMTP server (maildev) or fails with an actionable code, retention set in the settings
 //! prunes, and fail2ban defaults are pushed to two real fail2ban sandboxes through their agents.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use banhub_tests::agent::AgentProcess;
-use banhub_tests::fail2ban::Fail2banSandbox;
+use banhub_tests::TestFleet;
+use banhub_tests::fleet::snapshot;
 use banhub_tests::hub::HubProcess;
 use banhub_tests::hub::{api_get as get, api_post as post, send_json as send};
 use banhub_tests::smtp::SmtpServer;
@@ -409,92 +408,16 @@ async fn the_test_email_arrives_and_failures_say_what_to_fix() {
 }
 
 /// A hub with servers, each an agent beside its own fail2ban sandbox.
-struct Fleet {
-    hub: HubProcess,
-    hosts: Vec<Host>,
-    _state: tempfile::TempDir,
-}
-
-struct Host {
-    id: String,
-    name: String,
-    sandbox: Fail2banSandbox,
-    agent: AgentProcess,
-}
-
-impl Fleet {
-    async fn start(names: &[&str]) -> Self {
-        let hub = HubProcess::builder()
-            .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
-            .start()
-            .expect("hub starts");
-        let state = tempfile::tempdir().expect("tempdir");
-        let mut hosts = Vec::new();
-        for name in names {
-            let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
-            let (status, created) = post(&hub, "/api/servers", json!({ "name": name })).await;
-            assert_eq!(status, StatusCode::CREATED, "{created}");
-            let id = created["server"]["id"].as_str().expect("id").to_owned();
-            let token = created["enrollment"]["token"].as_str().expect("token");
-            let dir = state.path().join(name);
-            let out = AgentProcess::enroll(token, &dir).expect("enroll runs");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let agent = AgentProcess::start(
-                &dir,
-                &sandbox.socket_path(),
-                &sandbox.conf_dir(),
-                &[("BANHUB_AGENT_LINK__BACKOFF_MAX_MS", "1000")],
-            )
-            .expect("agent starts");
-            hosts.push(Host {
-                id,
-                name: (*name).to_owned(),
-                sandbox,
-                agent,
-            });
-        }
-        let fleet = Self {
-            hub,
-            hosts,
-            _state: state,
-        };
-        for host in &fleet.hosts {
-            let id = host.id.clone();
-            wait_for_async(DEADLINE, "the agent to come online", || async {
-                let (_, server) = get(&fleet.hub, &format!("/api/servers/{id}")).await;
-                (server["status"] == "online").then_some(())
-            })
-            .await
-            .unwrap_or_else(|e| panic!("{e}\n{}\n{}", fleet.hub.logs(), host.agent.logs()));
-        }
-        fleet
-    }
-}
-
-/// Every file of a config dir with its bytes.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).expect("read_dir").flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                files.insert(path.clone(), std::fs::read(&path).unwrap_or_default());
-            }
-        }
-    }
-    files
+/// A hub with a server per name, each an agent beside its own fail2ban sandbox, all online.
+async fn start(names: &[&str]) -> TestFleet {
+    TestFleet::start(names)
+        .await
+        .unwrap_or_else(|e| panic!("the fleet starts: {e:#}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail2ban_defaults_are_pushed_to_every_server_with_a_result_each() {
-    let fleet = Fleet::start(&["alpha", "beta"]).await;
+    let fleet = start(&["alpha", "beta"]).await;
     let hub = &fleet.hub;
 
     // Nothing saved yet: nothing to push.
@@ -628,7 +551,7 @@ async fn fail2ban_defaults_are_pushed_to_every_server_with_a_result_each() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_offline_server_gets_its_own_failed_result() {
-    let mut fleet = Fleet::start(&["gamma", "delta"]).await;
+    let mut fleet = start(&["gamma", "delta"]).await;
     fleet.hosts[1].agent.stop().expect("agent stops");
     let id = fleet.hosts[1].id.clone();
     wait_for_async(DEADLINE, "the agent to be offline", || async {

@@ -61,7 +61,7 @@ async fn audit(fleet: &TestFleet) -> Vec<Value> {
 async fn wide_and_broadcast_bans_need_an_admin_override() {
     let fleet = TestFleet::start(&["alpha"]).await.expect("fleet");
     let host = fleet.host(0);
-    let server = Some(host.id());
+    let server = Some(host.id.as_str());
     let operator = fleet.hub.client_as("operator").await.expect("operator");
 
     // The review's probes, then networks that cover no address of any machine (reserved class E
@@ -184,7 +184,7 @@ async fn wide_and_broadcast_bans_need_an_admin_override() {
 async fn allowlists_refuse_everything_and_ask_for_the_override_on_wide_networks() {
     let fleet = TestFleet::start(&["alpha"]).await.expect("fleet");
     let host = fleet.host(0);
-    let server = Some(host.id());
+    let server = Some(host.id.as_str());
     let conf = host.sandbox.conf_dir();
     let files = snapshot(&conf);
     let lists = [ignored(host, "testauth"), ignored(host, "dummyjail")];
@@ -256,7 +256,7 @@ async fn the_hubs_own_addresses_are_never_banned() {
     .await
     .expect("fleet");
     let host = fleet.host(0);
-    let server = Some(host.id());
+    let server = Some(host.id.as_str());
     let before = banned(host, "testauth");
 
     let loopback = ["127.0.0.1", "::1", "::ffff:127.0.0.1"];
@@ -315,7 +315,7 @@ async fn the_hubs_own_addresses_are_never_banned() {
 async fn a_mapped_ipv6_ban_and_its_unban_act_on_one_entry() {
     let fleet = TestFleet::start(&["alpha"]).await.expect("fleet");
     let host = fleet.host(0);
-    let server = Some(host.id());
+    let server = Some(host.id.as_str());
 
     let (status, outcome) = fleet
         .post(
@@ -364,7 +364,7 @@ async fn reserved_section_names_are_refused_by_fleet_bans() {
         let (status, same) = fleet
             .post(
                 &ban_path("ban", jail, "192.0.2.9"),
-                Some(host.id()),
+                Some(host.id.as_str()),
                 &json!({}),
             )
             .await;
@@ -384,7 +384,7 @@ async fn reserved_section_names_are_refused_by_fleet_bans() {
 async fn enabling_a_jail_the_host_does_not_define_is_a_404() {
     let fleet = TestFleet::start(&["alpha"]).await.expect("fleet");
     let host = fleet.host(0);
-    let server = Some(host.id());
+    let server = Some(host.id.as_str());
     let conf = host.sandbox.conf_dir();
     let files = snapshot(&conf);
 

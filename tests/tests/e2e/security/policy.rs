@@ -27,7 +27,7 @@ async fn write(
     part: &str,
     content: &str,
 ) -> (StatusCode, Value) {
-    let server = Some(host.id());
+    let server = Some(host.id.as_str());
     let path = format!("/api/jails/{JAIL}/config");
     let (status, config) = fleet.get(&path, server).await;
     assert_eq!(status, StatusCode::OK, "{config}");

@@ -17,7 +17,7 @@ async fn fleet() -> TestFleet {
 
 /// `GET /api/jails/testauth/config` of the fleet's only host.
 async fn jail_config(fleet: &TestFleet) -> Value {
-    let server = Some(fleet.host(0).id());
+    let server = Some(fleet.host(0).id.as_str());
     let (status, config) = fleet.get("/api/jails/testauth/config", server).await;
     assert_eq!(status, StatusCode::OK, "{config}");
     config
@@ -32,7 +32,7 @@ async fn write_override(fleet: &TestFleet, content: &str) -> (StatusCode, Value)
     fleet
         .post(
             "/api/jails/testauth/config",
-            Some(fleet.host(0).id()),
+            Some(fleet.host(0).id.as_str()),
             &json!({"jailOverride": {"content": content, "version": version}}),
         )
         .await
@@ -132,7 +132,7 @@ fn drift_of<'a>(jail: &'a Value, setting: &str) -> Option<&'a Value> {
 #[tokio::test]
 async fn the_api_shows_what_runs_and_flags_what_differs_from_the_files() {
     let fleet = fleet().await;
-    let server = Some(fleet.host(0).id());
+    let server = Some(fleet.host(0).id.as_str());
     let (status, change) = write_override(&fleet, "[testauth]\nmaxretry = 5\n").await;
     assert_eq!(status, StatusCode::OK, "{change}");
 

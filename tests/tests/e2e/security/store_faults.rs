@@ -69,8 +69,8 @@ async fn scenario(fleet: &mut TestFleet, fault: &mut dyn StoreFault) {
     let pid = fleet.hub.pid().expect("the hub runs");
     let hub_url = fleet.hub.http_url();
     let (direct_server, secret) = direct_server(fleet).await;
-    let agent_server = fleet.host(0).id().to_owned();
-    let state_dir = fleet.host(0).enrolled.state_dir();
+    let agent_server = fleet.host(0).id.as_str().to_owned();
+    let state_dir = fleet.host(0).state_dir();
     let relay = relay_addr(&state_dir).expect("relay address");
     let relay_key = relay_secret(&state_dir).expect("relay secret");
     assert_eq!(readyz(fleet).await, StatusCode::OK, "{}", fleet.logs());

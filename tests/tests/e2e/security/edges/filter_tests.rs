@@ -27,7 +27,7 @@ async fn catastrophic_filter_tests_run_one_at_a_time_and_are_killed_at_their_bou
     .await
     .expect("fleet");
     let host = fleet.host(0);
-    let agent_pid = host.enrolled.agent.pid().expect("the agent runs");
+    let agent_pid = host.agent.pid().expect("the agent runs");
     let body = json!({"filterText": CATASTROPHIC, "lines": [format!("{}b", "a".repeat(60))]});
 
     let send = || async {
@@ -35,7 +35,7 @@ async fn catastrophic_filter_tests_run_one_at_a_time_and_are_killed_at_their_bou
             .hub
             .client()
             .post(fleet.hub.url("/api/filters/test"))
-            .header("X-BanDaemon-Server", host.id())
+            .header("X-BanDaemon-Server", host.id.as_str())
             .json(&body)
             .send()
             .await

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use banhub_tests::enrolled::wait_server_online;
 use banhub_tests::{TestFleet, wait_until};
 use reqwest::StatusCode;
 
@@ -11,7 +12,7 @@ const EXIT_DEADLINE: Duration = Duration::from_secs(15);
 #[tokio::test]
 async fn a_deleted_servers_agent_exits_with_code_3_running_or_restarted() {
     let mut fleet = TestFleet::start(&["web-1"]).await.expect("fleet");
-    let id = fleet.host(0).id().to_owned();
+    let id = fleet.host(0).id.as_str().to_owned();
 
     let (status, body) = fleet
         .send(
@@ -24,7 +25,7 @@ async fn a_deleted_servers_agent_exits_with_code_3_running_or_restarted() {
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
 
-    let agent = &mut fleet.hosts[0].enrolled.agent;
+    let agent = &mut fleet.hosts[0].agent;
     let exit = agent
         .wait_exit(EXIT_DEADLINE)
         .unwrap_or_else(|e| panic!("the running agent did not stop: {e:#}"));
@@ -47,7 +48,7 @@ async fn a_deleted_servers_agent_exits_with_code_3_running_or_restarted() {
 async fn an_agent_whose_hub_restarts_keeps_running_and_comes_back() {
     let mut fleet = TestFleet::start(&["web-1"]).await.expect("fleet");
     fleet.hub.stop().expect("the hub stops");
-    let agent = &fleet.hosts[0].enrolled.agent;
+    let agent = &fleet.hosts[0].agent;
     wait_until(EXIT_DEADLINE, "the agent to notice the hub is gone", || {
         agent.logs().contains("cannot reach the hub")
     })
@@ -55,10 +56,14 @@ async fn an_agent_whose_hub_restarts_keeps_running_and_comes_back() {
 
     fleet.hub.restart().expect("the hub starts again");
     let host = fleet.host(0);
-    host.enrolled
-        .wait_online(&fleet.hub.client(), &fleet.hub.http_url(), EXIT_DEADLINE)
-        .await
-        .unwrap_or_else(|e| panic!("the agent did not come back: {e:#}\n{}", fleet.logs()));
-    let agent = &mut fleet.hosts[0].enrolled.agent;
+    wait_server_online(
+        &fleet.hub.client(),
+        &fleet.hub.http_url(),
+        &host.id,
+        EXIT_DEADLINE,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the agent did not come back: {e:#}\n{}", fleet.logs()));
+    let agent = &mut fleet.hosts[0].agent;
     assert!(agent.is_running(), "{}", agent.logs());
 }

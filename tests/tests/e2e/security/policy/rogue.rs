@@ -134,8 +134,7 @@ async fn a_rogue_gateway_with_the_hubs_ca_is_refused_the_same_way() {
     fleet.hub.stop().expect("the hub stops");
     let host = fleet.host(0);
     let identity: Value = serde_json::from_str(
-        &std::fs::read_to_string(host.enrolled.state_dir().join("identity.json"))
-            .expect("identity.json"),
+        &std::fs::read_to_string(host.state_dir().join("identity.json")).expect("identity.json"),
     )
     .expect("identity JSON");
 
