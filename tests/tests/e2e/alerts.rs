@@ -4,10 +4,10 @@
 //! in the test, with retries; delivery status is read back through the API.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use banhub_tests::agent::{AgentProcess, relay_addr, relay_secret};
+use banhub_tests::TestFleet;
+use banhub_tests::agent::{relay_addr, relay_secret};
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubProcess;
 use banhub_tests::hub::{api_get as get, api_post as post};
@@ -20,126 +20,85 @@ use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// A hub with one server: an agent beside a fail2ban sandbox, whose relay takes the callbacks.
-struct Host {
-    hub: HubProcess,
-    server_id: String,
-    _sandbox: Fail2banSandbox,
-    agent: AgentProcess,
-    state: tempfile::TempDir,
+/// A hub (on SQLite) and server `web-1`: a fail2ban sandbox and an agent, online.
+async fn start() -> TestFleet {
+    start_on(None).await
 }
 
-impl Host {
-    async fn start() -> Self {
-        Self::start_on(None).await
+/// With `database_url`, the hub keeps its store there (PostgreSQL); else SQLite.
+async fn start_on(database_url: Option<String>) -> TestFleet {
+    let mut builder = TestFleet::hub_builder();
+    if let Some(url) = database_url {
+        builder = builder.database_url(url);
     }
-
-    /// With `database_url`, the hub keeps its store there (PostgreSQL); else SQLite.
-    async fn start_on(database_url: Option<String>) -> Self {
-        let mut builder = HubProcess::builder().env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500");
-        if let Some(url) = database_url {
-            builder = builder.database_url(url);
-        }
-        let hub = builder.start().expect("hub starts");
-        // The callbacks below name `sshd` and `nginx-http-auth`; the agent refuses jails its
-        // fail2ban does not run.
-        let sandbox = Fail2banSandbox::builder()
-            .name("web-1")
-            .named_jails(&["sshd", "nginx-http-auth"])
-            .start()
-            .expect("fail2ban sandbox");
-        let (status, created) = post(&hub, "/api/servers", json!({"name": "web-1"})).await;
-        assert_eq!(status, StatusCode::CREATED, "{created}");
-        let server_id = created["server"]["id"].as_str().expect("id").to_owned();
-        let token = created["enrollment"]["token"].as_str().expect("token");
-        let state = tempfile::tempdir().expect("tempdir");
-        let out = AgentProcess::enroll(token, &state.path().join("agent")).expect("enroll runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let agent = AgentProcess::start(
-            &state.path().join("agent"),
-            &sandbox.socket_path(),
-            &sandbox.conf_dir(),
-            &[("BANHUB_AGENT_LINK__BACKOFF_MAX_MS", "1000")],
-        )
-        .expect("agent starts");
-        let host = Self {
-            hub,
-            server_id,
-            _sandbox: sandbox,
-            agent,
-            state,
-        };
-        let id = host.server_id.clone();
-        wait_for_async(DEADLINE, "the agent to come online", || async {
-            let (_, server) = get(&host.hub, &format!("/api/servers/{id}")).await;
-            (server["status"] == "online").then_some(())
-        })
+    let hub = builder.start().expect("hub starts");
+    // The callbacks below name `sshd` and `nginx-http-auth`; the agent refuses jails its
+    // fail2ban does not run.
+    let sandbox = Fail2banSandbox::builder()
+        .name("web-1")
+        .named_jails(&["sshd", "nginx-http-auth"])
+        .start()
+        .expect("fail2ban sandbox");
+    let mut fleet = TestFleet::on(hub);
+    fleet
+        .add_host("web-1", sandbox, &[])
         .await
-        .unwrap_or_else(|e| panic!("{e}\n{}\n{}", host.hub.logs(), host.agent.logs()));
-        host
-    }
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    fleet
+}
 
-    fn state_dir(&self) -> PathBuf {
-        self.state.path().join("agent")
-    }
+/// fail2ban's action reporting `ips` banned in `jail`, through the agent's relay; each call
+/// returns once the agent has the event on disk.
+async fn ban(fleet: &TestFleet, jail: &str, ips: &[String]) {
+    let relay = relay_addr(&fleet.hosts[0].state_dir()).expect("relay address");
+    let secret = relay_secret(&fleet.hosts[0].state_dir()).expect("relay secret");
+    let client = reqwest::Client::new();
+    let refused: Vec<String> = futures::stream::iter(ips.iter().cloned())
+        .map(|ip| {
+            let (client, secret) = (client.clone(), secret.clone());
+            let jail = jail.to_owned();
+            async move {
+                let body = json!({"ip": ip, "jail": jail, "hostname": "web-1", "failures": 5,
+                                  "logs": [format!("auth failure from {ip}")]});
+                let ok = client
+                    .post(format!("http://{relay}/api/ban"))
+                    .header("X-Callback-Secret", &secret)
+                    .json(&body)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status() == StatusCode::OK);
+                (!ok).then_some(ip)
+            }
+        })
+        .buffer_unordered(16)
+        .filter_map(|refused| async move { refused })
+        .collect()
+        .await;
+    assert!(
+        refused.is_empty(),
+        "the relay refused {refused:?}\n{}",
+        fleet.hosts[0].agent.logs()
+    );
+}
 
-    /// fail2ban's action reporting `ips` banned in `jail`, through the agent's relay; each call
-    /// returns once the agent has the event on disk.
-    async fn ban(&self, jail: &str, ips: &[String]) {
-        let relay = relay_addr(&self.state_dir()).expect("relay address");
-        let secret = relay_secret(&self.state_dir()).expect("relay secret");
-        let client = reqwest::Client::new();
-        let refused: Vec<String> = futures::stream::iter(ips.iter().cloned())
-            .map(|ip| {
-                let (client, secret) = (client.clone(), secret.clone());
-                let jail = jail.to_owned();
-                async move {
-                    let body = json!({"ip": ip, "jail": jail, "hostname": "web-1", "failures": 5,
-                                      "logs": [format!("auth failure from {ip}")]});
-                    let ok = client
-                        .post(format!("http://{relay}/api/ban"))
-                        .header("X-Callback-Secret", &secret)
-                        .json(&body)
-                        .send()
-                        .await
-                        .is_ok_and(|r| r.status() == StatusCode::OK);
-                    (!ok).then_some(ip)
-                }
-            })
-            .buffer_unordered(16)
-            .filter_map(|refused| async move { refused })
-            .collect()
-            .await;
-        assert!(
-            refused.is_empty(),
-            "the relay refused {refused:?}\n{}",
-            self.agent.logs()
+/// How many ban events the hub has stored for this server.
+async fn stored_bans(fleet: &TestFleet) -> usize {
+    let mut total = 0;
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut path = format!(
+            "/api/events/bans?serverId={}&kind=ban&limit=1000",
+            fleet.hosts[0].id
         );
-    }
-
-    /// How many ban events the hub has stored for this server.
-    async fn stored_bans(&self) -> usize {
-        let mut total = 0;
-        let mut cursor: Option<String> = None;
-        loop {
-            let mut path = format!(
-                "/api/events/bans?serverId={}&kind=ban&limit=1000",
-                self.server_id
-            );
-            if let Some(c) = &cursor {
-                path.push_str(&format!("&cursor={c}"));
-            }
-            let (status, page) = get(&self.hub, &path).await;
-            assert_eq!(status, StatusCode::OK, "{page}");
-            total += page["events"].as_array().map_or(0, Vec::len);
-            match page["nextCursor"].as_str() {
-                Some(next) => cursor = Some(next.to_owned()),
-                None => return total,
-            }
+        if let Some(c) = &cursor {
+            path.push_str(&format!("&cursor={c}"));
+        }
+        let (status, page) = get(&fleet.hub, &path).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        total += page["events"].as_array().map_or(0, Vec::len);
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return total,
         }
     }
 }
@@ -183,9 +142,9 @@ fn addresses(prefix: &str, n: usize) -> Vec<String> {
 async fn a_burst_of_500_bans_is_one_digest_and_a_rule_that_does_not_match_sends_nothing() {
     let smtp = SmtpServer::start().expect("maildev starts");
     let receiver = WebhookReceiver::start().await.expect("receiver");
-    let host = Host::start().await;
+    let fleet = start().await;
     let saved = save(
-        &host.hub,
+        &fleet.hub,
         json!({
             "smtp": {"host": smtp.host(), "port": smtp.smtp_port(), "tls": "none",
                      "from": "banhub alerts <alerts@example.test>"},
@@ -205,12 +164,12 @@ async fn a_burst_of_500_bans_is_one_digest_and_a_rule_that_does_not_match_sends_
     let nginx_rule = rule_id(&saved, "nginx only");
 
     let started = Instant::now();
-    host.ban("sshd", &addresses("198.18", 500)).await;
+    ban(&fleet, "sshd", &addresses("198.18", 500)).await;
     wait_for_async(DEADLINE, "500 bans stored", || async {
-        (host.stored_bans().await == 500).then_some(())
+        (stored_bans(&fleet).await == 500).then_some(())
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hub.logs()));
     eprintln!("500 bans relayed and stored in {:?}", started.elapsed());
 
     // The digest goes out once its window has passed.
@@ -219,23 +178,23 @@ async fn a_burst_of_500_bans_is_one_digest_and_a_rule_that_does_not_match_sends_
         (!mails.is_empty()).then_some(mails)
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hub.logs()));
     // Every ban is in a closed digest with a delivered e-mail...
     let ssh_digests = wait_for_async(DEADLINE, "every ban in a delivered digest", || async {
-        let all = digests(&host.hub).await;
+        let all = digests(&fleet.hub).await;
         let mine: Vec<Value> = all
             .into_iter()
             .filter(|d| d["ruleId"] == ssh_rule.as_str())
             .collect();
         let total: u64 = mine.iter().filter_map(|d| d["events"].as_u64()).sum();
         let closed = mine.iter().all(|d| !d["closedAt"].is_null());
-        let delivered = deliveries(&host.hub, &format!("&ruleId={ssh_rule}")).await;
+        let delivered = deliveries(&fleet.hub, &format!("&ruleId={ssh_rule}")).await;
         let all_sent =
             delivered.len() == mine.len() && delivered.iter().all(|d| d["status"] == "delivered");
         (total == 500 && closed && all_sent).then_some(mine)
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hub.logs()));
     // ... and a burst makes one digest (or a few when it straddles a window), never a mail per ban.
     assert!(
         ssh_digests.len() <= 3,
@@ -265,7 +224,7 @@ async fn a_burst_of_500_bans_is_one_digest_and_a_rule_that_does_not_match_sends_
     assert!(text.contains("web-1"), "{text}");
     let html = first.html.as_deref().unwrap_or_default();
     assert!(html.contains("<table>") && html.contains("sshd"), "{html}");
-    let delivered = deliveries(&host.hub, &format!("&ruleId={ssh_rule}")).await;
+    let delivered = deliveries(&fleet.hub, &format!("&ruleId={ssh_rule}")).await;
     assert!(
         delivered[0]["response"]
             .as_str()
@@ -276,13 +235,13 @@ async fn a_burst_of_500_bans_is_one_digest_and_a_rule_that_does_not_match_sends_
 
     // The rule that matches nothing made no digest, no delivery, and no request.
     assert!(
-        digests(&host.hub)
+        digests(&fleet.hub)
             .await
             .iter()
             .all(|d| d["ruleId"] != nginx_rule.as_str())
     );
     assert!(
-        deliveries(&host.hub, &format!("&ruleId={nginx_rule}"))
+        deliveries(&fleet.hub, &format!("&ruleId={nginx_rule}"))
             .await
             .is_empty()
     );
@@ -292,9 +251,9 @@ async fn a_burst_of_500_bans_is_one_digest_and_a_rule_that_does_not_match_sends_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smtp_down_is_retried_then_reported_failed_and_ingest_goes_on() {
     let mut smtp = SmtpServer::start().expect("maildev starts");
-    let host = Host::start().await;
+    let fleet = start().await;
     save(
-        &host.hub,
+        &fleet.hub,
         json!({
             "smtp": {"host": smtp.host(), "port": smtp.smtp_port(), "tls": "none",
                      "from": "alerts@example.test", "timeoutSecs": 2},
@@ -308,14 +267,14 @@ async fn smtp_down_is_retried_then_reported_failed_and_ingest_goes_on() {
 
     // Bans keep being stored promptly while the mail server is down.
     for (i, batch) in addresses("198.19", 30).chunks(10).enumerate() {
-        let before = host.stored_bans().await;
+        let before = stored_bans(&fleet).await;
         let sent = Instant::now();
-        host.ban("sshd", batch).await;
+        ban(&fleet, "sshd", batch).await;
         wait_for_async(Duration::from_secs(5), "the batch to be stored", || async {
-            (host.stored_bans().await == before + batch.len()).then_some(())
+            (stored_bans(&fleet).await == before + batch.len()).then_some(())
         })
         .await
-        .unwrap_or_else(|e| panic!("batch {i}: {e}\n{}", host.hub.logs()));
+        .unwrap_or_else(|e| panic!("batch {i}: {e}\n{}", fleet.hub.logs()));
         eprintln!(
             "batch {i}: 10 bans relayed and stored in {:?}",
             sent.elapsed()
@@ -323,11 +282,11 @@ async fn smtp_down_is_retried_then_reported_failed_and_ingest_goes_on() {
     }
 
     let failed = wait_for_async(DEADLINE, "the delivery to be reported failed", || async {
-        let all = deliveries(&host.hub, "&status=failed").await;
+        let all = deliveries(&fleet.hub, "&status=failed").await;
         (!all.is_empty()).then_some(all)
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hub.logs()));
     let delivery = &failed[0];
     assert_eq!(delivery["channel"], "email");
     assert_eq!(delivery["attempts"], 3, "{delivery}");
@@ -335,27 +294,27 @@ async fn smtp_down_is_retried_then_reported_failed_and_ingest_goes_on() {
     assert!(error.contains("nothing accepts connections"), "{error}");
     assert!(delivery["deliveredAt"].is_null());
     // The hub logged the retries.
-    let log = std::fs::read_to_string(host.hub.dir().join("hub.stdout.log")).unwrap_or_default()
-        + &std::fs::read_to_string(host.hub.dir().join("hub.stderr.log")).unwrap_or_default();
+    let log = std::fs::read_to_string(fleet.hub.dir().join("hub.stdout.log")).unwrap_or_default()
+        + &std::fs::read_to_string(fleet.hub.dir().join("hub.stderr.log")).unwrap_or_default();
     assert!(log.contains("will retry"), "no retry in the log");
 
     // Back up: a later digest is delivered.
     smtp.start_again().expect("maildev starts again");
-    host.ban("sshd", &addresses("10.80", 2)).await;
+    ban(&fleet, "sshd", &addresses("10.80", 2)).await;
     wait_for_async(DEADLINE, "a delivery once the server is back", || async {
-        let done = deliveries(&host.hub, "&status=delivered").await;
+        let done = deliveries(&fleet.hub, "&status=delivered").await;
         (!done.is_empty()).then_some(())
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hub.logs()));
     assert_eq!(smtp.emails().await.expect("mails").len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhooks_are_delivered_in_three_formats_and_retried_after_a_500() {
     let receiver = WebhookReceiver::start().await.expect("receiver");
-    let host = Host::start().await;
-    webhook_scenario(&host, &receiver).await;
+    let fleet = start().await;
+    webhook_scenario(&fleet, &receiver).await;
 }
 
 /// The same on PostgreSQL: the worker's cursor, digests and deliveries in the other backend.
@@ -367,13 +326,13 @@ async fn webhooks_are_delivered_and_retried_on_postgresql() {
         .create_database("banhub_alerts")
         .unwrap_or_else(|e| panic!("{e:#}\n{}", postgres.logs()));
     let receiver = WebhookReceiver::start().await.expect("receiver");
-    let host = Host::start_on(Some(url)).await;
-    webhook_scenario(&host, &receiver).await;
+    let fleet = start_on(Some(url)).await;
+    webhook_scenario(&fleet, &receiver).await;
 }
 
-async fn webhook_scenario(host: &Host, receiver: &WebhookReceiver) {
+async fn webhook_scenario(fleet: &TestFleet, receiver: &WebhookReceiver) {
     save(
-        &host.hub,
+        &fleet.hub,
         json!({
             "alerts": {
                 "digestWindowSecs": 1, "maxAttempts": 4, "retryInitialSecs": 1,
@@ -389,14 +348,14 @@ async fn webhook_scenario(host: &Host, receiver: &WebhookReceiver) {
     .await;
     // The first request fails with a 500 (whichever channel comes first), the rest succeed.
     receiver.answer(&[500]);
-    host.ban("nginx-http-auth", &addresses("10.70", 3)).await;
+    ban(fleet, "nginx-http-auth", &addresses("10.70", 3)).await;
 
     let done = wait_for_async(DEADLINE, "three delivered webhooks", || async {
-        let all = deliveries(&host.hub, "&status=delivered").await;
+        let all = deliveries(&fleet.hub, "&status=delivered").await;
         (all.len() == 3).then_some(all)
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}\n{:?}", host.hub.logs(), receiver.received()));
+    .unwrap_or_else(|e| panic!("{e}\n{}\n{:?}", fleet.hub.logs(), receiver.received()));
     let received = receiver.received();
     assert_eq!(received.len(), 4, "three posts and one retry: {received:?}");
     assert_eq!(received[0].status, 500);
@@ -463,23 +422,23 @@ async fn webhook_scenario(host: &Host, receiver: &WebhookReceiver) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hub_restart_neither_loses_nor_repeats_alerts() {
     let receiver = WebhookReceiver::start().await.expect("receiver");
-    let mut host = Host::start().await;
+    let mut fleet = start().await;
     save(
-        &host.hub,
+        &fleet.hub,
         json!({"alerts": {"digestWindowSecs": 2,
             "webhooks": [{"name": "generic", "format": "json", "url": receiver.url("/h")}],
             "rules": [{"name": "all", "email": false, "webhooks": ["generic"]}]}}),
     )
     .await;
-    host.ban("sshd", &addresses("10.50", 20)).await;
+    ban(&fleet, "sshd", &addresses("10.50", 20)).await;
     wait_for_async(DEADLINE, "the first bans stored", || async {
-        (host.stored_bans().await == 20).then_some(())
+        (stored_bans(&fleet).await == 20).then_some(())
     })
     .await
     .expect("stored");
     // Stop at once: the digest is still open (or its delivery pending).
-    host.hub.restart().expect("hub restarts");
-    host.ban("sshd", &addresses("10.60", 15)).await;
+    fleet.hub.restart().expect("hub restarts");
+    ban(&fleet, "sshd", &addresses("10.60", 15)).await;
     wait_for_async(DEADLINE, "every ban alerted on", || async {
         let total: u64 = receiver
             .received()
@@ -487,13 +446,13 @@ async fn a_hub_restart_neither_loses_nor_repeats_alerts() {
             .filter(|r| r.status == 200)
             .filter_map(|r| r.json().ok()?["events"].as_u64())
             .sum();
-        (total >= 35 && deliveries(&host.hub, "&status=pending").await.is_empty()).then_some(())
+        (total >= 35 && deliveries(&fleet.hub, "&status=pending").await.is_empty()).then_some(())
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hub.logs()));
     // Every event id is in exactly one digest.
     let mut ids: Vec<i64> = Vec::new();
-    for d in digests(&host.hub).await {
+    for d in digests(&fleet.hub).await {
         let (first, last) = (
             d["firstEventId"].as_i64().expect("id"),
             d["lastEventId"].as_i64().expect("id"),
@@ -574,18 +533,18 @@ async fn rules_by_country_use_the_geoip_database_and_follow_its_changes() {
     use banhub_tests::mmdb::{CountryNetwork, documentation_countries, write_country_db};
 
     let receiver = WebhookReceiver::start().await.expect("receiver");
-    let host = Host::start().await;
+    let fleet = start().await;
     let dir = tempfile::tempdir().expect("tempdir");
 
     // A path that is not there, and a file that is not a MaxMind database: refused, naming the
     // field, and nothing changes.
-    let (_, before) = get(&host.hub, "/api/settings").await;
+    let (_, before) = get(&fleet.hub, "/api/settings").await;
     let missing = dir.path().join("missing.mmdb");
     let garbage = dir.path().join("garbage.mmdb");
     std::fs::write(&garbage, b"this is not a MaxMind database").expect("write");
     for path in [&missing, &garbage] {
         let (status, problem) = post(
-            &host.hub,
+            &fleet.hub,
             "/api/settings",
             json!({"version": before["version"],
                    "geoip": {"databasePath": path.to_str().expect("utf-8")}}),
@@ -600,14 +559,14 @@ async fn rules_by_country_use_the_geoip_database_and_follow_its_changes() {
             "{problem}"
         );
     }
-    let (_, after) = get(&host.hub, "/api/settings").await;
+    let (_, after) = get(&fleet.hub, "/api/settings").await;
     assert_eq!(after, before, "a refused edit changed the settings");
 
     // 192.0.2.0/24 is in Germany, 198.51.100.0/24 in the United States, 2001:db8::/32 in France.
     let first = dir.path().join("countries.mmdb");
     write_country_db(&first, &documentation_countries()).expect("database");
     let saved = save(
-        &host.hub,
+        &fleet.hub,
         json!({"geoip": {"databasePath": first.to_str().expect("utf-8")},
         "alerts": {"digestWindowSecs": 1,
           "webhooks": [{"name": "hook", "format": "json", "url": receiver.url("/geo")}],
@@ -625,7 +584,8 @@ async fn rules_by_country_use_the_geoip_database_and_follow_its_changes() {
     let germany = rule_id(&saved, "germany");
     let everything = rule_id(&saved, "everything");
 
-    host.ban(
+    ban(
+        &fleet,
         "sshd",
         &[
             "192.0.2.10".to_owned(),
@@ -637,14 +597,14 @@ async fn rules_by_country_use_the_geoip_database_and_follow_its_changes() {
     .await;
     // Once the rule for everything has all four, the country rule has seen them too.
     wait_for_async(DEADLINE, "the four bans matched", || async {
-        (rule_matches(&host.hub, &everything).await.0 == 4).then_some(())
+        (rule_matches(&fleet.hub, &everything).await.0 == 4).then_some(())
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
-    let (total, by_ip) = rule_matches(&host.hub, &germany).await;
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hub.logs()));
+    let (total, by_ip) = rule_matches(&fleet.hub, &germany).await;
     assert_eq!(total, 1, "{by_ip:?}");
     assert_eq!(by_ip.keys().collect::<Vec<_>>(), ["192.0.2.10"]);
-    let all = digests(&host.hub).await;
+    let all = digests(&fleet.hub).await;
     let german = all
         .iter()
         .find(|d| d["ruleId"] == germany.as_str())
@@ -660,13 +620,13 @@ async fn rules_by_country_use_the_geoip_database_and_follow_its_changes() {
             .find(|body| body["rule"]["name"] == "germany")
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hub.logs()));
     assert_eq!(posted["events"], 1, "{posted}");
     assert_eq!(posted["byCountry"], json!({"DE": 1}), "{posted}");
     assert_eq!(posted["samples"][0]["ip"], "192.0.2.10", "{posted}");
 
     // Insights show each address's country; an address in no network has none.
-    let countries = insight_countries(&host.hub).await;
+    let countries = insight_countries(&fleet.hub).await;
     let expect =
         |pairs: &[(&str, Option<&str>)]| -> std::collections::BTreeMap<String, Option<String>> {
             pairs
@@ -684,7 +644,7 @@ async fn rules_by_country_use_the_geoip_database_and_follow_its_changes() {
         ])
     );
     // And count bans and addresses per country and per network.
-    let (by_country, by_network) = insight_places(&host.hub).await;
+    let (by_country, by_network) = insight_places(&fleet.hub).await;
     let tally = |pairs: &[(&str, u64, u64)]| -> BTreeMap<String, (u64, u64)> {
         pairs
             .iter()
@@ -713,13 +673,13 @@ async fn rules_by_country_use_the_geoip_database_and_follow_its_changes() {
     ];
     write_country_db(&second, &swapped).expect("database");
     save(
-        &host.hub,
+        &fleet.hub,
         json!({"geoip": {"databasePath": second.to_str().expect("utf-8")},
                "alerts": saved["alerts"].clone()}),
     )
     .await;
     assert_eq!(
-        insight_countries(&host.hub).await,
+        insight_countries(&fleet.hub).await,
         expect(&[
             ("192.0.2.10", Some("US")),
             ("198.51.100.10", Some("DE")),
@@ -729,20 +689,21 @@ async fn rules_by_country_use_the_geoip_database_and_follow_its_changes() {
     );
     // The tallies are counted again at once with the new database.
     assert_eq!(
-        insight_places(&host.hub).await.0,
+        insight_places(&fleet.hub).await.0,
         tally(&[("DE", 1, 1), ("US", 1, 1)])
     );
-    host.ban(
+    ban(
+        &fleet,
         "sshd",
         &["198.51.100.20".to_owned(), "192.0.2.20".to_owned()],
     )
     .await;
     wait_for_async(DEADLINE, "the next two bans matched", || async {
-        (rule_matches(&host.hub, &everything).await.0 == 6).then_some(())
+        (rule_matches(&fleet.hub, &everything).await.0 == 6).then_some(())
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
-    let (total, by_ip) = rule_matches(&host.hub, &germany).await;
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hub.logs()));
+    let (total, by_ip) = rule_matches(&fleet.hub, &germany).await;
     assert_eq!(total, 2, "{by_ip:?}");
     assert_eq!(
         by_ip.keys().collect::<Vec<_>>(),
@@ -755,13 +716,13 @@ async fn rules_by_country_use_the_geoip_database_and_follow_its_changes() {
     write_country_db(&fresh, &documentation_countries()).expect("database");
     std::fs::rename(&fresh, &second).expect("rename over");
     wait_for_async(DEADLINE, "insights from the replaced file", || async {
-        let countries = insight_countries(&host.hub).await;
+        let countries = insight_countries(&fleet.hub).await;
         (countries.get("2001:db8::10") == Some(&Some("FR".to_owned()))).then_some(countries)
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hub.logs()));
     assert_eq!(
-        insight_countries(&host.hub).await["192.0.2.10"].as_deref(),
+        insight_countries(&fleet.hub).await["192.0.2.10"].as_deref(),
         Some("DE")
     );
 }
@@ -769,11 +730,11 @@ async fn rules_by_country_use_the_geoip_database_and_follow_its_changes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_in_the_middle_of_a_spike_alerts_once_and_not_twice() {
     let receiver = WebhookReceiver::start().await.expect("receiver");
-    let mut host = Host::start().await;
+    let mut fleet = start().await;
     // A spike is five bans within ten minutes (long enough that the test's pace never matters);
     // the rule for everything shows how far the worker has matched.
     let saved = save(
-        &host.hub,
+        &fleet.hub,
         json!({"alerts": {"digestWindowSecs": 1,
             "webhooks": [{"name": "hook", "format": "json", "url": receiver.url("/spike")}],
             "rules": [
@@ -787,37 +748,37 @@ async fn a_restart_in_the_middle_of_a_spike_alerts_once_and_not_twice() {
 
     // Three bans: under the rate, so no spike yet; all matched by the worker before the stop.
     let before = addresses("10.91", 3);
-    host.ban("sshd", &before).await;
+    ban(&fleet, "sshd", &before).await;
     wait_for_async(DEADLINE, "the first three bans matched", || async {
-        (rule_matches(&host.hub, &everything).await.0 == 3).then_some(())
+        (rule_matches(&fleet.hub, &everything).await.0 == 3).then_some(())
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
-    assert_eq!(rule_matches(&host.hub, &spike).await.0, 0);
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hub.logs()));
+    assert_eq!(rule_matches(&fleet.hub, &spike).await.0, 0);
 
-    host.hub.restart().expect("hub restarts");
+    fleet.hub.restart().expect("hub restarts");
 
     // Three more: the fifth and sixth ban within the window are the spike, counted with the
     // three from before the restart.
     let after = addresses("10.92", 3);
-    host.ban("sshd", &after).await;
+    ban(&fleet, "sshd", &after).await;
     wait_for_async(DEADLINE, "all six bans matched", || async {
-        (rule_matches(&host.hub, &everything).await.0 == 6).then_some(())
+        (rule_matches(&fleet.hub, &everything).await.0 == 6).then_some(())
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hub.logs()));
     let spike_digests = wait_for_async(DEADLINE, "the spike digest delivered", || async {
-        let mine: Vec<Value> = digests(&host.hub)
+        let mine: Vec<Value> = digests(&fleet.hub)
             .await
             .into_iter()
             .filter(|d| d["ruleId"] == spike.as_str())
             .collect();
-        let delivered = deliveries(&host.hub, &format!("&ruleId={spike}&status=delivered")).await;
+        let delivered = deliveries(&fleet.hub, &format!("&ruleId={spike}&status=delivered")).await;
         (!mine.is_empty() && delivered.len() == mine.len()).then_some(mine)
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
-    let (total, by_ip) = rule_matches(&host.hub, &spike).await;
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hub.logs()));
+    let (total, by_ip) = rule_matches(&fleet.hub, &spike).await;
     assert_eq!(
         total, 2,
         "the fifth and sixth ban: {by_ip:?} {spike_digests:?}"
@@ -841,15 +802,15 @@ async fn a_restart_in_the_middle_of_a_spike_alerts_once_and_not_twice() {
 
     // Another restart with the spike still in its window: the next ban is the seventh in ten
     // minutes and matches once; nothing alerted before is alerted again.
-    host.hub.restart().expect("hub restarts again");
-    host.ban("sshd", &addresses("10.93", 1)).await;
+    fleet.hub.restart().expect("hub restarts again");
+    ban(&fleet, "sshd", &addresses("10.93", 1)).await;
     wait_for_async(DEADLINE, "the seventh ban matched", || async {
-        (rule_matches(&host.hub, &spike).await.0 == 3).then_some(())
+        (rule_matches(&fleet.hub, &spike).await.0 == 3).then_some(())
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.hub.logs()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hub.logs()));
     let mut ids: Vec<i64> = Vec::new();
-    for d in digests(&host.hub)
+    for d in digests(&fleet.hub)
         .await
         .iter()
         .filter(|d| d["ruleId"] == spike.as_str())

@@ -10,91 +10,81 @@
 //! stored once, as observed, with fail2ban's ban time and duration.
 
 use std::ffi::OsStr;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use banhub_tests::TestFleet;
 use banhub_tests::agent::{AgentProcess, run_command};
-use banhub_tests::enrolled::{EnrolledAgent, wait_server_online};
 use banhub_tests::fail2ban::Fail2banSandbox;
-use banhub_tests::hub::HubProcess;
 use banhub_tests::wait::{wait_for_async, wait_until, wait_until_async};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
-struct Host {
-    hub: HubProcess,
-    server_id: String,
-    sandbox: Fail2banSandbox,
-    agent: AgentProcess,
-    state: tempfile::TempDir,
+async fn get(fleet: &TestFleet, path: &str) -> (StatusCode, Value) {
+    let response = fleet
+        .hub
+        .client()
+        .get(fleet.hub.url(path))
+        .send()
+        .await
+        .expect("request");
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
 }
 
-impl Host {
-    fn state_dir(&self) -> PathBuf {
-        self.state.path().join("agent")
-    }
+async fn post(fleet: &TestFleet, path: &str) -> (StatusCode, Value) {
+    let response = fleet
+        .hub
+        .client()
+        .post(fleet.hub.url(path))
+        .send()
+        .await
+        .expect("request");
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
 
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
-        let response = self
-            .hub
-            .client()
-            .get(self.hub.url(path))
-            .send()
-            .await
-            .expect("request");
-        let status = response.status();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
+async fn delivery(fleet: &TestFleet) -> Value {
+    let (status, body) = get(
+        fleet,
+        &format!("/api/servers/{}/delivery", fleet.hosts[0].id),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body
+}
 
-    async fn post(&self, path: &str) -> (StatusCode, Value) {
-        let response = self
-            .hub
-            .client()
-            .post(self.hub.url(path))
-            .send()
-            .await
-            .expect("request");
-        let status = response.status();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
+async fn probe(fleet: &TestFleet) -> Value {
+    let (status, body) = post(fleet, &format!("/api/servers/{}/probe", fleet.hosts[0].id)).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "{body}\n{}",
+        fleet.hosts[0].agent.logs()
+    );
+    body
+}
 
-    async fn delivery(&self) -> Value {
-        let (status, body) = self
-            .get(&format!("/api/servers/{}/delivery", self.server_id))
-            .await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        body
-    }
-
-    async fn probe(&self) -> Value {
-        let (status, body) = self
-            .post(&format!("/api/servers/{}/probe", self.server_id))
-            .await;
-        assert_eq!(status, StatusCode::OK, "{body}\n{}", self.agent.logs());
-        body
-    }
-
-    /// Every event of the server matching `query`, newest first.
-    async fn events(&self, query: &str) -> Vec<Value> {
-        let (status, page) = self
-            .get(&format!(
-                "/api/events/bans?serverId={}&limit=1000{query}",
-                self.server_id
-            ))
-            .await;
-        assert_eq!(status, StatusCode::OK, "{page}");
-        page["events"].as_array().cloned().unwrap_or_default()
-    }
+/// Every event of the server matching `query`, newest first.
+async fn events(fleet: &TestFleet, query: &str) -> Vec<Value> {
+    let (status, page) = get(
+        fleet,
+        &format!(
+            "/api/events/bans?serverId={}&limit=1000{query}",
+            fleet.hosts[0].id
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    page["events"].as_array().cloned().unwrap_or_default()
 }
 
 /// Hub, a fail2ban sandbox with bans kept in its database, an enrolled agent, and the action
 /// installed with `banhub-agent install-action`.
-async fn start(name: &str) -> Host {
-    let hub = HubProcess::builder()
-        .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
+async fn start(name: &str) -> TestFleet {
+    let hub = TestFleet::hub_builder()
         .env("BANHUB_PROBE__TIMEOUT_SECS", "10")
         .start()
         .expect("hub starts");
@@ -103,30 +93,19 @@ async fn start(name: &str) -> Host {
         .persistent_db(true)
         .start()
         .expect("fail2ban sandbox");
-    let EnrolledAgent {
-        server_id,
-        agent,
-        state,
-    } = EnrolledAgent::register(
-        &hub.client(),
-        &hub.url(""),
-        name,
-        &sandbox,
-        &[(
-            "BANHUB_AGENT_LOG__FILTER",
-            "info,banhub_agent::reconcile=debug",
-        )],
-    )
-    .await
-    .expect("agent enrolled and started");
-    let host = Host {
-        hub,
-        server_id,
-        sandbox,
-        agent,
-        state,
-    };
-    wait_online(&host).await;
+    let mut fleet = TestFleet::on(hub);
+    fleet
+        .add_host(
+            name,
+            sandbox,
+            &[(
+                "BANHUB_AGENT_LOG__FILTER",
+                "info,banhub_agent::reconcile=debug",
+            )],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let host = &fleet.hosts[0];
     let relay = host.state_dir().join("relay.json");
     wait_until(DEADLINE, "the relay to listen", || relay.exists()).expect("relay.json");
     let conf = host.sandbox.conf_dir();
@@ -148,50 +127,47 @@ async fn start(name: &str) -> Host {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    host
+    fleet
 }
 
-async fn wait_online(host: &Host) {
-    wait_server_online(
-        &host.hub.client(),
-        &host.hub.url(""),
-        &host.server_id,
-        DEADLINE,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.agent.logs()));
-}
-
-async fn ban_from_log(host: &Host, jail: &str, ip: &str) -> Value {
-    host.sandbox
-        .append_failures(&host.sandbox.log_path(jail), ip, 3)
+async fn ban_from_log(fleet: &TestFleet, jail: &str, ip: &str) -> Value {
+    fleet.hosts[0]
+        .sandbox
+        .append_failures(&fleet.hosts[0].sandbox.log_path(jail), ip, 3)
         .expect("log lines");
     wait_for_async(DEADLINE, "the ban event at the hub", || async {
-        host.events(&format!("&ip={ip}&kind=ban"))
+        events(fleet, &format!("&ip={ip}&kind=ban"))
             .await
             .into_iter()
             .next()
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}\n{}", host.agent.logs(), host.sandbox.logs()))
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}\n{}\n{}",
+            fleet.hosts[0].agent.logs(),
+            fleet.hosts[0].sandbox.logs()
+        )
+    })
 }
 
 #[tokio::test]
 async fn delivery_status_shows_attachments_relay_spool_and_last_event() {
-    let host = start("diag").await;
-    ban_from_log(&host, "testauth", "203.0.113.61").await;
+    let mut fleet = start("diag").await;
+    ban_from_log(&fleet, "testauth", "203.0.113.61").await;
 
     // The hub acknowledges right after it commits; the spool empties a moment later.
     let report = wait_for_async(DEADLINE, "the spool to be empty", || async {
-        let report = host.delivery().await;
+        let report = delivery(&fleet).await;
         (report["spool"]["depth"] == 0).then_some(report)
     })
     .await
     .expect("spool drained");
-    assert_eq!(report["serverId"], host.server_id.as_str());
+    assert_eq!(report["serverId"], fleet.hosts[0].id.as_str());
     assert_eq!(report["relay"]["enabled"], true, "{report}");
     assert_eq!(report["relay"]["listening"], true, "{report}");
-    let relay = std::fs::read_to_string(host.state_dir().join("relay.json")).expect("relay.json");
+    let relay =
+        std::fs::read_to_string(fleet.hosts[0].state_dir().join("relay.json")).expect("relay.json");
     let listen = report["relay"]["listen"].as_str().expect("listen");
     assert!(relay.contains(listen), "{relay} vs {listen}");
     assert!(report["relay"]["lastCallbackAt"].is_string(), "{report}");
@@ -220,36 +196,36 @@ async fn delivery_status_shows_attachments_relay_spool_and_last_event() {
         ]
     );
     assert_eq!(report["unattachedJails"], json!([]));
-    let last_event = host.events("").await[0]["storedAt"].clone();
+    let last_event = events(&fleet, "").await[0]["storedAt"].clone();
     assert_eq!(report["lastEventReceivedAt"], last_event, "{report}");
 
     // A jail that loses the action shows, and what it bans is reported anyway: reconciliation
     // stores it once as observed, with fail2ban's ban time and duration. That needs the agent's
     // first pass to have recorded its baseline (bans present before it are not reported).
-    let state = host.state_dir().join("reconcile.json");
+    let state = fleet.hosts[0].state_dir().join("reconcile.json");
     wait_until(DEADLINE, "the reconciliation baseline", || state.exists())
-        .unwrap_or_else(|e| panic!("{e}\n{}", host.agent.logs()));
-    host.sandbox
+        .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hosts[0].agent.logs()));
+    fleet.hosts[0]
+        .sandbox
         .client(&["set", "dummyjail", "delaction", "banhub"])
         .expect("delaction");
-    let report = host.delivery().await;
+    let report = delivery(&fleet).await;
     assert_eq!(report["unattachedJails"], json!(["dummyjail"]), "{report}");
-    host.sandbox
+    fleet.hosts[0]
+        .sandbox
         .client(&["set", "dummyjail", "banip", "198.51.100.62"])
         .expect("banip");
     // No callback: reconciliation runs every 60 s and after changes; restart the agent to
     // reconcile now (a start always reconciles).
-    let mut agent = host.agent;
-    agent.restart().expect("agent restarts");
-    let host = Host { agent, ..host };
+    fleet.hosts[0].agent.restart().expect("agent restarts");
     let observed = wait_for_async(Duration::from_secs(60), "the observed ban", || async {
-        host.events("&ip=198.51.100.62&kind=ban")
+        events(&fleet, "&ip=198.51.100.62&kind=ban")
             .await
             .into_iter()
             .next()
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.agent.logs()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hosts[0].agent.logs()));
     assert_eq!(observed["source"], "observed", "{observed}");
     assert_eq!(observed["jail"], "dummyjail");
     assert_eq!(observed["banDuration"], 600, "{observed}");
@@ -260,14 +236,19 @@ async fn delivery_status_shows_attachments_relay_spool_and_last_event() {
         age >= chrono::Duration::zero() && age < chrono::Duration::seconds(120),
         "{observed}"
     );
-    assert_eq!(host.events("&ip=198.51.100.62").await.len(), 1);
+    assert_eq!(events(&fleet, "&ip=198.51.100.62").await.len(), 1);
 }
 
 #[tokio::test]
 async fn probe_round_trip_succeeds_and_its_events_stay_out_of_lists() {
-    let host = start("probe").await;
-    let result = host.probe().await;
-    assert_eq!(result["ok"], true, "{result}\n{}", host.agent.logs());
+    let fleet = start("probe").await;
+    let result = probe(&fleet).await;
+    assert_eq!(
+        result["ok"],
+        true,
+        "{result}\n{}",
+        fleet.hosts[0].agent.logs()
+    );
     assert!(result["failure"].is_null());
     assert_eq!(result["jail"], "banhub-probe");
     let ip = result["ip"].as_str().expect("ip").to_owned();
@@ -285,7 +266,7 @@ async fn probe_round_trip_succeeds_and_its_events_stay_out_of_lists() {
     eprintln!("probe steps: {}", result["steps"]);
 
     // Stored, through the real path, in the probe jail only; hidden unless asked for.
-    let probe_events = host.events("&jail=banhub-probe").await;
+    let probe_events = events(&fleet, "&jail=banhub-probe").await;
     let kinds: Vec<&str> = probe_events
         .iter()
         .map(|e| e["kind"].as_str().expect("kind"))
@@ -293,9 +274,12 @@ async fn probe_round_trip_succeeds_and_its_events_stay_out_of_lists() {
     assert_eq!(kinds, ["unban", "ban"], "{probe_events:?}");
     assert!(probe_events.iter().all(|e| e["ip"] == ip.as_str()));
     assert!(probe_events.iter().all(|e| e["source"] == "action"));
-    assert!(host.events("").await.is_empty(), "probe events are hidden");
-    assert!(host.events(&format!("&ip={ip}")).await.is_empty());
-    let (status, stats) = host.get("/api/events/bans/stats").await;
+    assert!(
+        events(&fleet, "").await.is_empty(),
+        "probe events are hidden"
+    );
+    assert!(events(&fleet, &format!("&ip={ip}")).await.is_empty());
+    let (status, stats) = get(&fleet, "/api/events/bans/stats").await;
     assert_eq!(status, StatusCode::OK, "{stats}");
     assert!(
         !stats.to_string().contains("banhub-probe"),
@@ -303,7 +287,7 @@ async fn probe_round_trip_succeeds_and_its_events_stay_out_of_lists() {
     );
 
     // The result is kept and shown with the diagnostics.
-    let report = host.delivery().await;
+    let report = delivery(&fleet).await;
     assert_eq!(report["lastProbe"]["ok"], true, "{report}");
     assert_eq!(report["lastProbe"]["ip"], ip.as_str());
     assert!(report["lastEventReceivedAt"].is_null(), "{report}");
@@ -311,11 +295,12 @@ async fn probe_round_trip_succeeds_and_its_events_stay_out_of_lists() {
 
 #[tokio::test]
 async fn probe_failure_names_the_broken_part_and_bad_requests_are_refused() {
-    let mut host = start("probe-fail").await;
-    host.sandbox
+    let mut fleet = start("probe-fail").await;
+    fleet.hosts[0]
+        .sandbox
         .client(&["set", "banhub-probe", "delaction", "banhub"])
         .expect("delaction");
-    let result = host.probe().await;
+    let result = probe(&fleet).await;
     assert_eq!(result["ok"], false, "{result}");
     assert_eq!(result["failure"]["code"], "action_missing", "{result}");
     assert!(
@@ -325,40 +310,45 @@ async fn probe_failure_names_the_broken_part_and_bad_requests_are_refused() {
         "{result}"
     );
     // Nothing was banned, nothing stored.
-    assert!(host.events("&jail=banhub-probe").await.is_empty());
+    assert!(events(&fleet, "&jail=banhub-probe").await.is_empty());
     assert_eq!(
-        host.sandbox
+        fleet.hosts[0]
+            .sandbox
             .client(&["get", "banhub-probe", "banned"])
             .expect("banned"),
         "[]"
     );
-    assert_eq!(host.delivery().await["lastProbe"]["ok"], false);
+    assert_eq!(delivery(&fleet).await["lastProbe"]["ok"], false);
 
     // Unknown or malformed server: 404; offline agent: 503.
     for path in [
         "/api/servers/0192f3a4-0000-7000-8000-000000000000/delivery",
         "/api/servers/not-an-id/delivery",
     ] {
-        let (status, body) = host.get(path).await;
+        let (status, body) = get(&fleet, path).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {body}");
         assert!(body["code"].is_string(), "{body}");
     }
-    let (status, _) = host
-        .post("/api/servers/0192f3a4-0000-7000-8000-000000000000/probe")
-        .await;
+    let (status, _) = post(
+        &fleet,
+        "/api/servers/0192f3a4-0000-7000-8000-000000000000/probe",
+    )
+    .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    host.agent.stop().expect("agent stops");
-    let url = format!("/api/servers/{}", host.server_id);
+    fleet.hosts[0].agent.stop().expect("agent stops");
+    let url = format!("/api/servers/{}", fleet.hosts[0].id);
     wait_until_async(DEADLINE, "the agent to be offline", || async {
-        host.get(&url).await.1["status"] == "offline"
+        get(&fleet, &url).await.1["status"] == "offline"
     })
     .await
     .expect("offline");
     for (status, body) in [
-        host.get(&format!("/api/servers/{}/delivery", host.server_id))
-            .await,
-        host.post(&format!("/api/servers/{}/probe", host.server_id))
-            .await,
+        get(
+            &fleet,
+            &format!("/api/servers/{}/delivery", fleet.hosts[0].id),
+        )
+        .await,
+        post(&fleet, &format!("/api/servers/{}/probe", fleet.hosts[0].id)).await,
     ] {
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
         assert_eq!(body["code"], "agent_offline", "{body}");
@@ -372,22 +362,22 @@ fn passes(agent: &AgentProcess) -> usize {
 
 #[tokio::test]
 async fn fail2ban_restart_stores_no_spurious_events() {
-    let mut host = start("restart").await;
+    let mut fleet = start("restart").await;
     let ips = ["203.0.113.71", "203.0.113.72", "203.0.113.73"];
     for ip in ips {
-        ban_from_log(&host, "testauth", ip).await;
+        ban_from_log(&fleet, "testauth", ip).await;
     }
-    let before = host.events("").await;
+    let before = events(&fleet, "").await;
     assert_eq!(before.len(), 3, "{before:?}");
-    let accepted = host.delivery().await["relay"]["callbacksAccepted"].clone();
+    let accepted = delivery(&fleet).await["relay"]["callbacksAccepted"].clone();
 
     // SIGTERM, then start again on the same database: the bans are restored.
-    host.sandbox.stop().expect("fail2ban stops");
-    let passes_before = passes(&host.agent);
-    let out = std::fs::File::create(host.sandbox.dir().join("server2.out")).expect("out");
+    fleet.hosts[0].sandbox.stop().expect("fail2ban stops");
+    let passes_before = passes(&fleet.hosts[0].agent);
+    let out = std::fs::File::create(fleet.hosts[0].sandbox.dir().join("server2.out")).expect("out");
     let child = Command::new("fail2ban-server")
         .arg("-c")
-        .arg(host.sandbox.conf_dir())
+        .arg(fleet.hosts[0].sandbox.conf_dir())
         .args(["-f", "-x"])
         .stdin(Stdio::null())
         .stdout(out.try_clone().expect("clone"))
@@ -396,26 +386,27 @@ async fn fail2ban_restart_stores_no_spurious_events() {
         .expect("fail2ban-server starts again (install it with .ci/install-deps)");
     let _server = KillOnDrop(child);
     wait_until(DEADLINE, "the bans to be restored", || {
-        host.sandbox
+        fleet.hosts[0]
+            .sandbox
             .client(&["get", "testauth", "banned"])
             .is_ok_and(|b| ips.iter().all(|ip| b.contains(ip)))
     })
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.sandbox.logs()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hosts[0].sandbox.logs()));
 
     // Reconciliation notices the restart and compares (settle 5 s + confirm 2 s); then nothing
     // may have been stored.
     wait_until(
         Duration::from_secs(60),
         "a reconciliation pass after the restart",
-        || passes(&host.agent) > passes_before,
+        || passes(&fleet.hosts[0].agent) > passes_before,
     )
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.agent.logs()));
-    let after = host.events("").await;
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hosts[0].agent.logs()));
+    let after = events(&fleet, "").await;
     assert_eq!(
         after.len(),
         3,
         "a restart must store nothing: {after:?}\n{}",
-        host.agent.logs()
+        fleet.hosts[0].agent.logs()
     );
     assert!(
         after
@@ -423,7 +414,7 @@ async fn fail2ban_restart_stores_no_spurious_events() {
             .all(|e| e["kind"] == "ban" && e["source"] == "action")
     );
     assert_eq!(
-        host.delivery().await["relay"]["callbacksAccepted"],
+        delivery(&fleet).await["relay"]["callbacksAccepted"],
         accepted,
         "the action posted during the restart"
     );
@@ -443,16 +434,18 @@ impl Drop for KillOnDrop {
 /// and nothing is stored; a jail it runs is stored.
 #[tokio::test]
 async fn direct_callbacks_naming_a_jail_the_agent_does_not_list_are_refused() {
-    let host = start("direct-jail").await;
-    let (status, issued) = host
-        .post(&format!("/api/servers/{}/callback-secret", host.server_id))
-        .await;
+    let fleet = start("direct-jail").await;
+    let (status, issued) = post(
+        &fleet,
+        &format!("/api/servers/{}/callback-secret", fleet.hosts[0].id),
+    )
+    .await;
     assert_eq!(status, StatusCode::CREATED, "{issued}");
     let secret = issued["secret"].as_str().expect("secret").to_owned();
     let callback = |jail: &'static str| {
         let (client, url, secret) = (
             reqwest::Client::new(),
-            host.hub.url("/api/ban"),
+            fleet.hub.url("/api/ban"),
             secret.clone(),
         );
         async move {
@@ -474,12 +467,12 @@ async fn direct_callbacks_naming_a_jail_the_agent_does_not_list_are_refused() {
     let (status, problem) = callback("sshd-typo").await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
     assert_eq!(problem["field"], "jail", "{problem}");
-    assert!(host.events("&ip=198.51.100.77").await.is_empty());
+    assert!(events(&fleet, "&ip=198.51.100.77").await.is_empty());
 
     let (status, stored) = callback("testauth").await;
     assert_eq!(status, StatusCode::OK, "{stored}");
-    assert_eq!(stored["serverId"], host.server_id.as_str());
-    let events = host.events("&ip=198.51.100.77").await;
+    assert_eq!(stored["serverId"], fleet.hosts[0].id.as_str());
+    let events = events(&fleet, "&ip=198.51.100.77").await;
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0]["jail"], "testauth");
 }

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use banhub_tests::agent::{AgentProcess, relay_addr, relay_secret};
-use banhub_tests::enrolled::{EnrolledAgent, wait_server_online};
+use banhub_tests::TestFleet;
+use banhub_tests::agent::{relay_addr, relay_secret};
+use banhub_tests::enrolled::wait_server_online;
 use banhub_tests::fail2ban::Fail2banSandbox;
-use banhub_tests::hub::HubProcess;
 use banhub_tests::wait::{wait_for_async, wait_until_async};
 use futures::StreamExt;
 use reqwest::StatusCode;
@@ -22,53 +22,26 @@ use tokio::sync::Mutex;
 const DEADLINE: Duration = Duration::from_secs(30);
 const BURST: usize = 10_000;
 
-struct Host {
-    hub: HubProcess,
-    server_id: String,
-    sandbox: Fail2banSandbox,
-    agent: AgentProcess,
-    state: tempfile::TempDir,
-}
-
-impl Host {
-    fn state_dir(&self) -> PathBuf {
-        self.state.path().join("agent")
-    }
-}
-
-async fn start(agent_env: &[(&str, &str)]) -> Host {
-    let hub = HubProcess::builder()
-        .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
-        .start()
-        .expect("hub starts");
+async fn start(agent_env: &[(&str, &str)]) -> TestFleet {
+    let hub = TestFleet::hub_builder().start().expect("hub starts");
     let sandbox = Fail2banSandbox::start("events").expect("fail2ban sandbox");
-    let EnrolledAgent {
-        server_id,
-        agent,
-        state,
-    } = EnrolledAgent::register(&hub.client(), &hub.url(""), "web-1", &sandbox, agent_env)
+    let mut fleet = TestFleet::on(hub);
+    fleet
+        .add_host("web-1", sandbox, agent_env)
         .await
-        .expect("agent enrolled and started");
-    let host = Host {
-        hub,
-        server_id,
-        sandbox,
-        agent,
-        state,
-    };
-    wait_online(&host).await;
-    host
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    fleet
 }
 
-async fn wait_online(host: &Host) {
+async fn wait_online(fleet: &TestFleet) {
     wait_server_online(
-        &host.hub.client(),
-        &host.hub.url(""),
-        &host.server_id,
+        &fleet.hub.client(),
+        &fleet.hub.url(""),
+        &fleet.hosts[0].id,
         DEADLINE,
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}\n{}", host.hub.logs(), host.agent.logs()));
+    .unwrap_or_else(|e| panic!("{e}\n{}\n{}", fleet.hub.logs(), fleet.hosts[0].agent.logs()));
 }
 
 fn workspace() -> PathBuf {
@@ -79,40 +52,41 @@ fn workspace() -> PathBuf {
 }
 
 /// Installs the shipped action into the sandbox and attaches it to `testauth`, pointing at the agent.
-fn attach_action(host: &Host) {
-    let conf = host.sandbox.conf_dir();
+fn attach_action(fleet: &TestFleet) {
+    let conf = fleet.hosts[0].sandbox.conf_dir();
     std::fs::copy(
         workspace().join("deploy/fail2ban/action.d/banhub.conf"),
         conf.join("action.d/banhub.conf"),
     )
     .expect("action installed");
-    let relay = relay_addr(&host.state_dir()).expect("relay address");
+    let relay = relay_addr(&fleet.hosts[0].state_dir()).expect("relay address");
     std::fs::write(
         conf.join("jail.local"),
         format!(
             "[testauth]\naction = filelog\n         banhub[notify=\"{notify}\", relay_url=\"http://{relay}\", secret_file=\"{secret}\"]\n",
             notify = workspace().join("deploy/fail2ban/banhub-notify").display(),
-            secret = host.state_dir().join("relay.secret").display(),
+            secret = fleet.hosts[0].state_dir().join("relay.secret").display(),
         ),
     )
     .expect("jail.local");
-    host.sandbox
+    fleet.hosts[0]
+        .sandbox
         .client(&["reload", "--restart", "testauth"])
         .expect("reload");
 }
 
-async fn events(host: &Host, query: &str) -> Vec<Value> {
+async fn events(fleet: &TestFleet, query: &str) -> Vec<Value> {
     let mut all = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let mut url = host.hub.url(&format!(
+        let mut url = fleet.hub.url(&format!(
             "/api/events/bans?serverId={}&limit=1000{query}",
-            host.server_id
+            fleet.hosts[0].id
         ));
         if let Some(c) = &cursor {
             url.push_str(&format!("&cursor={c}"));
         }
-        let page: Value = host
+        let page: Value = fleet
             .hub
             .client()
             .get(&url)
@@ -132,14 +106,14 @@ async fn events(host: &Host, query: &str) -> Vec<Value> {
 
 #[tokio::test]
 async fn a_ban_from_log_lines_reaches_the_api_and_the_live_stream() {
-    let host = start(&[]).await;
-    attach_action(&host);
+    let fleet = start(&[]).await;
+    attach_action(&fleet);
 
     // Listen to the live stream before anything happens.
-    let stream = host
+    let stream = fleet
         .hub
         .client()
-        .get(host.hub.url("/api/events/stream"))
+        .get(fleet.hub.url("/api/events/stream"))
         .send()
         .await
         .expect("stream");
@@ -156,18 +130,25 @@ async fn a_ban_from_log_lines_reaches_the_api_and_the_live_stream() {
     };
 
     let started = Instant::now();
-    let log = host.sandbox.log_path("testauth");
-    host.sandbox
+    let log = fleet.hosts[0].sandbox.log_path("testauth");
+    fleet.hosts[0]
+        .sandbox
         .append_failures(&log, "203.0.113.50", 3)
         .expect("log lines");
     let ban = wait_for_async(DEADLINE, "the ban event in the API", || async {
-        events(&host, "&ip=203.0.113.50&kind=ban")
+        events(&fleet, "&ip=203.0.113.50&kind=ban")
             .await
             .into_iter()
             .next()
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}\n{}", host.agent.logs(), host.sandbox.logs()));
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}\n{}\n{}",
+            fleet.hosts[0].agent.logs(),
+            fleet.hosts[0].sandbox.logs()
+        )
+    });
     let latency = started.elapsed();
     eprintln!("log lines to stored ban event: {latency:?}");
     assert_eq!(ban["jail"], "testauth");
@@ -188,16 +169,16 @@ async fn a_ban_from_log_lines_reaches_the_api_and_the_live_stream() {
     .expect("live");
 
     // Unbanning from the API: fail2ban's action reports the unban, and it arrives too.
-    let response = host
+    let response = fleet
         .hub
         .client()
-        .post(host.hub.url("/api/jails/testauth/unban/203.0.113.50"))
+        .post(fleet.hub.url("/api/jails/testauth/unban/203.0.113.50"))
         .send()
         .await
         .expect("unban");
     assert_eq!(response.status(), StatusCode::OK);
     wait_for_async(DEADLINE, "the unban event", || async {
-        events(&host, "&ip=203.0.113.50&kind=unban")
+        events(&fleet, "&ip=203.0.113.50&kind=unban")
             .await
             .into_iter()
             .next()
@@ -296,9 +277,11 @@ fn assert_exactly_once(stored: &[Value], acked: &BTreeSet<String>) {
 
 #[tokio::test]
 async fn a_hub_outage_during_a_burst_loses_and_duplicates_nothing() {
-    let mut host = start(&[]).await;
-    let relay = Arc::new(Mutex::new(relay_addr(&host.state_dir()).expect("relay")));
-    let secret = relay_secret(&host.state_dir()).expect("secret");
+    let mut fleet = start(&[]).await;
+    let relay = Arc::new(Mutex::new(
+        relay_addr(&fleet.hosts[0].state_dir()).expect("relay"),
+    ));
+    let secret = relay_secret(&fleet.hosts[0].state_dir()).expect("secret");
     let acked = Arc::new(AtomicUsize::new(0));
     let task = tokio::spawn(burst(relay, secret, BURST, acked.clone()));
 
@@ -309,23 +292,23 @@ async fn a_hub_outage_during_a_burst_loses_and_duplicates_nothing() {
     })
     .await
     .expect("burst started");
-    host.hub.kill().expect("hub killed");
+    fleet.hub.kill().expect("hub killed");
     let acked_set = task.await.expect("burst");
     assert_eq!(
         acked_set.len(),
         BURST,
         "the relay must accept every callback while the hub is away"
     );
-    host.hub.restart().expect("hub restarts");
-    wait_online(&host).await;
+    fleet.hub.restart().expect("hub restarts");
+    wait_online(&fleet).await;
 
     let url_query = "&kind=ban";
     let stored = wait_for_async(Duration::from_secs(120), "every event stored", || async {
-        let stored = events(&host, url_query).await;
+        let stored = events(&fleet, url_query).await;
         (stored.len() >= BURST).then_some(stored)
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.agent.logs()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hosts[0].agent.logs()));
     assert_eq!(stored.len(), BURST);
     assert_exactly_once(&stored, &acked_set);
 }
@@ -338,9 +321,11 @@ async fn an_agent_killed_mid_burst_loses_nothing_it_acknowledged() {
         .expect("free port")
         .port();
     let listen = format!("127.0.0.1:{port}");
-    let mut host = start(&[("BANHUB_AGENT_RELAY__LISTEN", listen.as_str())]).await;
-    let relay = Arc::new(Mutex::new(relay_addr(&host.state_dir()).expect("relay")));
-    let secret = relay_secret(&host.state_dir()).expect("secret");
+    let mut fleet = start(&[("BANHUB_AGENT_RELAY__LISTEN", listen.as_str())]).await;
+    let relay = Arc::new(Mutex::new(
+        relay_addr(&fleet.hosts[0].state_dir()).expect("relay"),
+    ));
+    let secret = relay_secret(&fleet.hosts[0].state_dir()).expect("secret");
     let acked = Arc::new(AtomicUsize::new(0));
     let task = tokio::spawn(burst(relay, secret, BURST, acked.clone()));
 
@@ -350,9 +335,9 @@ async fn an_agent_killed_mid_burst_loses_nothing_it_acknowledged() {
     })
     .await
     .expect("burst started");
-    host.agent.kill().expect("agent killed");
+    fleet.hosts[0].agent.kill().expect("agent killed");
     // Back while the burst goes on; callbacks sent while it was down fail, as they would for fail2ban.
-    host.agent.restart().expect("agent restarts");
+    fleet.hosts[0].agent.restart().expect("agent restarts");
     let acked_set = task.await.expect("burst");
     assert!(acked_set.len() >= BURST / 3, "{}", acked_set.len());
 
@@ -360,7 +345,7 @@ async fn an_agent_killed_mid_burst_loses_nothing_it_acknowledged() {
         Duration::from_secs(120),
         "every acknowledged event stored",
         || async {
-            let stored = events(&host, "&kind=ban").await;
+            let stored = events(&fleet, "&kind=ban").await;
             let ips: BTreeSet<&str> = stored.iter().filter_map(|e| e["ip"].as_str()).collect();
             acked_set
                 .iter()
@@ -369,7 +354,7 @@ async fn an_agent_killed_mid_burst_loses_nothing_it_acknowledged() {
         },
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.agent.logs()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hosts[0].agent.logs()));
     assert_exactly_once(&stored, &acked_set);
     eprintln!(
         "acknowledged {} of {BURST}; stored {} (durable but unanswered ones may be stored too)",

@@ -7,54 +7,39 @@
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use banhub_tests::agent::{AgentProcess, run_command};
-use banhub_tests::enrolled::{EnrolledAgent, wait_server_online};
+use banhub_tests::agent::run_command;
 use banhub_tests::fail2ban::Fail2banSandbox;
-use banhub_tests::hub::HubProcess;
 use banhub_tests::wait::{wait_for_async, wait_until};
+use banhub_tests::{TestFleet, TestHost};
 use serde_json::Value;
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
-struct Host {
-    hub: HubProcess,
-    server_id: String,
-    sandbox: Fail2banSandbox,
-    agent: AgentProcess,
-    state: tempfile::TempDir,
+/// `banhub-agent <command> --config-dir … --state-dir … --fail2ban-socket …`.
+fn action(host: &TestHost, command: &str) -> Output {
+    let conf = host.sandbox.conf_dir();
+    let state = host.state_dir();
+    let socket = host.sandbox.socket_path();
+    let args: Vec<&OsStr> = vec![
+        OsStr::new(command),
+        OsStr::new("--config-dir"),
+        conf.as_os_str(),
+        OsStr::new("--state-dir"),
+        state.as_os_str(),
+        OsStr::new("--fail2ban-socket"),
+        socket.as_os_str(),
+    ];
+    run_command(&args, &[]).expect("the agent binary runs")
 }
 
-impl Host {
-    fn state_dir(&self) -> PathBuf {
-        self.state.path().join("agent")
-    }
-
-    /// `banhub-agent <command> --config-dir … --state-dir … --fail2ban-socket …`.
-    fn action(&self, command: &str) -> Output {
-        let conf = self.sandbox.conf_dir();
-        let state = self.state_dir();
-        let socket = self.sandbox.socket_path();
-        let args: Vec<&OsStr> = vec![
-            OsStr::new(command),
-            OsStr::new("--config-dir"),
-            conf.as_os_str(),
-            OsStr::new("--state-dir"),
-            state.as_os_str(),
-            OsStr::new("--fail2ban-socket"),
-            socket.as_os_str(),
-        ];
-        run_command(&args, &[]).expect("the agent binary runs")
-    }
-
-    fn actions(&self, jail: &str) -> String {
-        self.sandbox
-            .client(&["get", jail, "actions"])
-            .unwrap_or_else(|e| panic!("{e:#}\n{}", self.sandbox.logs()))
-    }
+fn actions(host: &TestHost, jail: &str) -> String {
+    host.sandbox
+        .client(&["get", jail, "actions"])
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", host.sandbox.logs()))
 }
 
 fn text(out: &[u8]) -> String {
@@ -63,11 +48,8 @@ fn text(out: &[u8]) -> String {
 
 /// A sandbox with `testauth` (the default action), `dummyjail` (its own `action =`) and a
 /// disabled jail, a hub, and an enrolled agent running beside them.
-async fn start(name: &str) -> Host {
-    let hub = HubProcess::builder()
-        .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
-        .start()
-        .expect("hub starts");
+async fn start(name: &str) -> TestFleet {
+    let hub = TestFleet::hub_builder().start().expect("hub starts");
     let sandbox = Fail2banSandbox::builder()
         .name(name)
         .start()
@@ -82,32 +64,16 @@ async fn start(name: &str) -> Host {
         ),
     )
     .expect("disabled jail");
-    let EnrolledAgent {
-        server_id,
-        agent,
-        state,
-    } = EnrolledAgent::register(&hub.client(), &hub.url(""), name, &sandbox, &[])
+    let mut fleet = TestFleet::on(hub);
+    fleet
+        .add_host(name, sandbox, &[])
         .await
-        .expect("agent enrolled and started");
-    let host = Host {
-        hub,
-        server_id,
-        sandbox,
-        agent,
-        state,
-    };
-    wait_server_online(
-        &host.hub.client(),
-        &host.hub.url(""),
-        &host.server_id,
-        DEADLINE,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.agent.logs()));
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let host = &fleet.hosts[0];
     // install-action reads where the relay really listens (the harness gives it port 0).
     let relay = host.state_dir().join("relay.json");
     wait_until(DEADLINE, "the relay to listen", || relay.exists()).expect("relay.json");
-    host
+    fleet
 }
 
 /// Every entry under `dir` (relative path → kind, permission bits and content), in order.
@@ -141,12 +107,12 @@ fn tree(dir: &Path) -> BTreeMap<String, (String, Vec<u8>)> {
     out
 }
 
-async fn event(host: &Host, query: &str) -> Option<Value> {
-    let url = host.hub.url(&format!(
+async fn event(fleet: &TestFleet, query: &str) -> Option<Value> {
+    let url = fleet.hub.url(&format!(
         "/api/events/bans?serverId={}&limit=100{query}",
-        host.server_id
+        fleet.hosts[0].id
     ));
-    let page: Value = host
+    let page: Value = fleet
         .hub
         .client()
         .get(&url)
@@ -162,38 +128,42 @@ async fn event(host: &Host, query: &str) -> Option<Value> {
 #[tokio::test]
 async fn install_attaches_to_every_enabled_jail_bans_reach_the_hub_and_uninstall_restores_the_dir()
 {
-    let host = start("install").await;
-    let conf = host.sandbox.conf_dir();
+    let fleet = start("install").await;
+    let conf = fleet.hosts[0].sandbox.conf_dir();
     let before = tree(&conf);
-    assert!(host.actions("testauth").ends_with("filelog"));
+    assert!(actions(&fleet.hosts[0], "testauth").ends_with("filelog"));
 
-    let out = host.action("install-action");
+    let out = action(&fleet.hosts[0], "install-action");
     let stdout = text(&out.stdout);
     assert!(
         out.status.success(),
         "install-action failed\n{stdout}\n{}\n{}",
         text(&out.stderr),
-        host.sandbox.logs()
+        fleet.hosts[0].sandbox.logs()
     );
     assert!(stdout.contains("Every running jail"), "{stdout}");
     // fail2ban runs banhub in each enabled jail, next to the jail's own actions.
     assert_eq!(
-        host.actions("testauth").lines().last(),
+        actions(&fleet.hosts[0], "testauth").lines().last(),
         Some("filelog, banhub")
     );
     assert_eq!(
-        host.actions("dummyjail").lines().last(),
+        actions(&fleet.hosts[0], "dummyjail").lines().last(),
         Some("dummy, banhub")
     );
-    assert_eq!(host.actions("banhub-probe").lines().last(), Some("banhub"));
-    let status = host.sandbox.client(&["status"]).expect("status");
+    assert_eq!(
+        actions(&fleet.hosts[0], "banhub-probe").lines().last(),
+        Some("banhub")
+    );
+    let status = fleet.hosts[0].sandbox.client(&["status"]).expect("status");
     assert!(
         status.ends_with("banhub-probe, dummyjail, testauth"),
         "the disabled jail stays off: {status}"
     );
     // The secret stays in the state dir; the action only names its file.
     let local = std::fs::read_to_string(conf.join("action.d/banhub.local")).expect("banhub.local");
-    let secret = std::fs::read_to_string(host.state_dir().join("relay.secret")).expect("secret");
+    let secret =
+        std::fs::read_to_string(fleet.hosts[0].state_dir().join("relay.secret")).expect("secret");
     assert!(!local.contains(secret.trim()), "{local}");
     assert!(local.contains("relay.secret"), "{local}");
     let notify = std::fs::metadata(conf.join("action.d/banhub-notify")).expect("notifier");
@@ -202,27 +172,36 @@ async fn install_attaches_to_every_enabled_jail_bans_reach_the_hub_and_uninstall
     // A ban caused by log lines in each enabled jail arrives at the hub, and the jail's own
     // action still runs.
     for (jail, ip) in [("testauth", "203.0.113.21"), ("dummyjail", "203.0.113.22")] {
-        let log = host.sandbox.log_path(jail);
-        host.sandbox
+        let log = fleet.hosts[0].sandbox.log_path(jail);
+        fleet.hosts[0]
+            .sandbox
             .append_failures(&log, ip, 3)
             .expect("log lines");
         let ban = wait_for_async(DEADLINE, "the ban event at the hub", || async {
-            event(&host, &format!("&ip={ip}&kind=ban")).await
+            event(&fleet, &format!("&ip={ip}&kind=ban")).await
         })
         .await
-        .unwrap_or_else(|e| panic!("{e}\n{}\n{}", host.agent.logs(), host.sandbox.logs()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "{e}\n{}\n{}",
+                fleet.hosts[0].agent.logs(),
+                fleet.hosts[0].sandbox.logs()
+            )
+        });
         assert_eq!(ban["jail"], jail, "{ban}");
         assert_eq!(ban["source"], "action", "{ban}");
         assert_eq!(ban["failures"], 3, "{ban}");
     }
-    let filelog = std::fs::read_to_string(host.sandbox.actions_path()).expect("actions.txt");
+    let filelog =
+        std::fs::read_to_string(fleet.hosts[0].sandbox.actions_path()).expect("actions.txt");
     assert!(filelog.contains("ban testauth 203.0.113.21"), "{filelog}");
-    let dummy = std::fs::read_to_string(host.sandbox.dir().join("dummy.txt")).expect("dummy.txt");
+    let dummy =
+        std::fs::read_to_string(fleet.hosts[0].sandbox.dir().join("dummy.txt")).expect("dummy.txt");
     assert!(dummy.contains("203.0.113.22"), "{dummy}");
 
     // Idempotent: a second install changes no byte and restarts nothing.
     let installed = tree(&conf);
-    let again = host.action("install-action");
+    let again = action(&fleet.hosts[0], "install-action");
     let again_out = text(&again.stdout);
     assert!(
         again.status.success(),
@@ -233,7 +212,7 @@ async fn install_attaches_to_every_enabled_jail_bans_reach_the_hub_and_uninstall
     assert_eq!(tree(&conf), installed);
 
     // Uninstall: the directory is exactly as before, and fail2ban no longer runs banhub.
-    let out = host.action("uninstall-action");
+    let out = action(&fleet.hosts[0], "uninstall-action");
     assert!(
         out.status.success(),
         "{}\n{}",
@@ -241,14 +220,25 @@ async fn install_attaches_to_every_enabled_jail_bans_reach_the_hub_and_uninstall
         text(&out.stderr)
     );
     assert_eq!(tree(&conf), before, "uninstall must restore the config dir");
-    assert_eq!(host.actions("testauth").lines().last(), Some("filelog"));
-    assert_eq!(host.actions("dummyjail").lines().last(), Some("dummy"));
-    let status = host.sandbox.client(&["status"]).expect("status");
+    assert_eq!(
+        actions(&fleet.hosts[0], "testauth").lines().last(),
+        Some("filelog")
+    );
+    assert_eq!(
+        actions(&fleet.hosts[0], "dummyjail").lines().last(),
+        Some("dummy")
+    );
+    let status = fleet.hosts[0].sandbox.client(&["status"]).expect("status");
     assert!(status.ends_with("dummyjail, testauth"), "{status}");
-    assert!(!host.state_dir().join("action-install.json").exists());
+    assert!(
+        !fleet.hosts[0]
+            .state_dir()
+            .join("action-install.json")
+            .exists()
+    );
 
     // And once more: nothing left to remove.
-    let out = host.action("uninstall-action");
+    let out = action(&fleet.hosts[0], "uninstall-action");
     assert!(out.status.success());
     assert!(text(&out.stdout).contains("nothing changed"));
     assert_eq!(tree(&conf), before);
@@ -256,12 +246,12 @@ async fn install_attaches_to_every_enabled_jail_bans_reach_the_hub_and_uninstall
 
 #[tokio::test]
 async fn install_while_fail2ban_is_stopped_takes_effect_when_it_starts() {
-    let mut host = start("offline-install").await;
-    host.sandbox.stop().expect("stop fail2ban");
-    let conf = host.sandbox.conf_dir();
+    let mut fleet = start("offline-install").await;
+    fleet.hosts[0].sandbox.stop().expect("stop fail2ban");
+    let conf = fleet.hosts[0].sandbox.conf_dir();
     let before = tree(&conf);
 
-    let out = host.action("install-action");
+    let out = action(&fleet.hosts[0], "install-action");
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     assert!(stdout.contains("fail2ban is not running"), "{stdout}");
@@ -279,31 +269,33 @@ async fn install_while_fail2ban_is_stopped_takes_effect_when_it_starts() {
         .expect("fail2ban-server starts (install it with .ci/install-deps)");
     let mut server = KillOnDrop(server);
     wait_until(DEADLINE, "fail2ban to run the probe jail", || {
-        host.sandbox
+        fleet.hosts[0]
+            .sandbox
             .client(&["status"])
             .is_ok_and(|s| s.ends_with("banhub-probe, dummyjail, testauth"))
     })
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.sandbox.logs()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hosts[0].sandbox.logs()));
     assert_eq!(
-        host.actions("testauth").lines().last(),
+        actions(&fleet.hosts[0], "testauth").lines().last(),
         Some("filelog, banhub")
     );
     assert_eq!(
-        host.actions("dummyjail").lines().last(),
+        actions(&fleet.hosts[0], "dummyjail").lines().last(),
         Some("dummy, banhub")
     );
 
     let ip = "198.51.100.33";
-    host.sandbox
-        .append_failures(&host.sandbox.log_path("testauth"), ip, 3)
+    fleet.hosts[0]
+        .sandbox
+        .append_failures(&fleet.hosts[0].sandbox.log_path("testauth"), ip, 3)
         .expect("log lines");
     wait_for_async(DEADLINE, "the ban event at the hub", || async {
-        event(&host, &format!("&ip={ip}&kind=ban")).await
+        event(&fleet, &format!("&ip={ip}&kind=ban")).await
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.agent.logs()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hosts[0].agent.logs()));
 
-    let out = host.action("uninstall-action");
+    let out = action(&fleet.hosts[0], "uninstall-action");
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(tree(&conf), before);
     server.0.kill().ok();
