@@ -246,10 +246,14 @@ async fn enroll_online_test_delete_and_revoke() {
         Ok("welcome")
     );
 
-    // Started again, the removed agent does not come back.
-    agent.restart().expect("restart");
+    // Started again, the removed agent does not come back: it exits with code 3 again, which it
+    // does only once the hub has refused it, and no session was opened meanwhile.
     let metrics_before = metric(&hub, "banhub_agent_sessions_total").await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    agent.restart().expect("restart");
+    let status = agent
+        .wait_exit(Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("the removed agent kept running: {e}\n{}", agent.logs()));
+    assert_eq!(status.code(), Some(3), "{}", agent.logs());
     assert_eq!(
         metric(&hub, "banhub_agent_sessions_total").await,
         metrics_before,
