@@ -9,11 +9,11 @@
 //! another CA refuses to join.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use banhub_tests::agent::{AgentProcess, relay_addr, relay_secret};
+use banhub_tests::TestHost;
+use banhub_tests::agent::{relay_addr, relay_secret};
 use banhub_tests::balancer::Balancer;
 use banhub_tests::enrolled::EnrolledAgent;
 use banhub_tests::fail2ban::Fail2banSandbox;
@@ -31,25 +31,11 @@ const HOSTS: usize = 4;
 /// Events each host reports while replica B is killed.
 const BURST: usize = 150;
 
-struct Host {
-    name: String,
-    server_id: String,
-    sandbox: Fail2banSandbox,
-    agent: AgentProcess,
-    state: tempfile::TempDir,
-}
-
-impl Host {
-    fn state_dir(&self) -> PathBuf {
-        self.state.path().join("agent")
-    }
-}
-
 struct Cluster {
     a: HubProcess,
     b: HubProcess,
     _balancer: Balancer,
-    hosts: Vec<Host>,
+    hosts: Vec<TestHost>,
     _ca: tempfile::TempDir,
     pg: PostgresServer,
 }
@@ -128,9 +114,9 @@ async fn start() -> Cluster {
         )
         .await
         .expect("agent enrolled and started");
-        hosts.push(Host {
+        hosts.push(TestHost {
             name,
-            server_id,
+            id: server_id,
             sandbox,
             agent,
             state,
@@ -278,7 +264,7 @@ async fn stored_events(hub: &HubProcess, server: &str) -> Vec<Value> {
 
 /// Reports `ips` as bans through the agent's relay; returns the ones the relay acknowledged (they
 /// are durable in the agent's spool and must reach the hub).
-async fn report(host: &Host, ips: Vec<String>) -> BTreeSet<String> {
+async fn report(host: &TestHost, ips: Vec<String>) -> BTreeSet<String> {
     let relay = relay_addr(&host.state_dir()).expect("relay address");
     let secret = relay_secret(&host.state_dir()).expect("relay secret");
     let client = reqwest::Client::builder()
@@ -320,7 +306,7 @@ async fn replicas_share_agents_commands_events_and_jobs() {
     let held = holders(&cluster, |h| h.len() == HOSTS).await;
     let on = |replica: &str| -> Vec<usize> {
         (0..HOSTS)
-            .filter(|i| held.get(&cluster.hosts[*i].server_id).map(String::as_str) == Some(replica))
+            .filter(|i| held.get(&cluster.hosts[*i].id).map(String::as_str) == Some(replica))
             .collect()
     };
     let (on_a, on_b) = (on("a"), on("b"));
@@ -369,7 +355,7 @@ async fn replicas_share_agents_commands_events_and_jobs() {
         .a
         .client()
         .post(cluster.a.url("/api/jails/testauth/ban/192.0.2.10"))
-        .header("X-BanDaemon-Server", &target.server_id)
+        .header("X-BanDaemon-Server", &target.id)
         .send()
         .await
         .expect("ban");
@@ -393,7 +379,7 @@ async fn replicas_share_agents_commands_events_and_jobs() {
         .b
         .client()
         .post(cluster.b.url("/api/jails/testauth/ban/192.0.2.11"))
-        .header("X-BanDaemon-Server", &target_a.server_id)
+        .header("X-BanDaemon-Server", &target_a.id)
         .send()
         .await
         .expect("ban");
@@ -514,7 +500,7 @@ async fn replicas_share_agents_commands_events_and_jobs() {
     // No acknowledged event lost, none stored twice, for every host.
     for (host, acked) in cluster.hosts.iter().zip(&acked) {
         let stored = wait_for_async(DEADLINE, "every acknowledged event stored", || async {
-            let stored = stored_events(&cluster.a, &host.server_id).await;
+            let stored = stored_events(&cluster.a, &host.id).await;
             let ips: BTreeSet<String> = stored
                 .iter()
                 .filter_map(|e| e["ip"].as_str().map(str::to_owned))
@@ -549,7 +535,7 @@ async fn replicas_share_agents_commands_events_and_jobs() {
         .a
         .client()
         .post(cluster.a.url("/api/jails/testauth/ban/192.0.2.12"))
-        .header("X-BanDaemon-Server", &moved_host.server_id)
+        .header("X-BanDaemon-Server", &moved_host.id)
         .send()
         .await
         .expect("ban");

@@ -10,86 +10,20 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
-use banhub_tests::agent::{AgentProcess, relay_addr};
+use banhub_tests::TestFleet;
+use banhub_tests::agent::relay_addr;
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubProcess;
 use banhub_tests::oidc::OidcProvider;
 use banhub_tests::process::{target_dir, workspace_root};
 use banhub_tests::smtp::SmtpServer;
-use banhub_tests::wait::wait_until_async;
 use serde_json::{Value, json};
 
-const DEADLINE: Duration = Duration::from_secs(30);
 const CHROMIUM: &str = "/usr/bin/chromium";
 const INSTALL_HINT: &str = "run .ci/install-deps (its .ci/deps.d/40-ui.sh installs Debian's chromium and runs npm ci in hub/ui)";
 /// The jail every sandbox watches with the shipped action attached.
 const JAIL: &str = "testauth";
-
-/// One simulated host: a fail2ban sandbox whose `testauth` jail reports through the shipped action
-/// to its enrolled agent.
-struct Host {
-    sandbox: Fail2banSandbox,
-    agent: AgentProcess,
-    _state: tempfile::TempDir,
-}
-
-async fn add_host(hub: &HubProcess, name: &str) -> Host {
-    let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
-    let created: Value = hub
-        .client()
-        .post(hub.url("/api/servers"))
-        .json(&json!({ "name": name }))
-        .send()
-        .await
-        .expect("create server")
-        .json()
-        .await
-        .expect("json");
-    let id = created["server"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no server id in {created}"))
-        .to_owned();
-    let state = tempfile::tempdir().expect("tempdir");
-    let dir = state.path().join("agent");
-    let out = AgentProcess::enroll(
-        created["enrollment"]["token"].as_str().expect("token"),
-        &dir,
-    )
-    .expect("enroll runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let agent = AgentProcess::start(
-        &dir,
-        &sandbox.socket_path(),
-        &sandbox.conf_dir(),
-        &[("BANHUB_AGENT_LINK__BACKOFF_MAX_MS", "500")],
-    )
-    .expect("agent starts");
-    let url = hub.url(&format!("/api/servers/{id}"));
-    let client = hub.client();
-    wait_until_async(DEADLINE, "the agent to be online", || async {
-        let Ok(response) = client.get(&url).send().await else {
-            return false;
-        };
-        response
-            .json::<Value>()
-            .await
-            .is_ok_and(|s| s["status"] == "online")
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}\n{}", hub.logs(), agent.logs()));
-    attach_action(&sandbox, &dir);
-    Host {
-        sandbox,
-        agent,
-        _state: state,
-    }
-}
 
 /// Installs the shipped fail2ban action on `testauth`, posting to the agent's relay, so bans caused
 /// by log lines travel the real event path to the hub.
@@ -169,8 +103,7 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
 
     let smtp = SmtpServer::start().expect("maildev");
     let provider = OidcProvider::start().expect("the OpenID provider starts");
-    let hub = HubProcess::builder()
-        .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
+    let hub = TestFleet::hub_builder()
         .oidc(&provider)
         .start()
         .expect("hub starts");
@@ -184,8 +117,17 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
         .await
         .expect("GET /api/servers");
     assert_eq!(anonymous.status(), reqwest::StatusCode::UNAUTHORIZED);
-    let web1 = add_host(&hub, "web-1").await;
-    let web2 = add_host(&hub, "web-2").await;
+    let mut fleet = TestFleet::on(hub);
+    for name in ["web-1", "web-2"] {
+        let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
+        let host = fleet
+            .add_host(name, sandbox, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{name} comes online: {e:#}"));
+        attach_action(&host.sandbox, &host.state_dir());
+    }
+    let hub = &fleet.hub;
+    let (web1, web2) = (fleet.host(0), fleet.host(1));
 
     let artifacts = target_dir().join("ui-e2e");
     let screenshots = artifacts.join("screenshots");
