@@ -8,6 +8,7 @@ pub mod agent;
 pub mod backends;
 pub mod balancer;
 pub mod client;
+pub mod commands;
 pub mod enrolled;
 pub mod fail2ban;
 pub mod fleet;
@@ -23,6 +24,7 @@ pub mod webhook;
 
 pub use agent::AgentProcess;
 pub use client::ApiClient;
+pub use commands::CommandHost;
 pub use enrolled::EnrolledAgent;
 pub use fail2ban::Fail2banSandbox;
 pub use fleet::{TestFleet, TestHost};

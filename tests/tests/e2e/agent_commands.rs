@@ -2,206 +2,18 @@
 //! the way `banhub-agent run` does (from the agent's settings) and runs commands through
 //! `commands::execute`, then checks the answer *and* what fail2ban and the files say.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-use banhub_agent::link::commands::{self, Context};
-use banhub_agent::settings::{Fail2banSettings, Settings};
 use banhub_proto::v1::command::Kind;
 use banhub_proto::v1::command_result::Outcome;
 use banhub_proto::v1::{
-    BannedPage, Command, CommandError, ConfigChange, ErrorCode, FileEdit, GetIgnoreList,
-    GetJailConfig, IgnoreList, JailConfig, JailToggle, ListBanned, ListFilters, ListJails, LogTail,
-    Ping, Restart, RestartMode, SetBan, SetIgnoreList, SetJailsEnabled, StatusReport, TestFilter,
-    WriteJailConfig, test_filter,
+    CommandError, ConfigChange, ErrorCode, FileEdit, GetJailConfig, JailToggle, ListBanned,
+    ListFilters, ListJails, LogTail, Ping, Restart, RestartMode, SetBan, SetIgnoreList,
+    SetJailsEnabled, TestFilter, WriteJailConfig, test_filter,
 };
-use banhub_tests::Fail2banSandbox;
 use banhub_tests::wait::wait_for_async;
-use tempfile::TempDir;
-
-/// A fail2ban sandbox and the agent's command context for it.
-struct Host {
-    sandbox: Fail2banSandbox,
-    context: Context,
-    _state: TempDir,
-}
-
-fn client_path() -> PathBuf {
-    ["/usr/bin/fail2ban-client", "/usr/local/bin/fail2ban-client"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| PathBuf::from("fail2ban-client"))
-}
-
-fn host_on(sandbox: Fail2banSandbox) -> Host {
-    let state = tempfile::tempdir().expect("state dir");
-    let settings = Settings {
-        state_dir: state.path().to_owned(),
-        fail2ban: Fail2banSettings {
-            socket: sandbox.socket_path(),
-            config_dir: sandbox.conf_dir(),
-            client: client_path(),
-            timeout_ms: 10_000,
-            ..Fail2banSettings::default()
-        },
-        ..Settings::default()
-    };
-    Host {
-        context: Context::new(&settings),
-        sandbox,
-        _state: state,
-    }
-}
-
-fn host(name: &str) -> Host {
-    host_on(Fail2banSandbox::start(name).expect("fail2ban sandbox"))
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
-impl Host {
-    async fn run(&self, kind: Kind) -> Outcome {
-        let result = commands::execute(
-            &self.context,
-            Command {
-                id: uuid::Uuid::new_v4().to_string(),
-                deadline_unix_ms: now_ms() + 60_000,
-                requested_by: "test".to_owned(),
-                kind: Some(kind),
-            },
-        )
-        .await;
-        result.outcome.expect("an outcome")
-    }
-
-    async fn status(&self) -> StatusReport {
-        match self.run(Kind::Status(Default::default())).await {
-            Outcome::Status(status) => status,
-            other => panic!("expected a status, got {other:?}"),
-        }
-    }
-
-    async fn banned(&self, jail: &str, search: &str, offset: u32, limit: u32) -> BannedPage {
-        let request = ListBanned {
-            jail: jail.to_owned(),
-            search: search.to_owned(),
-            offset,
-            limit,
-        };
-        match self.run(Kind::ListBanned(request)).await {
-            Outcome::Banned(page) => page,
-            other => panic!("expected a page, got {other:?}"),
-        }
-    }
-
-    async fn set_ban(&self, jail: &str, ip: &str, ban: bool) -> (bool, Vec<String>) {
-        let request = SetBan {
-            jail: jail.to_owned(),
-            ip: ip.to_owned(),
-            ban,
-            guard_override: false,
-        };
-        match self.run(Kind::SetBan(request)).await {
-            Outcome::BanChange(change) => (change.changed, change.jails),
-            other => panic!("expected a ban change, got {other:?}"),
-        }
-    }
-
-    async fn jail_config(&self, jail: &str) -> JailConfig {
-        let request = GetJailConfig {
-            jail: jail.to_owned(),
-        };
-        match self.run(Kind::GetJailConfig(request)).await {
-            Outcome::JailConfig(config) => config,
-            other => panic!("expected a jail config, got {other:?}"),
-        }
-    }
-
-    async fn write_override(&self, jail: &str, content: &str, expected: &str) -> Outcome {
-        self.run(Kind::WriteJailConfig(WriteJailConfig {
-            jail: jail.to_owned(),
-            jail_override: Some(FileEdit {
-                content: content.to_owned(),
-                expected_version: expected.to_owned(),
-            }),
-            filter_local: None,
-        }))
-        .await
-    }
-
-    async fn set_enabled(&self, jail: &str, enabled: bool) -> Outcome {
-        self.run(Kind::SetJailsEnabled(SetJailsEnabled {
-            changes: vec![JailToggle {
-                jail: jail.to_owned(),
-                enabled,
-            }],
-        }))
-        .await
-    }
-
-    async fn ignore_list(&self, jail: &str) -> IgnoreList {
-        let request = GetIgnoreList {
-            jail: jail.to_owned(),
-        };
-        match self.run(Kind::GetIgnoreList(request)).await {
-            Outcome::IgnoreList(list) => list,
-            other => panic!("expected an ignore list, got {other:?}"),
-        }
-    }
-
-    async fn set_ignore_list(&self, jail: &str, entries: &[&str], expected: &str) -> Outcome {
-        self.run(Kind::SetIgnoreList(SetIgnoreList {
-            jail: jail.to_owned(),
-            entries: entries.iter().map(|e| (*e).to_owned()).collect(),
-            expected_version: expected.to_owned(),
-        }))
-        .await
-    }
-
-    fn client(&self, args: &[&str]) -> String {
-        self.sandbox.client(args).expect("fail2ban-client")
-    }
-
-    /// `get <jail> banned` as a set, from fail2ban-client.
-    fn banned_by_client(&self, jail: &str) -> BTreeSet<String> {
-        let reply = self.client(&["get", jail, "banned"]);
-        reply
-            .trim_matches(|c| c == '[' || c == ']')
-            .split(", ")
-            .map(|s| s.trim_matches('\'').to_owned())
-            .filter(|s| !s.is_empty())
-            .collect()
-    }
-
-    fn jail_list(&self) -> String {
-        let status = self.client(&["status"]);
-        status
-            .lines()
-            .find_map(|l| l.split_once("Jail list:\t").map(|(_, v)| v.to_owned()))
-            .unwrap_or_default()
-    }
-
-    /// Every file under the config directory with its bytes (a temp file or any change shows).
-    fn files(&self) -> BTreeMap<PathBuf, Vec<u8>> {
-        fn walk(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
-            for entry in std::fs::read_dir(dir).expect("read dir").flatten() {
-                let path = entry.path();
-                if path.is_dir() {
-                    walk(&path, out);
-                } else {
-                    out.insert(path.clone(), std::fs::read(&path).unwrap_or_default());
-                }
-            }
-        }
-        let mut files = BTreeMap::new();
-        walk(&self.sandbox.conf_dir(), &mut files);
-        files
-    }
-}
+use banhub_tests::{CommandHost, Fail2banSandbox};
 
 fn error(outcome: Outcome, code: ErrorCode) -> CommandError {
     match outcome {
@@ -238,7 +50,7 @@ fn client_count(status: &str, field: &str) -> u64 {
 
 #[tokio::test]
 async fn status_counts_match_fail2ban_client() {
-    let h = host("cmd-status");
+    let h = CommandHost::start("cmd-status");
     h.client(&["set", "testauth", "banip", "198.51.100.1", "198.51.100.2"]);
     h.client(&["set", "dummyjail", "banip", "2001:db8::1"]);
     h.sandbox
@@ -283,7 +95,7 @@ async fn status_counts_match_fail2ban_client() {
 
 #[tokio::test]
 async fn a_log_burst_bans_an_address_that_shows_with_its_times() {
-    let h = host("cmd-burst");
+    let h = CommandHost::start("cmd-burst");
     let before = chrono::Utc::now().timestamp();
     h.sandbox
         .append_failures(&h.sandbox.log_path("testauth"), "203.0.113.7", 3)
@@ -318,7 +130,7 @@ async fn a_log_burst_bans_an_address_that_shows_with_its_times() {
 
 #[tokio::test]
 async fn ban_and_unban_are_reflected_in_fail2ban() {
-    let h = host("cmd-ban");
+    let h = CommandHost::start("cmd-ban");
     assert_eq!(
         h.set_ban("testauth", "198.51.100.7", true).await,
         (true, vec!["testauth".to_owned()])
@@ -384,7 +196,7 @@ async fn ban_and_unban_are_reflected_in_fail2ban() {
 
 #[tokio::test]
 async fn banned_lists_page_and_search() {
-    let h = host_on(
+    let h = CommandHost::on(
         Fail2banSandbox::builder()
             .name("cmd-paging")
             .extra_jails(1)
@@ -447,7 +259,7 @@ async fn banned_lists_page_and_search() {
 
 #[tokio::test]
 async fn jails_filters_and_their_config_are_listed() {
-    let h = host("cmd-list");
+    let h = CommandHost::start("cmd-list");
     let jails = match h.run(Kind::ListJails(ListJails {})).await {
         Outcome::Jails(list) => list,
         other => panic!("expected jails, got {other:?}"),
@@ -502,7 +314,7 @@ async fn jails_filters_and_their_config_are_listed() {
 
 #[tokio::test]
 async fn writes_apply_and_a_stale_version_conflicts() {
-    let h = host("cmd-conflict");
+    let h = CommandHost::start("cmd-conflict");
     let first = "[testauth]\nmaxretry = 7\n";
     let written = change(h.write_override("testauth", first, "").await);
     assert_eq!(written.files.len(), 1);
@@ -564,7 +376,7 @@ async fn writes_apply_and_a_stale_version_conflicts() {
 
 #[tokio::test]
 async fn a_jail_with_a_broken_filter_is_refused_and_fail2ban_keeps_the_old_config() {
-    let h = host("cmd-broken");
+    let h = CommandHost::start("cmd-broken");
     change(h.set_enabled("dummyjail", false).await);
     assert_eq!(h.jail_list(), "testauth");
     // A broken filter, put there behind the agent's back, and the disabled jail pointed at it.
@@ -616,7 +428,7 @@ async fn a_jail_with_a_broken_filter_is_refused_and_fail2ban_keeps_the_old_confi
 
 #[tokio::test]
 async fn filter_tests_report_matches() {
-    let h = host("cmd-filtertest");
+    let h = CommandHost::start("cmd-filtertest");
     let lines: Vec<String> = [
         "2026-11-22 10:00:00 Failed login for bob from 192.0.2.1",
         "2026-11-22 10:00:01 Accepted login for bob from 192.0.2.1",
@@ -694,7 +506,7 @@ async fn filter_tests_report_matches() {
 
 #[tokio::test]
 async fn reload_and_restart_report_running_jails() {
-    let h = host("cmd-restart");
+    let h = CommandHost::start("cmd-restart");
     let pid = h.sandbox.pid();
     for mode in [RestartMode::Reload, RestartMode::Restart] {
         let report = match h.run(Kind::Restart(Restart { mode: mode.into() })).await {
@@ -738,7 +550,7 @@ async fn reload_and_restart_report_running_jails() {
 
 #[tokio::test]
 async fn ignore_lists_round_trip() {
-    let h = host("cmd-ignore");
+    let h = CommandHost::start("cmd-ignore");
     let global = h.ignore_list("").await;
     assert_eq!(global.entries, ["127.0.0.1/8", "::1"]);
     assert_eq!(global.path, "jail.d/banhub-defaults.local");
@@ -799,7 +611,7 @@ async fn ignore_lists_round_trip() {
 
 #[tokio::test]
 async fn log_tail_shows_fail2bans_log() {
-    let h = host("cmd-logtail");
+    let h = CommandHost::start("cmd-logtail");
     h.sandbox
         .append_failures(&h.sandbox.log_path("testauth"), "203.0.113.9", 3)
         .expect("log");
@@ -854,7 +666,7 @@ async fn log_tail_shows_fail2bans_log() {
 
 #[tokio::test]
 async fn bad_input_is_refused_and_changes_nothing() {
-    let h = host("cmd-bad");
+    let h = CommandHost::start("cmd-bad");
     h.client(&["set", "testauth", "banip", "198.51.100.1"]);
     let files = h.files();
     let banned = h.banned_by_client("testauth");

@@ -2,69 +2,25 @@
 //! or buggy hub would send commands: each runs through the agent's command executor against a real
 //! fail2ban sandbox, with no hub in front of it.
 
-use banhub_agent::link::commands::{self, Context};
-use banhub_agent::settings::{Fail2banSettings, Settings};
 use banhub_proto::v1::command::Kind;
 use banhub_proto::v1::command_result::Outcome;
-use banhub_proto::v1::{Command, ErrorCode, JailToggle, SetBan, SetIgnoreList, SetJailsEnabled};
-use banhub_tests::Fail2banSandbox;
+use banhub_proto::v1::{ErrorCode, JailToggle, SetBan, SetIgnoreList, SetJailsEnabled};
+use banhub_tests::CommandHost;
 use banhub_tests::fleet::snapshot;
-use tempfile::TempDir;
 
-/// A fail2ban sandbox and the agent's command context for it.
-struct Host {
-    sandbox: Fail2banSandbox,
-    context: Context,
-    _state: TempDir,
+/// A sandbox named `name` and the agent's command context for it.
+fn start(name: &str) -> CommandHost {
+    CommandHost::start(name)
 }
 
-impl Host {
-    fn start(name: &str) -> Self {
-        let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
-        let state = tempfile::tempdir().expect("state dir");
-        let client = ["/usr/bin/fail2ban-client", "/usr/local/bin/fail2ban-client"]
-            .iter()
-            .map(std::path::PathBuf::from)
-            .find(|p| p.is_file())
-            .unwrap_or_else(|| "fail2ban-client".into());
-        let settings = Settings {
-            state_dir: state.path().to_owned(),
-            fail2ban: Fail2banSettings {
-                socket: sandbox.socket_path(),
-                config_dir: sandbox.conf_dir(),
-                client,
-                timeout_ms: 10_000,
-                ..Fail2banSettings::default()
-            },
-            ..Settings::default()
-        };
-        Self {
-            context: Context::new(&settings),
-            sandbox,
-            _state: state,
-        }
-    }
+/// Runs `kind` as a compromised hub would send it.
+async fn run(host: &CommandHost, kind: Kind) -> Outcome {
+    host.run_as("a compromised hub", kind).await
+}
 
-    async fn run(&self, kind: Kind) -> Outcome {
-        commands::execute(
-            &self.context,
-            Command {
-                id: uuid::Uuid::new_v4().to_string(),
-                deadline_unix_ms: chrono::Utc::now().timestamp_millis() + 60_000,
-                requested_by: "a compromised hub".to_owned(),
-                kind: Some(kind),
-            },
-        )
-        .await
-        .outcome
-        .expect("an outcome")
-    }
-
-    fn banned(&self, jail: &str) -> String {
-        self.sandbox
-            .client(&["get", jail, "banned"])
-            .expect("fail2ban lists its bans")
-    }
+/// `get <jail> banned`, as fail2ban-client prints it.
+fn banned(host: &CommandHost, jail: &str) -> String {
+    host.client(&["get", jail, "banned"])
 }
 
 fn ban(jail: &str, ip: &str, ban: bool, guard_override: bool) -> Kind {
@@ -89,15 +45,15 @@ fn refused(outcome: Outcome, code: ErrorCode) -> String {
 
 #[tokio::test]
 async fn the_agent_refuses_what_it_can_know_without_the_hub() {
-    let host = Host::start("agentguards");
+    let host = start("agentguards");
     let conf = host.sandbox.conf_dir();
     let files = snapshot(&conf);
-    let before = host.banned("testauth");
+    let before = banned(&host, "testauth");
 
     // The broadcast address needs the override, which only the hub's guard rails give.
     for ip in ["255.255.255.255", "::ffff:255.255.255.255"] {
         let message = refused(
-            host.run(ban("testauth", ip, true, false)).await,
+            run(&host, ban("testauth", ip, true, false)).await,
             ErrorCode::InvalidArgument,
         );
         assert!(message.contains("broadcast"), "{message}");
@@ -110,7 +66,7 @@ async fn the_agent_refuses_what_it_can_know_without_the_hub() {
         ("INCLUDES", "192.0.2.9"),
     ] {
         refused(
-            host.run(ban(jail, ip, true, true)).await,
+            run(&host, ban(jail, ip, true, true)).await,
             ErrorCode::InvalidArgument,
         );
     }
@@ -121,7 +77,7 @@ async fn the_agent_refuses_what_it_can_know_without_the_hub() {
             expected_version: String::new(),
         };
         let message = refused(
-            host.run(Kind::SetIgnoreList(list)).await,
+            run(&host, Kind::SetIgnoreList(list)).await,
             ErrorCode::InvalidArgument,
         );
         assert!(message.contains("every address"), "{message}");
@@ -133,37 +89,34 @@ async fn the_agent_refuses_what_it_can_know_without_the_hub() {
         }],
     };
     let message = refused(
-        host.run(Kind::SetJailsEnabled(toggle)).await,
+        run(&host, Kind::SetJailsEnabled(toggle)).await,
         ErrorCode::NotFound,
     );
     assert!(message.contains("Definition"), "{message}");
 
     assert_eq!(
-        host.banned("testauth"),
+        banned(&host, "testauth"),
         before,
         "a refused ban reached fail2ban"
     );
     assert_eq!(snapshot(&conf), files, "a refused command wrote files");
 
     // With the hub's word that an admin overrode the rails, the broadcast address is banned.
-    match host
-        .run(ban("testauth", "255.255.255.255", true, true))
-        .await
-    {
+    match run(&host, ban("testauth", "255.255.255.255", true, true)).await {
         Outcome::BanChange(change) => assert!(change.changed),
         other => panic!("expected a ban, got {other:?}"),
     }
-    assert!(host.banned("testauth").contains("'255.255.255.255'"));
+    assert!(banned(&host, "testauth").contains("'255.255.255.255'"));
 }
 
 #[tokio::test]
 async fn a_mapped_address_is_one_entry_at_the_agent() {
-    let host = Host::start("agentmapped");
+    let host = start("agentmapped");
     for (ip, is_ban) in [("::ffff:198.51.100.7", true), ("198.51.100.7", false)] {
-        match host.run(ban("testauth", ip, is_ban, false)).await {
+        match run(&host, ban("testauth", ip, is_ban, false)).await {
             Outcome::BanChange(change) => assert!(change.changed, "{ip}"),
             other => panic!("expected a change, got {other:?}"),
         }
     }
-    assert!(!host.banned("testauth").contains("198.51.100.7"));
+    assert!(!banned(&host, "testauth").contains("198.51.100.7"));
 }
