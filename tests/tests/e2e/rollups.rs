@@ -50,8 +50,8 @@ fn event(ip: &str, ms: i64, ban: bool) -> NewEvent {
 /// Bans ingested per address and server: what the rollups must say.
 type Expected = BTreeMap<String, BTreeMap<ServerId, u64>>;
 
-/// The fleet of the test: three servers, each with an agent.
-struct Fleet {
+/// What three servers (each with an agent) reported in the test, and the rollups it must make.
+struct Traffic {
     servers: Vec<(ServerId, AgentId)>,
     /// The next sequence number per server.
     next_seq: Vec<u64>,
@@ -60,7 +60,7 @@ struct Fleet {
     step: u64,
 }
 
-impl Fleet {
+impl Traffic {
     async fn create(store: &Store) -> Self {
         let mut servers = Vec::new();
         for i in 0..3 {
@@ -121,29 +121,29 @@ impl Fleet {
 }
 
 /// Every read of the per-address rollups against `expected`.
-async fn assert_rollups(store: &Store, fleet: &Fleet, context: &str) {
-    let ips: Vec<String> = fleet.expected.keys().cloned().collect();
+async fn assert_rollups(store: &Store, traffic: &Traffic, context: &str) {
+    let ips: Vec<String> = traffic.expected.keys().cloned().collect();
     // The alert worker's counts first: on SQLite they add what is pending without writing it.
     let counts = store.ip_ban_counts(&ips).await.expect("ban counts");
     for ip in &ips {
         assert_eq!(
             counts.get(ip).copied().unwrap_or(0),
-            fleet.bans(ip),
+            traffic.bans(ip),
             "{context}: ban count of {ip} for the alerts"
         );
     }
     assert_eq!(
         store.distinct_ips().await.expect("distinct"),
-        u64::try_from(fleet.expected.len()).expect("count"),
+        u64::try_from(traffic.expected.len()).expect("count"),
         "{context}: distinct addresses"
     );
-    for (ip, per_server) in &fleet.expected {
+    for (ip, per_server) in &traffic.expected {
         let (summary, servers) = store
             .ip_details(&IpOrCidr::parse(ip).expect("ip"))
             .await
             .expect("details")
             .unwrap_or_else(|| panic!("{context}: {ip} is not in the rollups"));
-        assert_eq!(summary.bans, fleet.bans(ip), "{context}: bans of {ip}");
+        assert_eq!(summary.bans, traffic.bans(ip), "{context}: bans of {ip}");
         assert_eq!(
             summary.servers,
             u64::try_from(per_server.len()).expect("count"),
@@ -153,8 +153,10 @@ async fn assert_rollups(store: &Store, fleet: &Fleet, context: &str) {
         assert_eq!(&stored, per_server, "{context}: bans of {ip} per server");
     }
     // The ranking: most bans first, then the higher address.
-    let mut ranked: Vec<(u64, String)> =
-        ips.iter().map(|ip| (fleet.bans(ip), ip.clone())).collect();
+    let mut ranked: Vec<(u64, String)> = ips
+        .iter()
+        .map(|ip| (traffic.bans(ip), ip.clone()))
+        .collect();
     ranked.sort_by(|a, b| b.cmp(a));
     ranked.truncate(5);
     let top: Vec<(u64, String)> = store
@@ -170,27 +172,32 @@ async fn assert_rollups(store: &Store, fleet: &Fleet, context: &str) {
 async fn address_rollups_are_exact_right_after_ingest(backend: Backend) {
     let db = TestDatabase::new(backend, "banhub_rollups");
     let store = Store::connect(&db.url, 4).await.expect("store");
-    let mut fleet = Fleet::create(&store).await;
+    let mut traffic = Traffic::create(&store).await;
     for round in 0..3 {
-        fleet.ingest(&store, 4).await;
-        assert_rollups(&store, &fleet, &format!("right after ingest round {round}")).await;
+        traffic.ingest(&store, 4).await;
+        assert_rollups(
+            &store,
+            &traffic,
+            &format!("right after ingest round {round}"),
+        )
+        .await;
     }
 }
 
 async fn address_rollups_survive_stops_that_lost_the_pending_ones(backend: Backend) {
     let db = TestDatabase::new(backend, "banhub_rollups");
     let store = Store::connect(&db.url, 4).await.expect("store");
-    let mut fleet = Fleet::create(&store).await;
+    let mut traffic = Traffic::create(&store).await;
     let mut rederived = 0;
     let mut store = Some(store);
     for round in 0..4 {
         let open = store.take().expect("store");
-        fleet.ingest(&open, 5).await;
+        traffic.ingest(&open, 5).await;
         // A stop: the store goes without writing what is pending (a kill loses it the same way).
         drop(open);
         let reopened = Store::connect(&db.url, 4).await.expect("store again");
         rederived += reopened.rollups_rederived_at_start();
-        assert_rollups(&reopened, &fleet, &format!("after stop {round}")).await;
+        assert_rollups(&reopened, &traffic, &format!("after stop {round}")).await;
         store = Some(reopened);
     }
     if backend == Backend::Sqlite {
