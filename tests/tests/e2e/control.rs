@@ -6,10 +6,9 @@ use std::time::Duration;
 use banhub_tests::TestFleet;
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::fleet::snapshot;
-use banhub_tests::hub::HubProcess;
 use banhub_tests::wait::wait_for_async;
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const DEADLINE: Duration = Duration::from_secs(20);
 
@@ -18,33 +17,6 @@ async fn start(names: &[&str]) -> TestFleet {
     TestFleet::start(names)
         .await
         .unwrap_or_else(|e| panic!("the fleet starts: {e:#}"))
-}
-
-async fn send(request: reqwest::RequestBuilder, server: Option<&str>) -> (StatusCode, Value) {
-    let request = match server {
-        Some(id) => request.header("X-BanDaemon-Server", id),
-        None => request,
-    };
-    let response = request.send().await.expect("request");
-    let status = response.status();
-    let text = response.text().await.expect("body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
-async fn get(hub: &HubProcess, path: &str, server: Option<&str>) -> (StatusCode, Value) {
-    send(hub.client().get(hub.url(path)), server).await
-}
-
-async fn post(
-    hub: &HubProcess,
-    path: &str,
-    server: Option<&str>,
-    body: Value,
-) -> (StatusCode, Value) {
-    send(hub.client().post(hub.url(path)).json(&body), server).await
 }
 
 fn banned_in(sandbox: &Fail2banSandbox, jail: &str) -> String {
@@ -58,33 +30,33 @@ async fn the_header_routes_to_the_right_server() {
     let fleet = start(&["alpha", "beta"]).await;
     let (alpha, beta) = (fleet.host(0), fleet.host(1));
 
-    let (status, outcome) = post(
-        &fleet.hub,
-        "/api/jails/testauth/ban/192.0.2.10",
-        Some(&beta.id),
-        json!({}),
-    )
-    .await;
+    let (status, outcome) = fleet
+        .post(
+            "/api/jails/testauth/ban/192.0.2.10",
+            Some(&beta.id),
+            &json!({}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{outcome}");
     assert_eq!(outcome["changed"], true);
     assert!(banned_in(&beta.sandbox, "testauth").contains("192.0.2.10"));
     assert!(!banned_in(&alpha.sandbox, "testauth").contains("192.0.2.10"));
 
     // By name too, and without the header the default (oldest) server answers.
-    let (status, _) = post(
-        &fleet.hub,
-        "/api/jails/testauth/ban/192.0.2.11",
-        Some("alpha"),
-        json!({}),
-    )
-    .await;
+    let (status, _) = fleet
+        .post(
+            "/api/jails/testauth/ban/192.0.2.11",
+            Some("alpha"),
+            &json!({}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK);
     assert!(banned_in(&alpha.sandbox, "testauth").contains("192.0.2.11"));
-    let (status, summary) = get(&fleet.hub, "/api/summary", None).await;
+    let (status, summary) = fleet.get("/api/summary", None).await;
     assert_eq!(status, StatusCode::OK, "{summary}");
     assert_eq!(summary["server"]["id"], alpha.id.as_str());
 
-    let (status, summary) = get(&fleet.hub, "/api/summary", Some(&beta.id)).await;
+    let (status, summary) = fleet.get("/api/summary", Some(&beta.id)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(summary["server"]["name"], "beta");
     let jails: Vec<&str> = summary["jails"]
@@ -99,15 +71,12 @@ async fn the_header_routes_to_the_right_server() {
     );
 
     // An unknown server is a 404; garbage in the header is refused.
-    let (status, problem) = get(
-        &fleet.hub,
-        "/api/summary",
-        Some("00000000-0000-0000-0000-000000000000"),
-    )
-    .await;
+    let (status, problem) = fleet
+        .get("/api/summary", Some("00000000-0000-0000-0000-000000000000"))
+        .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{problem}");
     assert_eq!(problem["code"], "unknown_server");
-    let (status, _) = get(&fleet.hub, "/api/summary", Some("../etc")).await;
+    let (status, _) = fleet.get("/api/summary", Some("../etc")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
@@ -120,7 +89,7 @@ async fn a_log_burst_bans_an_ip_that_shows_in_summary_and_banned_list() {
         .append_failures(&log, "203.0.113.77", 5)
         .expect("log lines");
     let summary = wait_for_async(DEADLINE, "the ban to show in the summary", || async {
-        let (_, summary) = get(&fleet.hub, "/api/summary", Some(&host.id)).await;
+        let (_, summary) = fleet.get("/api/summary", Some(&host.id)).await;
         summary["jails"]
             .as_array()?
             .iter()
@@ -139,7 +108,9 @@ async fn a_log_burst_bans_an_ip_that_shows_in_summary_and_banned_list() {
             .is_some_and(|f| !f.is_empty())
     );
 
-    let (status, page) = get(&fleet.hub, "/api/jails/testauth/banned", Some(&host.id)).await;
+    let (status, page) = fleet
+        .get("/api/jails/testauth/banned", Some(&host.id))
+        .await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert_eq!(page["total"], 1);
     let item = &page["items"][0];
@@ -154,22 +125,18 @@ async fn manual_bans_paging_and_unbans_reach_fail2ban() {
     let host = fleet.host(0);
     let server = Some(host.id.as_str());
     for i in 1..=12 {
-        let (status, body) = post(
-            &fleet.hub,
-            &format!("/api/jails/dummyjail/ban/198.51.100.{i}"),
-            server,
-            json!({}),
-        )
-        .await;
+        let (status, body) = fleet
+            .post(
+                &format!("/api/jails/dummyjail/ban/198.51.100.{i}"),
+                server,
+                &json!({}),
+            )
+            .await;
         assert_eq!(status, StatusCode::OK, "{body}");
     }
-    let (status, body) = post(
-        &fleet.hub,
-        "/api/jails/dummyjail/ban/2001:db8::7",
-        server,
-        json!({}),
-    )
-    .await;
+    let (status, body) = fleet
+        .post("/api/jails/dummyjail/ban/2001:db8::7", server, &json!({}))
+        .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let banned = banned_in(&host.sandbox, "dummyjail");
     assert!(
@@ -178,58 +145,44 @@ async fn manual_bans_paging_and_unbans_reach_fail2ban() {
     );
 
     // Paging and search.
-    let (_, page) = get(
-        &fleet.hub,
-        "/api/jails/dummyjail/banned?limit=5&offset=10",
-        server,
-    )
-    .await;
+    let (_, page) = fleet
+        .get("/api/jails/dummyjail/banned?limit=5&offset=10", server)
+        .await;
     assert_eq!(page["total"], 13, "{page}");
     assert_eq!(page["items"].as_array().map(Vec::len), Some(3), "{page}");
-    let (_, found) = get(
-        &fleet.hub,
-        "/api/jails/dummyjail/banned?search=2001:db8",
-        server,
-    )
-    .await;
+    let (_, found) = fleet
+        .get("/api/jails/dummyjail/banned?search=2001:db8", server)
+        .await;
     assert_eq!(found["total"], 1, "{found}");
     assert_eq!(found["items"][0]["ip"], "2001:db8::7");
 
     // Banning again changes nothing; unbanning lifts it in fail2ban.
-    let (_, again) = post(
-        &fleet.hub,
-        "/api/jails/dummyjail/ban/198.51.100.1",
-        server,
-        json!({}),
-    )
-    .await;
+    let (_, again) = fleet
+        .post("/api/jails/dummyjail/ban/198.51.100.1", server, &json!({}))
+        .await;
     assert_eq!(again["changed"], false, "{again}");
-    let (status, body) = post(
-        &fleet.hub,
-        "/api/jails/dummyjail/unban/198.51.100.1",
-        server,
-        json!({}),
-    )
-    .await;
+    let (status, body) = fleet
+        .post(
+            "/api/jails/dummyjail/unban/198.51.100.1",
+            server,
+            &json!({}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["changed"], true);
     assert!(!banned_in(&host.sandbox, "dummyjail").contains("198.51.100.1'"));
 
     // Unban everywhere lifts it in every jail of every server.
-    let (_, _) = post(
-        &fleet.hub,
-        "/api/jails/testauth/ban/198.51.100.2",
-        server,
-        json!({}),
-    )
-    .await;
-    let (status, result) = post(
-        &fleet.hub,
-        "/api/bans/unban-everywhere",
-        None,
-        json!({"ip": "198.51.100.2"}),
-    )
-    .await;
+    let (_, _) = fleet
+        .post("/api/jails/testauth/ban/198.51.100.2", server, &json!({}))
+        .await;
+    let (status, result) = fleet
+        .post(
+            "/api/bans/unban-everywhere",
+            None,
+            &json!({"ip": "198.51.100.2"}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{result}");
     assert_eq!(result["servers"][0]["ok"], true, "{result}");
     assert!(!banned_in(&host.sandbox, "dummyjail").contains("198.51.100.2'"));
@@ -258,7 +211,7 @@ async fn enabling_a_jail_with_a_broken_filter_is_refused_and_nothing_changes() {
     .expect("jail.local");
     let before = snapshot(&conf);
 
-    let (status, list) = get(&fleet.hub, "/api/jails/manage", server).await;
+    let (status, list) = fleet.get("/api/jails/manage", server).await;
     assert_eq!(status, StatusCode::OK, "{list}");
     let broken = list["jails"]
         .as_array()
@@ -269,13 +222,13 @@ async fn enabling_a_jail_with_a_broken_filter_is_refused_and_nothing_changes() {
         .unwrap_or_else(|| panic!("brokenjail not listed: {list}"));
     assert_eq!(broken["enabled"], false);
 
-    let (status, problem) = post(
-        &fleet.hub,
-        "/api/jails/manage",
-        server,
-        json!({"jails": [{"name": "brokenjail", "enabled": true}]}),
-    )
-    .await;
+    let (status, problem) = fleet
+        .post(
+            "/api/jails/manage",
+            server,
+            &json!({"jails": [{"name": "brokenjail", "enabled": true}]}),
+        )
+        .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
     assert_eq!(problem["code"], "config_invalid", "{problem}");
     assert_eq!(
@@ -294,13 +247,13 @@ async fn enabling_a_jail_with_a_broken_filter_is_refused_and_nothing_changes() {
     );
 
     // Disabling and enabling a healthy jail works, in one request.
-    let (status, change) = post(
-        &fleet.hub,
-        "/api/jails/manage",
-        server,
-        json!({"jails": [{"name": "dummyjail", "enabled": false}]}),
-    )
-    .await;
+    let (status, change) = fleet
+        .post(
+            "/api/jails/manage",
+            server,
+            &json!({"jails": [{"name": "dummyjail", "enabled": false}]}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{change}");
     assert!(
         !host
@@ -309,13 +262,13 @@ async fn enabling_a_jail_with_a_broken_filter_is_refused_and_nothing_changes() {
             .expect("status")
             .contains("dummyjail")
     );
-    let (status, change) = post(
-        &fleet.hub,
-        "/api/jails/manage",
-        server,
-        json!({"jails": [{"name": "dummyjail", "enabled": true}]}),
-    )
-    .await;
+    let (status, change) = fleet
+        .post(
+            "/api/jails/manage",
+            server,
+            &json!({"jails": [{"name": "dummyjail", "enabled": true}]}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{change}");
     assert!(
         host.sandbox
@@ -330,7 +283,7 @@ async fn jail_config_is_versioned_validated_and_applied() {
     let fleet = start(&["alpha"]).await;
     let host = fleet.host(0);
     let server = Some(host.id.as_str());
-    let (status, config) = get(&fleet.hub, "/api/jails/testauth/config", server).await;
+    let (status, config) = fleet.get("/api/jails/testauth/config", server).await;
     assert_eq!(status, StatusCode::OK, "{config}");
     assert_eq!(config["filter"], "testauth", "{config}");
     let version = config["jailOverride"]["version"]
@@ -338,15 +291,15 @@ async fn jail_config_is_versioned_validated_and_applied() {
         .unwrap_or_default()
         .to_owned();
 
-    let (status, change) = post(
-        &fleet.hub,
-        "/api/jails/testauth/config",
-        server,
-        json!({
-            "jailOverride": {"content": "[testauth]\nmaxretry = 7\n", "version": version}
-        }),
-    )
-    .await;
+    let (status, change) = fleet
+        .post(
+            "/api/jails/testauth/config",
+            server,
+            &json!({
+                "jailOverride": {"content": "[testauth]\nmaxretry = 7\n", "version": version}
+            }),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{change}");
     assert_eq!(
         host.sandbox
@@ -356,15 +309,15 @@ async fn jail_config_is_versioned_validated_and_applied() {
     );
 
     // The old version is stale now: refused, nothing changed.
-    let (status, problem) = post(
-        &fleet.hub,
-        "/api/jails/testauth/config",
-        server,
-        json!({
-            "jailOverride": {"content": "[testauth]\nmaxretry = 9\n", "version": version}
-        }),
-    )
-    .await;
+    let (status, problem) = fleet
+        .post(
+            "/api/jails/testauth/config",
+            server,
+            &json!({
+                "jailOverride": {"content": "[testauth]\nmaxretry = 9\n", "version": version}
+            }),
+        )
+        .await;
     assert_eq!(status, StatusCode::CONFLICT, "{problem}");
     assert_eq!(
         host.sandbox
@@ -374,13 +327,13 @@ async fn jail_config_is_versioned_validated_and_applied() {
     );
 
     // A filter fail2ban cannot compile is refused with fail2ban's words, and the old one stays.
-    let (_, config) = get(&fleet.hub, "/api/jails/testauth/config", server).await;
+    let (_, config) = fleet.get("/api/jails/testauth/config", server).await;
     let filter_version = config["filterLocal"]["version"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
     let before = snapshot(&host.sandbox.conf_dir());
-    let (status, problem) = post(&fleet.hub, "/api/jails/testauth/config", server, json!({
+    let (status, problem) = fleet.post("/api/jails/testauth/config", server, &json!({
         "filterLocal": {"content": "[Definition]\nfailregex = ^(unclosed <HOST>\n", "version": filter_version}
     })).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
@@ -400,7 +353,7 @@ async fn jail_config_is_versioned_validated_and_applied() {
 async fn filter_test_and_restart() {
     let fleet = start(&["alpha"]).await;
     let server = Some(fleet.host(0).id.as_str());
-    let (status, filters) = get(&fleet.hub, "/api/filters", server).await;
+    let (status, filters) = fleet.get("/api/filters", server).await;
     assert_eq!(status, StatusCode::OK, "{filters}");
     assert!(
         filters["filters"]
@@ -414,13 +367,13 @@ async fn filter_test_and_restart() {
         "2026-11-22 10:00:01 Accepted login for bob from 192.0.2.2",
         "2026-11-22 10:00:02 Failed login for eve from 2001:db8::9",
     ];
-    let (status, result) = post(
-        &fleet.hub,
-        "/api/filters/test",
-        server,
-        json!({"filter": "testauth", "lines": lines}),
-    )
-    .await;
+    let (status, result) = fleet
+        .post(
+            "/api/filters/test",
+            server,
+            &json!({"filter": "testauth", "lines": lines}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{result}");
     assert_eq!(result["matchedCount"], 2, "{result}");
     let indexes: Vec<u64> = result["matched"]
@@ -438,24 +391,20 @@ async fn filter_test_and_restart() {
 
     // Edited filter text that is not saved.
     let text = "[Definition]\nfailregex = ^\\s*Accepted login for \\S+ from <HOST>$\ndatepattern = {^LN-BEG}%%Y-%%m-%%d %%H:%%M:%%S\n";
-    let (status, result) = post(
-        &fleet.hub,
-        "/api/filters/test",
-        server,
-        json!({"filterText": text, "lines": lines}),
-    )
-    .await;
+    let (status, result) = fleet
+        .post(
+            "/api/filters/test",
+            server,
+            &json!({"filterText": text, "lines": lines}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{result}");
     assert_eq!(result["matchedCount"], 1, "{result}");
 
     for mode in ["reload", "restart"] {
-        let (status, result) = post(
-            &fleet.hub,
-            "/api/bandaemon/restart",
-            server,
-            json!({"mode": mode}),
-        )
-        .await;
+        let (status, result) = fleet
+            .post("/api/bandaemon/restart", server, &json!({"mode": mode}))
+            .await;
         assert_eq!(status, StatusCode::OK, "{mode}: {result}");
         assert_eq!(result["ok"], true, "{mode}: {result}");
         let running = result["runningJails"].as_array().expect("running");
@@ -489,15 +438,11 @@ async fn attacks_are_refused_without_side_effects() {
         "/api/jails/DEFAULT/config",
         "/api/jails/INCLUDES/config",
     ] {
-        let (status, problem) = get(&fleet.hub, path, server).await;
+        let (status, problem) = fleet.get(path, server).await;
         assert!(status.is_client_error(), "{path}: {status} {problem}");
-        let (status, problem) = post(
-            &fleet.hub,
-            path,
-            server,
-            json!({"jailOverride": {"content": "[x]\n"}}),
-        )
-        .await;
+        let (status, problem) = fleet
+            .post(path, server, &json!({"jailOverride": {"content": "[x]\n"}}))
+            .await;
         assert!(status.is_client_error(), "{path}: {status} {problem}");
     }
     for ip in [
@@ -507,13 +452,9 @@ async fn attacks_are_refused_without_side_effects() {
         "999.1.1.1",
         "127.0.0.1",
     ] {
-        let (status, problem) = post(
-            &fleet.hub,
-            &format!("/api/jails/testauth/ban/{ip}"),
-            server,
-            json!({}),
-        )
-        .await;
+        let (status, problem) = fleet
+            .post(&format!("/api/jails/testauth/ban/{ip}"), server, &json!({}))
+            .await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{ip}: {problem}");
     }
     // Section and newline injection in config values.
@@ -524,13 +465,9 @@ async fn attacks_are_refused_without_side_effects() {
         json!({"jailOverride": {"content": "[testauth]\nmaxretry = 3\u{0}\n"}}),
     ];
     for body in injections {
-        let (status, problem) = post(
-            &fleet.hub,
-            "/api/jails/testauth/config",
-            server,
-            body.clone(),
-        )
-        .await;
+        let (status, problem) = fleet
+            .post("/api/jails/testauth/config", server, &body.clone())
+            .await;
         assert_eq!(
             status,
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -542,13 +479,13 @@ async fn attacks_are_refused_without_side_effects() {
         json!(["[DEFAULT]"]),
         json!(["a b"]),
     ] {
-        let (status, problem) = post(
-            &fleet.hub,
-            "/api/jails/testauth/ignoreip",
-            server,
-            json!({"entries": entries}),
-        )
-        .await;
+        let (status, problem) = fleet
+            .post(
+                "/api/jails/testauth/ignoreip",
+                server,
+                &json!({"entries": entries}),
+            )
+            .await;
         assert_eq!(
             status,
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -557,13 +494,13 @@ async fn attacks_are_refused_without_side_effects() {
     }
     // An oversized body.
     let huge = "#".repeat(300 * 1024);
-    let (status, problem) = post(
-        &fleet.hub,
-        "/api/jails/testauth/config",
-        server,
-        json!({"jailOverride": {"content": huge}}),
-    )
-    .await;
+    let (status, problem) = fleet
+        .post(
+            "/api/jails/testauth/config",
+            server,
+            &json!({"jailOverride": {"content": huge}}),
+        )
+        .await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{problem}");
 
     assert_eq!(
@@ -579,18 +516,18 @@ async fn allowlists_round_trip_and_an_offline_agent_is_a_503() {
     let mut fleet = start(&["alpha"]).await;
     let server_id = fleet.host(0).id.clone();
     let server = Some(server_id.as_str());
-    let (status, list) = get(&fleet.hub, "/api/jails/testauth/ignoreip", server).await;
+    let (status, list) = fleet.get("/api/jails/testauth/ignoreip", server).await;
     assert_eq!(status, StatusCode::OK, "{list}");
     let version = list["version"].as_str().unwrap_or_default().to_owned();
-    let (status, change) = post(
-        &fleet.hub,
-        "/api/jails/testauth/ignoreip",
-        server,
-        json!({
-            "entries": ["192.0.2.0/24", "monitor.example.com"], "version": version
-        }),
-    )
-    .await;
+    let (status, change) = fleet
+        .post(
+            "/api/jails/testauth/ignoreip",
+            server,
+            &json!({
+                "entries": ["192.0.2.0/24", "monitor.example.com"], "version": version
+            }),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{change}");
     let ignored = fleet
         .host(0)
@@ -602,12 +539,12 @@ async fn allowlists_round_trip_and_an_offline_agent_is_a_503() {
     // The agent stops: the hub says the agent is offline.
     fleet.hosts[0].agent.stop().expect("agent stops");
     wait_for_async(DEADLINE, "the server to be offline", || async {
-        let (_, s) = get(&fleet.hub, &format!("/api/servers/{server_id}"), None).await;
+        let (_, s) = fleet.get(&format!("/api/servers/{server_id}"), None).await;
         (s["status"] == "offline").then_some(())
     })
     .await
     .expect("offline");
-    let (status, problem) = get(&fleet.hub, "/api/summary", server).await;
+    let (status, problem) = fleet.get("/api/summary", server).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{problem}");
     assert_eq!(problem["code"], "agent_offline");
 }

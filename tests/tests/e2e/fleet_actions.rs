@@ -7,7 +7,6 @@ use std::time::Duration;
 use banhub_tests::TestFleet;
 use banhub_tests::client::ServerStatus;
 use banhub_tests::fail2ban::Fail2banSandbox;
-use banhub_tests::hub::HubProcess;
 use banhub_tests::wait::wait_for_async;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -30,39 +29,17 @@ async fn start(names: &[(&str, &str)]) -> TestFleet {
             .unwrap_or_else(|e| panic!("{name} comes online: {e:#}"));
         let id = host.id.clone();
         // Labels are set afterwards, the way an operator regroups servers.
-        let (status, labels) = call(
-            &fleet.hub,
-            "PUT",
-            &format!("/api/servers/{id}/labels"),
-            Some(json!({"labels": {"env": env}})),
-        )
-        .await;
+        let (status, labels) = fleet
+            .api()
+            .put(
+                &format!("/api/servers/{id}/labels"),
+                &json!({"labels": {"env": env}}),
+            )
+            .await;
         assert_eq!(status, StatusCode::OK, "{labels}");
         assert_eq!(labels["labels"]["env"], *env);
     }
     fleet
-}
-
-async fn call(
-    hub: &HubProcess,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> (StatusCode, Value) {
-    let client = hub.client();
-    let url = hub.url(path);
-    let request = match method {
-        "GET" => client.get(url),
-        "PUT" => client.put(url),
-        _ => client.post(url),
-    };
-    let request = match body {
-        Some(body) => request.json(&body),
-        None => request,
-    };
-    let response = request.send().await.expect("request");
-    let status = response.status();
-    (status, response.json().await.unwrap_or(Value::Null))
 }
 
 fn banned_in(sandbox: &Fail2banSandbox) -> String {
@@ -84,15 +61,14 @@ fn target<'a>(action: &'a Value, name: &str) -> &'a Value {
 #[tokio::test]
 async fn a_fleet_ban_over_a_label_selector_reports_each_server() {
     let fleet = start(&[("web-0", "prod"), ("web-1", "prod"), ("db-0", "staging")]).await;
-    let hub = &fleet.hub;
 
-    let (status, action) = call(
-        hub,
-        "POST",
-        "/api/fleet/bans",
-        Some(json!({"ip": "192.0.2.20", "jail": "testauth", "labels": {"env": "prod"}})),
-    )
-    .await;
+    let (status, action) = fleet
+        .api()
+        .post(
+            "/api/fleet/bans",
+            &json!({"ip": "192.0.2.20", "jail": "testauth", "labels": {"env": "prod"}}),
+        )
+        .await;
     assert_eq!(status, StatusCode::CREATED, "{action}");
     assert_eq!(action["action"], "ban");
     assert_eq!(
@@ -115,21 +91,21 @@ async fn a_fleet_ban_over_a_label_selector_reports_each_server() {
 
     // The stored record says the same, and the listing counts it.
     let id = action["id"].as_str().expect("id");
-    let (status, stored) = call(hub, "GET", &format!("/api/fleet/actions/{id}"), None).await;
+    let (status, stored) = fleet.api().get(&format!("/api/fleet/actions/{id}")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(stored["servers"], action["servers"]);
-    let (_, list) = call(hub, "GET", "/api/fleet/actions", None).await;
+    let (_, list) = fleet.api().get("/api/fleet/actions").await;
     assert_eq!(list[0]["id"], id, "{list}");
     assert_eq!(list[0]["counts"]["done"], 2);
 
     // Unban on every server: changed where it was banned, unchanged where it was not.
-    let (status, unban) = call(
-        hub,
-        "POST",
-        "/api/fleet/bans",
-        Some(json!({"ip": "192.0.2.20", "unban": true, "all": true})),
-    )
-    .await;
+    let (status, unban) = fleet
+        .api()
+        .post(
+            "/api/fleet/bans",
+            &json!({"ip": "192.0.2.20", "unban": true, "all": true}),
+        )
+        .await;
     assert_eq!(status, StatusCode::CREATED, "{unban}");
     assert_eq!(unban["counts"], json!({"done": 3}), "{unban}");
     assert_eq!(target(&unban, "web-0")["changed"], true);
@@ -143,13 +119,13 @@ async fn a_fleet_ban_over_a_label_selector_reports_each_server() {
     }
 
     // A jail a host does not have: that server fails, with fail2ban's reason.
-    let (status, refused) = call(
-        hub,
-        "POST",
-        "/api/fleet/bans",
-        Some(json!({"ip": "192.0.2.21", "jail": "nosuchjail", "all": true})),
-    )
-    .await;
+    let (status, refused) = fleet
+        .api()
+        .post(
+            "/api/fleet/bans",
+            &json!({"ip": "192.0.2.21", "jail": "nosuchjail", "all": true}),
+        )
+        .await;
     assert_eq!(status, StatusCode::CREATED, "{refused}");
     assert_eq!(refused["counts"], json!({"failed": 3}), "{refused}");
     assert!(
@@ -160,7 +136,7 @@ async fn a_fleet_ban_over_a_label_selector_reports_each_server() {
     );
 
     // Bad requests change nothing.
-    let (_, before) = call(hub, "GET", "/api/fleet/actions", None).await;
+    let (_, before) = fleet.api().get("/api/fleet/actions").await;
     for (body, field) in [
         (
             json!({"ip": "not-an-ip", "jail": "testauth", "all": true}),
@@ -177,39 +153,33 @@ async fn a_fleet_ban_over_a_label_selector_reports_each_server() {
             "deadlineSecs",
         ),
     ] {
-        let (status, problem) = call(hub, "POST", "/api/fleet/bans", Some(body)).await;
+        let (status, problem) = fleet.api().post("/api/fleet/bans", &body).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
         assert_eq!(problem["code"], "invalid_field", "{problem}");
         assert_eq!(problem["field"], field, "{problem}");
     }
-    let (_, after) = call(hub, "GET", "/api/fleet/actions", None).await;
+    let (_, after) = fleet.api().get("/api/fleet/actions").await;
     assert_eq!(before, after);
     for host in &fleet.hosts {
         assert!(!banned_in(&host.sandbox).contains("192.0.2.22"));
     }
-    let (status, missing) = call(
-        hub,
-        "GET",
-        "/api/fleet/actions/0190a3c0-0000-7000-8000-000000000000",
-        None,
-    )
-    .await;
+    let (status, missing) = fleet
+        .api()
+        .get("/api/fleet/actions/0190a3c0-0000-7000-8000-000000000000")
+        .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{missing}");
-    let (status, _) = call(
-        hub,
-        "PUT",
-        &format!("/api/servers/{}/labels", fleet.host_named("web-0").id),
-        Some(json!({"labels": {"bad key": "x"}})),
-    )
-    .await;
+    let (status, _) = fleet
+        .api()
+        .put(
+            &format!("/api/servers/{}/labels", fleet.host_named("web-0").id),
+            &json!({"labels": {"bad key": "x"}}),
+        )
+        .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
-    let (_, server) = call(
-        hub,
-        "GET",
-        &format!("/api/servers/{}", fleet.host_named("web-0").id),
-        None,
-    )
-    .await;
+    let (_, server) = fleet
+        .api()
+        .get(&format!("/api/servers/{}", fleet.host_named("web-0").id))
+        .await;
     assert_eq!(server["labels"], json!({"env": "prod"}));
 }
 
@@ -228,29 +198,27 @@ async fn commands_for_an_offline_agent_wait_for_it_or_expire() {
         .wait_status(fleet.host_named("web-1"), ServerStatus::Offline)
         .await;
 
-    let (status, queued) = call(
-        &fleet.hub,
-        "POST",
-        "/api/fleet/bans",
-        Some(json!({"ip": "192.0.2.30", "jail": "testauth", "all": true, "deadlineSecs": 120})),
-    )
-    .await;
+    let (status, queued) = fleet
+        .api()
+        .post(
+            "/api/fleet/bans",
+            &json!({"ip": "192.0.2.30", "jail": "testauth", "all": true, "deadlineSecs": 120}),
+        )
+        .await;
     assert_eq!(status, StatusCode::CREATED, "{queued}");
     assert_eq!(target(&queued, "web-0")["state"], "done", "{queued}");
     assert_eq!(target(&queued, "web-1")["state"], "queued", "{queued}");
     assert!(!banned_in(&fleet.host_named("web-1").sandbox).contains("192.0.2.30"));
 
     // Another one for the offline server with a deadline of two seconds: it expires.
-    let (status, expiring) = call(
-        &fleet.hub,
-        "POST",
-        "/api/fleet/bans",
-        Some(
-            json!({"ip": "192.0.2.31", "jail": "testauth", "labels": {"env": "edge"},
+    let (status, expiring) = fleet
+        .api()
+        .post(
+            "/api/fleet/bans",
+            &json!({"ip": "192.0.2.31", "jail": "testauth", "labels": {"env": "edge"},
                     "deadlineSecs": 2}),
-        ),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(status, StatusCode::CREATED, "{expiring}");
     assert_eq!(target(&expiring, "web-1")["state"], "queued");
     let expiring_path = format!(
@@ -258,7 +226,7 @@ async fn commands_for_an_offline_agent_wait_for_it_or_expire() {
         expiring["id"].as_str().expect("id")
     );
     let expired = wait_for_async(DEADLINE, "the second action to expire", || async {
-        let (_, action) = call(&fleet.hub, "GET", &expiring_path, None).await;
+        let (_, action) = fleet.api().get(&expiring_path).await;
         (target(&action, "web-1")["state"] == "expired").then_some(action)
     })
     .await
@@ -277,7 +245,7 @@ async fn commands_for_an_offline_agent_wait_for_it_or_expire() {
     }
     let queued_path = format!("/api/fleet/actions/{}", queued["id"].as_str().expect("id"));
     let delivered = wait_for_async(DEADLINE, "the queued ban delivered", || async {
-        let (_, action) = call(&fleet.hub, "GET", &queued_path, None).await;
+        let (_, action) = fleet.api().get(&queued_path).await;
         (target(&action, "web-1")["state"] == "done").then_some(action)
     })
     .await
@@ -294,6 +262,6 @@ async fn commands_for_an_offline_agent_wait_for_it_or_expire() {
     assert_eq!(delivered["counts"], json!({"done": 2}));
     assert!(banned_in(&fleet.host_named("web-1").sandbox).contains("192.0.2.30"));
     assert!(!banned_in(&fleet.host_named("web-1").sandbox).contains("192.0.2.31"));
-    let (_, still) = call(&fleet.hub, "GET", &expiring_path, None).await;
+    let (_, still) = fleet.api().get(&expiring_path).await;
     assert_eq!(target(&still, "web-1")["state"], "expired");
 }
