@@ -1,4 +1,4 @@
-# The OpenID provider the OIDC login tests (tests/tests/oidc.rs, the browser suite) sign in through:
+# The OpenID provider the OIDC login tests (tests/tests/e2e/oidc.rs, the browser suite) sign in through:
 # npm oidc-provider 9 with its development login pages (tests/components/oidc, pinned by its
 # package-lock.json), started by tests/src/oidc.rs. Needs Node.js 20+ and npm (Node 20 prints an
 # "unsupported runtime" warning and works).

@@ -1,4 +1,4 @@
-// Playwright against a real hub: tests/tests/ui.rs starts the hub, two agents with fail2ban
+// Playwright against a real hub: tests/tests/e2e/ui_browser.rs starts the hub, two agents with fail2ban
 // sandboxes, the OIDC provider and the SMTP server, then runs `npx playwright test` here with their
 // addresses in BANHUB_* variables. The browser is Debian's Chromium; Playwright downloads nothing.
 import { defineConfig } from '@playwright/test';

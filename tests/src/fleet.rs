@@ -9,25 +9,35 @@ use anyhow::Context;
 use reqwest::StatusCode;
 use serde_json::Value;
 
+use tempfile::TempDir;
+
+use crate::agent::AgentProcess;
+use crate::client::{ApiClient, ServerStatus};
 use crate::enrolled::EnrolledAgent;
 use crate::fail2ban::Fail2banSandbox;
-use crate::hub::{HubProcess, send_json};
+use crate::hub::{HubBuilder, HubProcess, send_json};
+use crate::wait::wait_until_async;
 
 /// How long a host may take to come online.
 const ONLINE_DEADLINE: Duration = Duration::from_secs(30);
 
-/// One fail2ban host of a [`TestFleet`]: its sandbox and its enrolled agent.
+/// One fail2ban host of a [`TestFleet`]: its sandbox and the agent enrolled for it.
 #[derive(Debug)]
 pub struct TestHost {
+    /// The name the server was registered with.
     pub name: String,
+    /// The server id the hub gave this host.
+    pub id: String,
     pub sandbox: Fail2banSandbox,
-    pub enrolled: EnrolledAgent,
+    pub agent: AgentProcess,
+    /// Holds the agent's state directory, [`TestHost::state_dir`].
+    pub state: TempDir,
 }
 
 impl TestHost {
-    /// The server id the hub gave this host.
-    pub fn id(&self) -> &str {
-        &self.enrolled.server_id
+    /// The agent's state directory (its certificate, spool, relay secret, `relay.json`).
+    pub fn state_dir(&self) -> PathBuf {
+        self.state.path().join("agent")
     }
 }
 
@@ -57,20 +67,29 @@ impl TestFleet {
         hub_env: &[(&str, &str)],
         agent_env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
-        let mut builder = HubProcess::builder().env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500");
+        let mut builder = Self::hub_builder();
         for (key, value) in hub_env {
             builder = builder.env(*key, *value);
         }
-        let hub = builder.start()?;
-        let mut fleet = Self {
-            hub,
-            hosts: Vec::new(),
-        };
+        let mut fleet = Self::on(builder.start()?);
         for name in names {
             let sandbox = Fail2banSandbox::start(name)?;
             fleet.add_host(name, sandbox, agent_env).await?;
         }
         Ok(fleet)
+    }
+
+    /// How a fleet's hub starts: heartbeats every 500 ms, so that a stopped agent is soon offline.
+    pub fn hub_builder() -> HubBuilder {
+        HubProcess::builder().env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
+    }
+
+    /// A fleet of `hub` without hosts yet; see [`TestFleet::add_host`].
+    pub fn on(hub: HubProcess) -> Self {
+        Self {
+            hub,
+            hosts: Vec::new(),
+        }
     }
 
     /// Registers `name` on the hub, enrolls an agent beside `sandbox` and waits until it is online.
@@ -87,10 +106,17 @@ impl TestFleet {
             .wait_online(&client, &api, ONLINE_DEADLINE)
             .await
             .with_context(|| self.hub.logs())?;
+        let EnrolledAgent {
+            server_id,
+            agent,
+            state,
+        } = enrolled;
         self.hosts.push(TestHost {
             name: (*name).to_owned(),
+            id: server_id,
             sandbox,
-            enrolled,
+            agent,
+            state,
         });
         Ok(self.hosts.last().expect("just pushed"))
     }
@@ -98,6 +124,29 @@ impl TestFleet {
     /// The host at `index`, in the order they were added.
     pub fn host(&self, index: usize) -> &TestHost {
         &self.hosts[index]
+    }
+
+    /// The host registered as `name`.
+    pub fn host_named(&self, name: &str) -> &TestHost {
+        self.hosts
+            .iter()
+            .find(|h| h.name == name)
+            .unwrap_or_else(|| panic!("no host {name}"))
+    }
+
+    /// The API as the bootstrap admin.
+    pub fn api(&self) -> ApiClient {
+        self.hub.api()
+    }
+
+    /// Waits until the hub reports `host` as `want`; the logs are in the panic when it does not.
+    pub async fn wait_status(&self, host: &TestHost, want: ServerStatus) {
+        let api = self.api();
+        wait_until_async(ONLINE_DEADLINE, "the server's status", || async {
+            api.server(&host.id).await.is_ok_and(|s| s.status == want)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{} {want:?}: {e}\n{}", host.name, self.logs()));
     }
 
     /// `GET path` as the bootstrap admin, addressed to `server` (the `X-BanDaemon-Server` header)
@@ -140,7 +189,7 @@ impl TestFleet {
             out.push_str(&format!(
                 "\n--- host {} ---\n{}\n{}",
                 host.name,
-                host.enrolled.agent.logs(),
+                host.agent.logs(),
                 host.sandbox.logs()
             ));
         }

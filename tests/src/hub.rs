@@ -235,6 +235,11 @@ impl HubProcess {
         self.listening().grpc
     }
 
+    /// The API as the bootstrap admin.
+    pub fn api(&self) -> crate::client::ApiClient {
+        crate::client::ApiClient::new(self.http_url(), self.client())
+    }
+
     /// An HTTP client for the hub (30 s request timeout) authenticated as an admin with the bootstrap
     /// token; clones share its connection pool.
     pub fn client(&self) -> reqwest::Client {

@@ -7,6 +7,8 @@
 pub mod agent;
 pub mod backends;
 pub mod balancer;
+pub mod client;
+pub mod commands;
 pub mod enrolled;
 pub mod fail2ban;
 pub mod fleet;
@@ -16,14 +18,18 @@ pub mod oidc;
 pub mod postgres;
 pub mod process;
 pub mod smtp;
+pub mod test_hub;
 pub mod wait;
 pub mod webhook;
 
 pub use agent::AgentProcess;
+pub use client::ApiClient;
+pub use commands::CommandHost;
 pub use enrolled::EnrolledAgent;
 pub use fail2ban::Fail2banSandbox;
 pub use fleet::{TestFleet, TestHost};
 pub use hub::{BootstrapToken, HubBuilder, HubProcess, Listening, bearer_client};
 pub use oidc::{Browser, OidcProvider};
 pub use postgres::PostgresServer;
+pub use test_hub::TestHub;
 pub use wait::{wait_for, wait_for_async, wait_until, wait_until_async};

@@ -1,4 +1,4 @@
-// What tests/tests/ui_browser.rs tells the browser tests about the environment it started, and small
+// What tests/tests/e2e/ui_browser.rs tells the browser tests about the environment it started, and small
 // helpers that look at the real components behind the hub (fail2ban, maildev).
 import { execFileSync } from 'node:child_process';
 import { appendFileSync, mkdirSync } from 'node:fs';
@@ -10,7 +10,7 @@ function need(name: string): string {
   if (!value) {
     throw new Error(
       `${name} is not set: these tests run against a real hub started by the Rust harness; run ` +
-        '`cargo nextest run -p banhub-tests --test ui_browser` (it starts everything and then Playwright)',
+        '`cargo nextest run -p banhub-tests --test e2e -E "test(/^ui_browser::/)"` (it starts everything and then Playwright)',
     );
   }
   return value;

@@ -1,5 +1,5 @@
 // The local administrator's login form in Chromium, against a real hub in local mode (no OIDC)
-// started by tests/tests/ui_browser.rs with its address in BANHUB_URL and the administrator's
+// started by tests/tests/e2e/ui_browser.rs with its address in BANHUB_URL and the administrator's
 // password in BANHUB_ADMIN_PASSWORD. The main suite (ui.spec.ts) signs in through the OIDC provider.
 import { expect, test } from '@playwright/test';
 
@@ -7,7 +7,7 @@ function need(name: string): string {
   const value = process.env[name];
   if (!value) {
     throw new Error(
-      `${name} is not set: run \`cargo nextest run -p banhub-tests --test ui_browser\` (it starts the hub)`,
+      `${name} is not set: run \`cargo nextest run -p banhub-tests --test e2e -E 'test(/^ui_browser::/)'\` (it starts the hub)`,
     );
   }
   return value;

@@ -1,5 +1,5 @@
 // The operator UI in Chromium against a real hub, two real agents beside real fail2ban servers, the
-// real OIDC provider and a real SMTP server (all started by tests/tests/ui_browser.rs). The admin
+// real OIDC provider and a real SMTP server (all started by tests/tests/e2e/ui_browser.rs). The admin
 // (alice) and the viewer (victor) sign in through the provider's development login and consent
 // pages. With BANHUB_UI_LOGIN=local the suite signs in as the hub's local administrator instead, and
 // the viewer scenario (which needs the provider's users) is skipped; local-login.spec.ts covers the

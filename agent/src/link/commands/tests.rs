@@ -1,5 +1,5 @@
 //! Dispatch, deadlines and argument checks of the command layer, against the stand-in fail2ban
-//! (the real one is exercised by `tests/tests/agent_commands.rs`).
+//! (the real one is exercised by `tests/tests/e2e/agent_commands.rs`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,0 +1,37 @@
+//! The end-to-end suite in one binary: real hub and agent processes (or an in-process hub) against
+//! real fail2ban, PostgreSQL, SMTP and OpenID servers, all started through the harness in `tests/src`.
+//! Each module is one former test file; run one with `-E 'test(/^<module>::/)'`. nextest runs every
+//! test in its own process, so statics and environment variables stay per test.
+
+mod agent_commands;
+mod agent_config;
+mod alerts;
+mod api;
+mod audit;
+mod auth;
+mod callback_secrets;
+mod cluster_store;
+mod control;
+mod delivery;
+mod deploy_files;
+mod event_path;
+mod event_text_pg;
+mod events;
+mod fail2ban_socket;
+mod fleet_actions;
+mod foundation;
+mod hub_tls;
+mod ingest_batches;
+mod install_action;
+mod install_agent;
+mod oidc;
+mod quickstart;
+mod reconcile;
+mod relay_action;
+mod replicas;
+mod rollups;
+mod security;
+mod settings;
+mod store;
+mod ui;
+mod ui_browser;

@@ -1,0 +1,122 @@
+//! The agent's own checks of the same rules, reached straight through the protocol as a compromised
+//! or buggy hub would send commands: each runs through the agent's command executor against a real
+//! fail2ban sandbox, with no hub in front of it.
+
+use banhub_proto::v1::command::Kind;
+use banhub_proto::v1::command_result::Outcome;
+use banhub_proto::v1::{ErrorCode, JailToggle, SetBan, SetIgnoreList, SetJailsEnabled};
+use banhub_tests::CommandHost;
+use banhub_tests::fleet::snapshot;
+
+/// A sandbox named `name` and the agent's command context for it.
+fn start(name: &str) -> CommandHost {
+    CommandHost::start(name)
+}
+
+/// Runs `kind` as a compromised hub would send it.
+async fn run(host: &CommandHost, kind: Kind) -> Outcome {
+    host.run_as("a compromised hub", kind).await
+}
+
+/// `get <jail> banned`, as fail2ban-client prints it.
+fn banned(host: &CommandHost, jail: &str) -> String {
+    host.client(&["get", jail, "banned"])
+}
+
+fn ban(jail: &str, ip: &str, ban: bool, guard_override: bool) -> Kind {
+    Kind::SetBan(SetBan {
+        jail: jail.to_owned(),
+        ip: ip.to_owned(),
+        ban,
+        guard_override,
+    })
+}
+
+/// The outcome is the error `code`; returns its message.
+fn refused(outcome: Outcome, code: ErrorCode) -> String {
+    match outcome {
+        Outcome::Error(e) => {
+            assert_eq!(ErrorCode::try_from(e.code), Ok(code), "{}", e.message);
+            e.message
+        }
+        other => panic!("expected {code:?}, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_agent_refuses_what_it_can_know_without_the_hub() {
+    let host = start("agentguards");
+    let conf = host.sandbox.conf_dir();
+    let files = snapshot(&conf);
+    let before = banned(&host, "testauth");
+
+    // The broadcast address needs the override, which only the hub's guard rails give.
+    for ip in ["255.255.255.255", "::ffff:255.255.255.255"] {
+        let message = refused(
+            run(&host, ban("testauth", ip, true, false)).await,
+            ErrorCode::InvalidArgument,
+        );
+        assert!(message.contains("broadcast"), "{message}");
+    }
+    // Every address, and reserved section names as jails, whatever the command says.
+    for (jail, ip) in [
+        ("testauth", "0.0.0.0/0"),
+        ("testauth", "::ffff:0:0/96"),
+        ("DEFAULT", "192.0.2.9"),
+        ("INCLUDES", "192.0.2.9"),
+    ] {
+        refused(
+            run(&host, ban(jail, ip, true, true)).await,
+            ErrorCode::InvalidArgument,
+        );
+    }
+    for entries in [vec!["0.0.0.0/0"], vec!["192.0.2.0/24", "::/0"]] {
+        let list = SetIgnoreList {
+            jail: String::new(),
+            entries: entries.iter().map(ToString::to_string).collect(),
+            expected_version: String::new(),
+        };
+        let message = refused(
+            run(&host, Kind::SetIgnoreList(list)).await,
+            ErrorCode::InvalidArgument,
+        );
+        assert!(message.contains("every address"), "{message}");
+    }
+    let toggle = SetJailsEnabled {
+        changes: vec![JailToggle {
+            jail: "Definition".to_owned(),
+            enabled: true,
+        }],
+    };
+    let message = refused(
+        run(&host, Kind::SetJailsEnabled(toggle)).await,
+        ErrorCode::NotFound,
+    );
+    assert!(message.contains("Definition"), "{message}");
+
+    assert_eq!(
+        banned(&host, "testauth"),
+        before,
+        "a refused ban reached fail2ban"
+    );
+    assert_eq!(snapshot(&conf), files, "a refused command wrote files");
+
+    // With the hub's word that an admin overrode the rails, the broadcast address is banned.
+    match run(&host, ban("testauth", "255.255.255.255", true, true)).await {
+        Outcome::BanChange(change) => assert!(change.changed),
+        other => panic!("expected a ban, got {other:?}"),
+    }
+    assert!(banned(&host, "testauth").contains("'255.255.255.255'"));
+}
+
+#[tokio::test]
+async fn a_mapped_address_is_one_entry_at_the_agent() {
+    let host = start("agentmapped");
+    for (ip, is_ban) in [("::ffff:198.51.100.7", true), ("198.51.100.7", false)] {
+        match run(&host, ban("testauth", ip, is_ban, false)).await {
+            Outcome::BanChange(change) => assert!(change.changed, "{ip}"),
+            other => panic!("expected a change, got {other:?}"),
+        }
+    }
+    assert!(!banned(&host, "testauth").contains("198.51.100.7"));
+}
