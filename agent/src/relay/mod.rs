@@ -12,7 +12,7 @@
 //! | 401    | `unauthorized`       | `X-Callback-Secret` missing or wrong (checked before the body is read) |
 //! | 413    | `payload_too_large`  | body over [`MAX_BODY_BYTES`]                                    |
 //! | 400    | `bad_request`        | body is not a JSON object                                       |
-//! | 400    | `invalid_field`      | a field fails its rule; the member `field` names it             |
+//! | 422    | `invalid_field`      | a field fails its rule; the member `field` names it             |
 //! | 422    | `unknown_jail`       | fail2ban runs no jail of that name (see [`jails`]); `field` is `jail` |
 //! | 503    | `spool_unavailable`  | the event could not be made durable; nothing was stored         |
 //! | 404/405| `not_found`/`method_not_allowed` | any other path or method                            |

@@ -71,14 +71,15 @@ impl Problem {
 
 impl From<PayloadError> for Problem {
     fn from(error: PayloadError) -> Self {
+        // As on the hub: a body that is not a callback at all is 400, a field that breaks its rule 422.
         let field = error.field();
-        let code = if field.is_some() {
-            code::INVALID_FIELD
+        let (status, code) = if field.is_some() {
+            (StatusCode::UNPROCESSABLE_ENTITY, code::INVALID_FIELD)
         } else {
-            code::BAD_REQUEST
+            (StatusCode::BAD_REQUEST, code::BAD_REQUEST)
         };
         Self {
-            status: StatusCode::BAD_REQUEST,
+            status,
             code,
             detail: error.to_string(),
             field,

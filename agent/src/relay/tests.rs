@@ -206,7 +206,7 @@ async fn wrong_or_missing_secret_is_401_and_stores_nothing() {
 }
 
 #[tokio::test]
-async fn invalid_fields_are_400_and_named() {
+async fn invalid_fields_are_422_and_named() {
     let relay = start().await;
     let cases = [
         ("ip", json!("not-an-ip")),
@@ -220,11 +220,11 @@ async fn invalid_fields_are_400_and_named() {
         let (status, answer) = relay
             .post("/api/ban", Some(&relay.secret), body.to_string())
             .await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
         assert_eq!(answer["code"], "invalid_field");
         assert_eq!(answer["field"], field);
         assert_eq!(answer["type"], "urn:banhub:problem:invalid_field");
-        assert_eq!(answer["title"], "Bad Request");
+        assert_eq!(answer["title"], "Unprocessable Entity");
     }
     for junk in ["{", "[]", ""] {
         let (status, answer) = relay.post("/api/ban", Some(&relay.secret), junk).await;
