@@ -111,7 +111,7 @@ pub(crate) async fn run(
     if let Some(cwd) = cwd {
         command.current_dir(cwd);
     }
-    let child = command
+    let mut child = command
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -122,16 +122,30 @@ pub(crate) async fn run(
             program: program.to_owned(),
             source,
         })?;
-    let output = tokio::time::timeout(timeout, child.wait_with_output())
-        .await
-        .map_err(|_| ToolError::Timeout {
-            program: program.to_owned(),
-            after: timeout,
-        })?
-        .map_err(|source| ToolError::Spawn {
+    // The pipes are drained while the program runs, so a chatty one never blocks on a full pipe.
+    let stdout = tokio::spawn(read_all(child.stdout.take()));
+    let stderr = tokio::spawn(read_all(child.stderr.take()));
+    let status = match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(status) => status.map_err(|source| ToolError::Spawn {
             program: program.to_owned(),
             source,
-        })?;
+        })?,
+        Err(_) => {
+            // Killed and reaped before answering, so the next run never overlaps this one.
+            if let Err(error) = child.kill().await {
+                tracing::warn!(program = %program.display(), %error, "could not kill a tool past its time");
+            }
+            return Err(ToolError::Timeout {
+                program: program.to_owned(),
+                after: timeout,
+            });
+        }
+    };
+    let output = std::process::Output {
+        status,
+        stdout: stdout.await.unwrap_or_default(),
+        stderr: stderr.await.unwrap_or_default(),
+    };
     let result = ToolOutput {
         code: output.status.code(),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -145,6 +159,16 @@ pub(crate) async fn run(
         "fail2ban tool finished"
     );
     Ok(result)
+}
+
+/// Everything a child's pipe gives until it closes (empty when there is no pipe).
+async fn read_all<R: tokio::io::AsyncRead + Unpin>(pipe: Option<R>) -> Vec<u8> {
+    use tokio::io::AsyncReadExt as _;
+    let mut bytes = Vec::new();
+    if let Some(mut pipe) = pipe {
+        let _ = pipe.read_to_end(&mut bytes).await;
+    }
+    bytes
 }
 
 /// A fail2ban log line: `2026-11-23 08:08:47,319 fail2ban.jailreader     [9855]: ERROR   text`.
