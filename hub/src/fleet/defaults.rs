@@ -2,11 +2,12 @@
 //! bantime.increment, bantime.maxtime) to servers through their agents' safe editor, one result per
 //! server.
 
-use banhub_proto::v1::{self as pb, WriteDefaults, command, command_result::Outcome};
+use banhub_proto::v1::{WriteDefaults, command, command_result::Outcome};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::{ConfigChange, FileVersion, Fleet, FleetError};
+use super::control::unexpected;
+use super::{ConfigChange, Fleet, FleetError};
 use crate::domain::{Server, ServerId};
 use crate::settings::Fail2banDefaults;
 
@@ -46,10 +47,8 @@ impl Fleet {
             bantime_maxtime: defaults.bantime_maxtime,
         });
         match self.call(server, kind, "write_defaults", by).await? {
-            Outcome::ConfigChange(change) => Ok(config_change(change)),
-            other => Err(FleetError::Protocol(format!(
-                "an answer of the wrong kind: {other:?}"
-            ))),
+            Outcome::ConfigChange(change) => Ok(change.into()),
+            other => Err(unexpected(&other)),
         }
     }
 
@@ -79,20 +78,5 @@ impl Fleet {
             }
         });
         futures::future::join_all(calls).await
-    }
-}
-
-fn config_change(change: pb::ConfigChange) -> ConfigChange {
-    ConfigChange {
-        files: change
-            .files
-            .into_iter()
-            .map(|f| FileVersion {
-                path: f.path,
-                version: f.version,
-            })
-            .collect(),
-        failed_jails: change.failed_jails,
-        message: change.message,
     }
 }
