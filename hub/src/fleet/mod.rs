@@ -38,6 +38,7 @@ pub use actions::{ActionError, FleetBan, Selector, spawn_background};
 pub use control::*;
 pub use defaults::DefaultsPushResult;
 pub use filter_tests::RETRY_AFTER_SECS as FILTER_TEST_RETRY_AFTER_SECS;
+pub use listener::{TlsListenerKind, accept_tls};
 pub use probe::{
     DeliveryReport, JailDelivery, ProbeFailure, ProbeFailureCode, ProbeResult, ProbeStepTiming,
     RelayDiagnostics, SpoolDiagnostics,
