@@ -166,6 +166,7 @@ impl App {
             advertise,
             shutdown: shutdown.clone(),
             events: events.clone(),
+            settings: settings.clone(),
             probe: config.probe.clone(),
             cluster: cluster.clone(),
         });

@@ -19,6 +19,7 @@ pub mod mail;
 pub mod model;
 pub mod places;
 pub mod render;
+pub mod test_mail;
 pub mod webhook;
 
 mod matcher;
