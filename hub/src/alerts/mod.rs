@@ -15,6 +15,7 @@
 //!    backoff until `alerts.maxAttempts`, then reported failed.
 
 pub mod geoip;
+pub mod insights;
 pub mod mail;
 pub mod model;
 pub mod places;
