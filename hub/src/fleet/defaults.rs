@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use std::collections::BTreeMap;
 
 use super::control::unexpected;
-use super::{ConfigChange, Fleet, FleetError};
+use super::{ConfigChange, Fleet, FleetError, Selector};
 use crate::domain::{Server, ServerId, ServerName};
 use crate::settings::Fail2banDefaults;
 use crate::settings::model::DefaultsDocument;
@@ -163,12 +163,8 @@ fn choose(all: Vec<Server>, targets: &DefaultsTargets) -> Result<Vec<Server>, Pu
     if targets.servers.is_empty() {
         chosen = all;
     }
-    chosen.retain(|s| {
-        targets
-            .labels
-            .iter()
-            .all(|(k, v)| s.labels.as_map().get(k) == Some(v))
-    });
+    let labelled = Selector::Labels(targets.labels.clone());
+    chosen.retain(|s| labelled.matches(s));
     if chosen.is_empty() {
         return Err(PushDefaultsError::NoMatch);
     }
@@ -178,28 +174,6 @@ fn choose(all: Vec<Server>, targets: &DefaultsTargets) -> Result<Vec<Server>, Pu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::Labels;
-
-    fn server(name: &str, labels: &[(&str, &str)]) -> Server {
-        let labels = labels
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        Server {
-            id: ServerId::new(),
-            name: ServerName::parse(name).expect("name"),
-            description: String::new(),
-            labels: Labels::parse(labels).expect("labels"),
-            created_at: chrono::Utc::now(),
-            agent_id: None,
-            enrolled_at: None,
-            last_seen_at: None,
-            agent_version: None,
-            fail2ban_version: None,
-            hostname: None,
-            last_address: None,
-        }
-    }
 
     fn names(chosen: &[Server]) -> Vec<String> {
         chosen.iter().map(|s| s.name.to_string()).collect()
@@ -218,9 +192,9 @@ mod tests {
     #[test]
     fn servers_are_chosen_by_id_or_name_and_labels() {
         let all = vec![
-            server("web1", &[("role", "web")]),
-            server("web2", &[("role", "web")]),
-            server("db1", &[("role", "db")]),
+            Server::example("web1", &[("role", "web")]),
+            Server::example("web2", &[("role", "web")]),
+            Server::example("db1", &[("role", "db")]),
         ];
         let db_id = all[2].id.to_string();
         let choose = |t: DefaultsTargets| choose(all.clone(), &t);
