@@ -264,9 +264,10 @@ impl App {
             ));
         }
         let cluster = state.cluster.clone();
-        tokio::spawn(crate::settings::follow_retention(
-            state.settings.clone(),
+        tokio::spawn(crate::events::follow_retention(
             state.events.clone(),
+            state.settings.subscribe(),
+            |snapshot| snapshot.settings.retention_days,
             state.config.events.retention_days,
             std::time::Duration::from_secs(state.config.events.prune_interval_secs),
             shutdown.clone(),

@@ -43,7 +43,10 @@ const HUB: Layering = Layering {
             "services",
             &["fleet", "alerts", "events", "settings", "auth", "cluster"],
         ),
-        ("support", &["config", "hub_addresses", "pki", "metrics"]),
+        (
+            "support",
+            &["config", "hub_addresses", "pki", "metrics", "geoip"],
+        ),
         ("store", &["store"]),
         ("domain", &["domain"]),
         ("root", &["lib"]),
@@ -95,12 +98,6 @@ const HUB: Layering = Layering {
             "cluster",
             "settings",
             "the bus reloads the settings another replica saved",
-        ),
-        ("settings", "events", "`follow_retention` takes `Events`"),
-        (
-            "settings",
-            "alerts",
-            "validating the GeoIP path opens `alerts::geoip::GeoIp`",
         ),
         (
             "config",
