@@ -142,3 +142,81 @@ impl From<DirectCallbackError> for ApiError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    /// The status and problem `code` a refusal of a direct callback answers with.
+    async fn answer(e: DirectCallbackError) -> (StatusCode, String, Option<String>) {
+        let response = axum::response::IntoResponse::into_response(ApiError::from(e));
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        let problem: serde_json::Value = serde_json::from_slice(&body).expect("problem+json");
+        let field = problem["field"].as_str().map(str::to_owned);
+        (
+            status,
+            problem["code"].as_str().unwrap_or("").to_owned(),
+            field,
+        )
+    }
+
+    #[tokio::test]
+    async fn refusals_keep_their_statuses_and_codes() {
+        let check = async |e, status: StatusCode, code: &str| {
+            let (got_status, got_code, _) = answer(e).await;
+            assert_eq!((got_status, got_code.as_str()), (status, code));
+        };
+        check(
+            DirectCallbackError::Off,
+            StatusCode::FORBIDDEN,
+            "direct_callbacks_disabled",
+        )
+        .await;
+        check(
+            DirectCallbackError::UnknownSecret,
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        )
+        .await;
+        let unread = |too_large| {
+            DirectCallbackError::Unread(UnreadBody {
+                too_large,
+                detail: "x".to_owned(),
+            })
+        };
+        check(
+            unread(true),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+        )
+        .await;
+        check(unread(false), StatusCode::BAD_REQUEST, "bad_request").await;
+        check(
+            DirectCallbackError::Body(CallbackError::NotJson("eof".to_owned())),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        )
+        .await;
+        // Whatever the store's error, the sender is told to send the event again.
+        check(
+            DirectCallbackError::Store(StoreError::Corrupt("x".to_owned())),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+        )
+        .await;
+        let (status, code, field) =
+            answer(DirectCallbackError::UnknownJail("web".to_owned())).await;
+        assert_eq!(
+            (status, code.as_str(), field.as_deref()),
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_field",
+                Some("jail")
+            )
+        );
+    }
+}

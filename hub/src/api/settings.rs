@@ -231,3 +231,28 @@ async fn push_defaults(
         results: pushed.results,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::StatusCode;
+
+    #[tokio::test]
+    async fn a_stale_version_is_a_409_naming_the_version_with_the_current_etag() {
+        let response = ApiError::from(SettingsError::Conflict { current: 7 }).into_response();
+        assert_eq!(response.status(), StatusCode::CONFLICT);
+        assert_eq!(response.headers()[header::ETAG], "\"7\"");
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        let problem: serde_json::Value = serde_json::from_slice(&body).expect("problem+json");
+        assert_eq!(problem["code"], "settings_conflict");
+        assert_eq!(problem["field"], "version");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("version 7")),
+            "{problem}"
+        );
+    }
+}
