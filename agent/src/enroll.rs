@@ -492,7 +492,7 @@ mod tests {
 
     use banhub_proto::v1::EnrollResponse;
     use banhub_proto::v1::enrollment_server::{Enrollment, EnrollmentServer};
-    use rcgen::{CertificateSigningRequestParams, ExtendedKeyUsagePurpose, SanType};
+    use rcgen::CertificateSigningRequestParams;
     use tokio_stream::wrappers::TcpListenerStream;
     use tonic::transport::{Identity as TlsIdentity, Server, ServerTlsConfig};
     use tonic::{Request, Response, Status};
@@ -595,15 +595,7 @@ mod tests {
             let agent_id = uuid::Uuid::new_v4().to_string();
             let mut csr = CertificateSigningRequestParams::from_pem(&request.csr_pem)
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;
-            let mut params = CertificateParams::default();
-            params.subject_alt_names = vec![SanType::URI(
-                format!("urn:banhub:agent:{agent_id}")
-                    .try_into()
-                    .expect("uri"),
-            )];
-            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-            params.use_authority_key_identifier_extension = true;
-            csr.params = params;
+            csr.params = TestCa::agent_params(&agent_id);
             let cert = csr.signed_by(&self.ca.issuer).expect("signed");
             Ok(Response::new(EnrollResponse {
                 agent_id,

@@ -5,10 +5,10 @@ pub mod action;
 pub mod config;
 pub mod enroll;
 pub mod fail2ban;
+pub mod fail2ban_files;
 pub mod link;
 pub mod reconcile;
 pub mod relay;
-pub mod settings;
 pub mod spool;
 pub mod tls;
 

@@ -1,4 +1,4 @@
-//! `banhub-agent`: parses the command line, loads the settings, starts logging and calls the library.
+//! `banhub-agent`: parses the command line, loads the configuration, starts logging and calls the library.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -6,14 +6,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use banhub_agent::config::{LogFormat, Settings};
 use banhub_agent::enroll::{self, EnrollOptions};
 use banhub_agent::link::{self, LinkExit};
-use banhub_agent::settings::{LogFormat, Settings};
 use banhub_agent::{action, reconcile, relay, spool};
 use clap::{Args, Parser, Subcommand};
 use figment::Figment;
 use figment::providers::Serialized;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// Success.
 const EXIT_OK: u8 = 0;
@@ -403,7 +404,12 @@ async fn start_relay(
         settings.fail2ban.socket.clone(),
         settings.fail2ban_timeout(),
     );
-    tokio::spawn(jails.clone().keep_fresh(shutdown.clone()));
+    tokio::spawn(
+        jails
+            .clone()
+            .keep_fresh(shutdown.clone())
+            .instrument(tracing::info_span!("jail_catalog")),
+    );
     let mut relay = relay::Relay::new(spool, secret).with_jails(jails);
     // The belief is only ever read by reconciliation; with it off, recording every callback in it
     // is work for nothing (and its state file is not written anyway).
@@ -414,11 +420,14 @@ async fn start_relay(
         listen: bound,
         stats: relay.stats(),
     };
-    tokio::spawn(async move {
-        if let Err(e) = relay.serve(listener, shutdown).await {
-            tracing::error!(error = %e, "the callback relay stopped");
+    tokio::spawn(
+        async move {
+            if let Err(e) = relay.serve(listener, shutdown).await {
+                tracing::error!(error = %e, "the callback relay stopped");
+            }
         }
-    });
+        .instrument(tracing::info_span!("relay", listen = %bound)),
+    );
     Ok(handle)
 }
 
@@ -440,7 +449,11 @@ fn start_reconcile(
     );
     config.timeout = settings.fail2ban_timeout();
     let reconciler = reconcile::Reconciler::new(config, spool, belief);
-    tokio::spawn(reconciler.run(shutdown));
+    tokio::spawn(
+        reconciler
+            .run(shutdown)
+            .instrument(tracing::info_span!("reconcile")),
+    );
 }
 
 /// Cancels `shutdown` on the first SIGINT or SIGTERM.
@@ -461,7 +474,7 @@ fn spawn_signal_handler(shutdown: CancellationToken) -> anyhow::Result<()> {
 
 fn init_tracing(settings: &Settings) {
     use tracing_subscriber::EnvFilter;
-    // RUST_LOG wins when it is set and valid; the settings were validated at load.
+    // RUST_LOG wins when it is set and valid; the configuration was validated at load.
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&settings.log.filter))
         .unwrap_or_else(|_| EnvFilter::new("info"));

@@ -372,14 +372,9 @@ pub(crate) mod test_pki {
             self.server(&[banhub_proto::HUB_TLS_NAME])
         }
 
-        /// A client certificate for `agent_id`, with the key it was issued for.
-        pub fn agent(&self, agent_id: &str) -> Issued {
-            let key = KeyPair::generate().expect("key");
-            self.agent_for_key(agent_id, &key)
-        }
-
-        /// A client certificate for `agent_id` over an existing key.
-        pub fn agent_for_key(&self, agent_id: &str, key: &KeyPair) -> Issued {
+        /// What the hub puts in an agent's client certificate: the agent id as a URI SAN, for
+        /// client authentication only.
+        pub fn agent_params(agent_id: &str) -> CertificateParams {
             let mut params = CertificateParams::default();
             params.subject_alt_names = vec![SanType::URI(
                 format!("urn:banhub:agent:{agent_id}")
@@ -388,7 +383,20 @@ pub(crate) mod test_pki {
             )];
             params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
             params.use_authority_key_identifier_extension = true;
-            let cert = params.signed_by(key, &self.issuer).expect("sign");
+            params
+        }
+
+        /// A client certificate for `agent_id`, with the key it was issued for.
+        pub fn agent(&self, agent_id: &str) -> Issued {
+            let key = KeyPair::generate().expect("key");
+            self.agent_for_key(agent_id, &key)
+        }
+
+        /// A client certificate for `agent_id` over an existing key.
+        pub fn agent_for_key(&self, agent_id: &str, key: &KeyPair) -> Issued {
+            let cert = Self::agent_params(agent_id)
+                .signed_by(key, &self.issuer)
+                .expect("sign");
             Issued {
                 cert_pem: cert.pem(),
                 key_pem: key.serialize_pem(),

@@ -11,6 +11,7 @@ pub mod v1 {
 pub mod event;
 pub mod jails;
 pub mod pipeline;
+pub mod problem;
 pub mod rules;
 pub mod token;
 

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use banhub_agent::config::{Fail2banSettings, Settings};
 use banhub_agent::link::commands::{self, Context};
-use banhub_agent::settings::{Fail2banSettings, Settings};
 use banhub_proto::v1::command::Kind;
 use banhub_proto::v1::command_result::Outcome;
 use banhub_proto::v1::{

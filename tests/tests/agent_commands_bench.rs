@@ -14,9 +14,9 @@ use std::path::PathBuf;
 use std::process::Command as Process;
 use std::time::{Duration, Instant};
 
+use banhub_agent::config::{Fail2banSettings, Settings};
 use banhub_agent::fail2ban::Fail2banSocket;
 use banhub_agent::link::commands::{self, Context};
-use banhub_agent::settings::{Fail2banSettings, Settings};
 use banhub_proto::v1::command::Kind;
 use banhub_proto::v1::command_result::Outcome;
 use banhub_proto::v1::{Command, ListBanned};

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use banhub_agent::config::{
+use banhub_agent::fail2ban_files::{
     ConfigEditor, ConfigReader, EditError, EditableFile, EditorSettings, FilterName, FilterSource,
     FilterTestError, JailName, ReloadScope, Stage, Version,
 };

@@ -324,7 +324,7 @@ async fn a_callback_for_a_jail_fail2ban_does_not_run_is_refused_and_not_stored()
 
     let (status, body) = post("sshd-typo").await;
     assert_eq!(status, reqwest::StatusCode::UNPROCESSABLE_ENTITY, "{body}");
-    assert_eq!(body["code"], "unknown-jail");
+    assert_eq!(body["code"], "unknown_jail");
     assert_eq!(body["field"], "jail");
     assert!(
         setup

@@ -37,13 +37,13 @@ use serde::{Deserialize, Serialize};
 
 pub use attachments::{JailAttachment, running_attachments};
 
-use crate::config::content::action_names;
-use crate::config::{
+use crate::config::Settings;
+use crate::fail2ban_files::content::action_names;
+use crate::fail2ban_files::{
     AgentEdit, AgentEditReport, AgentFile, AgentWrite, ConfigEditor, EditError, EditorSettings,
     EffectiveConfig,
 };
 use crate::relay::{RelaySecret, SECRET_FILE, SecretError};
-use crate::settings::Settings;
 
 /// The action's name in fail2ban (`action.d/banhub.conf`).
 pub const ACTION_NAME: &str = "banhub";
@@ -157,7 +157,9 @@ struct Previous {
 }
 
 fn file_key(file: AgentFile) -> String {
-    crate::config::EditableFile::Agent(file).name().to_owned()
+    crate::fail2ban_files::EditableFile::Agent(file)
+        .name()
+        .to_owned()
 }
 
 /// The relay URL the action must post to.
@@ -418,7 +420,8 @@ pub async fn install(settings: &Settings) -> Result<InstallReport, ActionError> 
         if manifest.files.contains_key(&key) {
             continue;
         }
-        let path = config_dir.join(crate::config::EditableFile::Agent(write.file).relative_path());
+        let path =
+            config_dir.join(crate::fail2ban_files::EditableFile::Agent(write.file).relative_path());
         let previous = match fs::symlink_metadata(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Previous {
                 content: None,
@@ -561,7 +564,7 @@ pub async fn uninstall(settings: &Settings) -> Result<UninstallReport, ActionErr
 /// Whether the action file is in the config directory.
 pub fn is_installed(config_dir: &Path) -> bool {
     config_dir
-        .join(crate::config::EditableFile::Agent(AgentFile::ActionConf).relative_path())
+        .join(crate::fail2ban_files::EditableFile::Agent(AgentFile::ActionConf).relative_path())
         .is_file()
 }
 

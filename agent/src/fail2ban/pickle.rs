@@ -258,8 +258,8 @@ pub struct Limits {
 
 impl Default for Limits {
     /// Room for one reply listing about a million banned addresses (about 60 MB decoded).
-    /// Besides the input, the worst hostile pickle within these limits makes the decoder hold
-    /// about 250 MB (measured) before it is rejected or decoded.
+    /// The limits also bound what the worst hostile pickle within them makes the decoder hold
+    /// before it is rejected or decoded.
     fn default() -> Self {
         Self {
             max_input_bytes: MAX_INPUT_BYTES,

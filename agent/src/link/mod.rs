@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity as TlsIdentity};
 use tracing::Instrument;
 
+use crate::config::Settings;
 use crate::enroll::{Credentials, StateError};
-use crate::settings::Settings;
 use crate::spool::Spool;
 use crate::tls::{self, ConnectProblem};
 
@@ -126,46 +126,19 @@ impl Link {
     async fn run(mut self, shutdown: CancellationToken) -> LinkExit {
         tracing::info!(hub = %self.hub_address, "starting the link to the hub");
         loop {
-            let report = session::run(&mut self, &shutdown).await;
-            match report.end {
-                SessionEnd::Shutdown => {
-                    tracing::info!("shutting down");
-                    return LinkExit::Shutdown;
-                }
-                SessionEnd::Removed { reason } => {
-                    tracing::error!(
-                        %reason,
-                        "the hub removed this server (drain without reconnect); the agent stops. To \
-                         bring this host back, add the server on the hub again and run \
-                         `banhub-agent enroll --force <TOKEN>`"
-                    );
-                    return LinkExit::Removed { reason };
-                }
-                SessionEnd::Drained { reason } => {
-                    tracing::info!(%reason, "the hub closed the session and asked to reconnect");
-                }
-                SessionEnd::Lost { reason } => {
-                    tracing::warn!(%reason, "the session to the hub ended");
-                }
-                SessionEnd::ClosedBeforeWelcome { reason } => tracing::error!(
-                    hub = %self.hub_address,
-                    %reason,
-                    "the hub closed the connection before the session started; if this repeats, \
-                     {REENROLL_HINT}"
-                ),
-                SessionEnd::Refused(status) => log_refusal(&status, &self.hub_address),
-                SessionEnd::Unreachable(ConnectProblem::CertificateRevoked(reason)) => {
-                    tracing::error!(
-                        hub = %self.hub_address,
-                        %reason,
-                        "the hub refused this agent's certificate as revoked: this server was removed \
-                         from the hub (or another agent enrolled in its place); the agent stops. To \
-                         bring this host back, add the server on the hub again and run \
-                         `banhub-agent enroll --force <TOKEN>`"
-                    );
-                    return LinkExit::Removed { reason };
-                }
-                SessionEnd::Unreachable(problem) => log_problem(&problem, &self.hub_address),
+            let span = tracing::info_span!(
+                "session",
+                hub = %self.hub_address,
+                server_id = tracing::field::Empty,
+                server = tracing::field::Empty,
+                end = tracing::field::Empty,
+            );
+            let report = session::run(&mut self, &shutdown)
+                .instrument(span.clone())
+                .await;
+            span.record("end", report.end.kind().as_str());
+            if let Some(exit) = span.in_scope(|| log_end(report.end, &self.hub_address)) {
+                return exit;
             }
             if report
                 .welcomed_at
@@ -188,6 +161,52 @@ impl Link {
             }
         }
     }
+}
+
+/// Logs why a session ended, in the session's span (whose `end` field names the kind); the link's
+/// exit when the agent stops there.
+fn log_end(end: SessionEnd, hub: &str) -> Option<LinkExit> {
+    match end {
+        SessionEnd::Shutdown => {
+            tracing::info!("shutting down");
+            return Some(LinkExit::Shutdown);
+        }
+        SessionEnd::Removed { reason } => {
+            tracing::error!(
+                %reason,
+                "the hub removed this server (drain without reconnect); the agent stops. To \
+                 bring this host back, add the server on the hub again and run \
+                 `banhub-agent enroll --force <TOKEN>`"
+            );
+            return Some(LinkExit::Removed { reason });
+        }
+        SessionEnd::Drained { reason } => {
+            tracing::info!(%reason, "the hub closed the session and asked to reconnect");
+        }
+        SessionEnd::Lost { reason } => {
+            tracing::warn!(%reason, "the session to the hub ended");
+        }
+        SessionEnd::ClosedBeforeWelcome { reason } => tracing::error!(
+            %hub,
+            %reason,
+            "the hub closed the connection before the session started; if this repeats, \
+             {REENROLL_HINT}"
+        ),
+        SessionEnd::Refused(status) => log_refusal(&status, hub),
+        SessionEnd::Unreachable(ConnectProblem::CertificateRevoked(reason)) => {
+            tracing::error!(
+                %hub,
+                %reason,
+                "the hub refused this agent's certificate as revoked: this server was removed \
+                 from the hub (or another agent enrolled in its place); the agent stops. To \
+                 bring this host back, add the server on the hub again and run \
+                 `banhub-agent enroll --force <TOKEN>`"
+            );
+            return Some(LinkExit::Removed { reason });
+        }
+        SessionEnd::Unreachable(problem) => log_problem(&problem, hub),
+    }
+    None
 }
 
 /// The hub's endpoint: mutual TLS with our certificate, the pinned CA and the fixed hub name, HTTP/2

@@ -39,7 +39,8 @@ const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10);
 const MIN_HEARTBEAT: Duration = Duration::from_millis(100);
 const MAX_HEARTBEAT: Duration = Duration::from_secs(600);
 
-/// How a session ended.
+/// How a session ended: its kind ([`SessionEnd::kind`]) is the session span's `end` field, so logs
+/// can be grouped by it.
 #[derive(Debug)]
 pub(super) enum SessionEnd {
     /// Shutdown was requested.
@@ -56,6 +57,47 @@ pub(super) enum SessionEnd {
     Refused(tonic::Status),
     /// The connection could not be made (TCP, TLS, certificate refused).
     Unreachable(ConnectProblem),
+}
+
+/// The kinds of [`SessionEnd`], without their details.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum EndKind {
+    Shutdown,
+    Removed,
+    Drained,
+    Lost,
+    ClosedBeforeWelcome,
+    Refused,
+    Unreachable,
+}
+
+impl EndKind {
+    /// The name logged in the session span's `end` field.
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Self::Shutdown => "shutdown",
+            Self::Removed => "removed",
+            Self::Drained => "drained",
+            Self::Lost => "lost",
+            Self::ClosedBeforeWelcome => "closed_before_welcome",
+            Self::Refused => "refused",
+            Self::Unreachable => "unreachable",
+        }
+    }
+}
+
+impl SessionEnd {
+    pub(super) fn kind(&self) -> EndKind {
+        match self {
+            Self::Shutdown => EndKind::Shutdown,
+            Self::Removed { .. } => EndKind::Removed,
+            Self::Drained { .. } => EndKind::Drained,
+            Self::Lost { .. } => EndKind::Lost,
+            Self::ClosedBeforeWelcome { .. } => EndKind::ClosedBeforeWelcome,
+            Self::Refused(_) => EndKind::Refused,
+            Self::Unreachable(_) => EndKind::Unreachable,
+        }
+    }
 }
 
 /// Connects, says hello, waits for the welcome and serves the stream until it ends.
@@ -76,6 +118,9 @@ pub(super) async fn run(link: &mut Link, shutdown: &CancellationToken) -> Sessio
     };
     let welcomed_at = Instant::now();
     let interval = heartbeat_interval(&welcome);
+    let span = tracing::Span::current();
+    span.record("server_id", welcome.server_id.as_str());
+    span.record("server", welcome.server_name.as_str());
     tracing::info!(
         server_id = %welcome.server_id,
         server = %welcome.server_name,

@@ -21,8 +21,8 @@ use tonic::transport::{Certificate, Identity as TlsIdentity, Server, ServerTlsCo
 use tonic::{Request, Response, Status, Streaming};
 
 use super::*;
+use crate::config::{Fail2banSettings, LinkSettings};
 use crate::enroll::Identity;
-use crate::settings::{Fail2banSettings, LinkSettings};
 use crate::tls::test_pki::TestCa;
 
 /// Generous bound on anything the tests wait for; they poll, never sleep.
@@ -504,4 +504,88 @@ async fn a_hub_with_another_ca_is_not_trusted() {
         report.end
     );
     assert!(harness.sessions.try_recv().is_err());
+}
+
+/// Log lines written as JSON into memory, for the span fields a test expects.
+#[derive(Clone, Default)]
+struct CapturedLog(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::Error::other("poisoned"))?
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl CapturedLog {
+    fn lines(&self) -> Vec<serde_json::Value> {
+        let bytes = self.0.lock().expect("log").clone();
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON log line"))
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn a_session_logs_in_its_span_with_the_hub_the_server_and_why_it_ended() {
+    let log = CapturedLog::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_current_span(true)
+        .with_writer(move || writer.clone())
+        .finish();
+    // The test's runtime has one thread, so every task of the link logs here.
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let ca = TestCa::new("hub CA");
+    let mut harness = Harness::start(missing_socket(), &ca, &ca).await;
+    let (shutdown, task) = harness.run();
+    let first = harness.session().await;
+    first.welcome(10_000).await;
+    first
+        .send(hub_frame::Body::Drain(Drain {
+            reason: "hub shutting down".to_owned(),
+            reconnect: true,
+        }))
+        .await;
+    let _second = harness.session().await;
+    shutdown.cancel();
+    within("the link to stop", task)
+        .await
+        .expect("task")
+        .expect("link");
+
+    let lines = log.lines();
+    let ended = lines
+        .iter()
+        .find(|line| {
+            line["fields"]["message"] == "the hub closed the session and asked to reconnect"
+        })
+        .unwrap_or_else(|| panic!("no drain line in {lines:#?}"));
+    let span = &ended["span"];
+    assert_eq!(span["name"], "session", "{ended}");
+    assert_eq!(span["end"], "drained", "{ended}");
+    assert_eq!(span["server"], "web-1", "{ended}");
+    assert_eq!(span["server_id"], "srv-1", "{ended}");
+    assert!(
+        span["hub"]
+            .as_str()
+            .is_some_and(|hub| hub.starts_with("127.0.0.1:")),
+        "{ended}"
+    );
+    let connected = lines
+        .iter()
+        .find(|line| line["fields"]["message"] == "connected to the hub")
+        .unwrap_or_else(|| panic!("no connected line in {lines:#?}"));
+    assert_eq!(connected["span"]["name"], "session", "{connected}");
+    assert_eq!(connected["span"]["server"], "web-1", "{connected}");
 }

@@ -4,17 +4,18 @@
 //!
 //! It listens on a loopback address only: the callback secret is the one thing between any local
 //! process and a forged ban event, and there is no reason to offer even that to the network.
-//! Errors are RFC 9457 `application/problem+json` bodies with a stable `code`:
+//! Errors are RFC 9457 `application/problem+json` bodies in the hub's vocabulary
+//! ([`banhub_proto::problem`]): `type` `urn:banhub:problem:<code>` and a stable snake_case `code`:
 //!
-//! | status | code                    | when                                                         |
-//! |--------|-------------------------|--------------------------------------------------------------|
-//! | 401    | `bad-callback-secret`   | `X-Callback-Secret` missing or wrong (checked before the body is read) |
-//! | 413    | `body-too-large`        | body over [`MAX_BODY_BYTES`]                                 |
-//! | 400    | `invalid-json`          | body is not a JSON object                                    |
-//! | 400    | `invalid-field`         | a field fails its rule; the member `field` names it          |
-//! | 422    | `unknown-jail`          | fail2ban runs no jail of that name (see [`jails`]); `field` is `jail` |
-//! | 503    | `spool-unavailable`     | the event could not be made durable; nothing was stored      |
-//! | 404/405| `not-found`/`method-not-allowed` | any other path or method                            |
+//! | status | code                 | when                                                            |
+//! |--------|----------------------|-----------------------------------------------------------------|
+//! | 401    | `unauthorized`       | `X-Callback-Secret` missing or wrong (checked before the body is read) |
+//! | 413    | `payload_too_large`  | body over [`MAX_BODY_BYTES`]                                    |
+//! | 400    | `bad_request`        | body is not a JSON object                                       |
+//! | 400    | `invalid_field`      | a field fails its rule; the member `field` names it             |
+//! | 422    | `unknown_jail`       | fail2ban runs no jail of that name (see [`jails`]); `field` is `jail` |
+//! | 503    | `spool_unavailable`  | the event could not be made durable; nothing was stored         |
+//! | 404/405| `not_found`/`method_not_allowed` | any other path or method                            |
 
 pub mod jails;
 pub mod payload;
@@ -28,6 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
+use banhub_proto::problem::code;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt as _, Full, LengthLimitError, Limited};
@@ -37,6 +39,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::spool::{BanEvent, Event, Position, Source, Spool, SpoolError};
 pub use jails::{JailCatalog, Verdict};
@@ -229,26 +232,29 @@ impl Relay {
             }
             let relay = Arc::clone(&relay);
             let shutdown = shutdown.clone();
-            connections.spawn(async move {
-                let service = hyper::service::service_fn(move |request| {
-                    let relay = Arc::clone(&relay);
-                    async move { Ok::<_, Infallible>(relay.handle(request).await) }
-                });
-                let connection = http1::Builder::new()
-                    .max_buf_size(MAX_BODY_BYTES + 16 * 1024)
-                    .serve_connection(TokioIo::new(stream), service);
-                let mut connection = std::pin::pin!(connection);
-                let result = tokio::select! {
-                    result = connection.as_mut() => result,
-                    () = shutdown.cancelled() => {
-                        connection.as_mut().graceful_shutdown();
-                        connection.await
+            connections.spawn(
+                async move {
+                    let service = hyper::service::service_fn(move |request| {
+                        let relay = Arc::clone(&relay);
+                        async move { Ok::<_, Infallible>(relay.handle(request).await) }
+                    });
+                    let connection = http1::Builder::new()
+                        .max_buf_size(MAX_BODY_BYTES + 16 * 1024)
+                        .serve_connection(TokioIo::new(stream), service);
+                    let mut connection = std::pin::pin!(connection);
+                    let result = tokio::select! {
+                        result = connection.as_mut() => result,
+                        () = shutdown.cancelled() => {
+                            connection.as_mut().graceful_shutdown();
+                            connection.await
+                        }
+                    };
+                    if let Err(e) = result {
+                        tracing::debug!(error = %e, "a relay connection ended with an error");
                     }
-                };
-                if let Err(e) = result {
-                    tracing::debug!(error = %e, "a relay connection ended with an error");
                 }
-            });
+                .in_current_span(),
+            );
         }
         connections.close();
         connections.wait().await;
@@ -263,7 +269,7 @@ impl Relay {
             ("/api/ban" | "/api/unban", _) => {
                 let mut response = Problem::new(
                     StatusCode::METHOD_NOT_ALLOWED,
-                    "method-not-allowed",
+                    code::METHOD_NOT_ALLOWED,
                     "use POST",
                 )
                 .into_response();
@@ -275,7 +281,7 @@ impl Relay {
             _ => {
                 return Problem::new(
                     StatusCode::NOT_FOUND,
-                    "not-found",
+                    code::NOT_FOUND,
                     "the relay serves only POST /api/ban and POST /api/unban",
                 )
                 .into_response();

@@ -1,11 +1,17 @@
-//! RFC 9457 problem details: the relay's only error response.
+//! RFC 9457 problem details: the relay's only error response, in the hub's vocabulary
+//! ([`banhub_proto::problem`]: `type` `urn:banhub:problem:<code>`, snake_case codes).
 
+use banhub_proto::problem::{self, code};
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Bytes;
-use serde::Serialize;
 
 use super::payload::PayloadError;
+
+/// fail2ban runs no jail of the callback's name.
+pub(super) const UNKNOWN_JAIL: &str = "unknown_jail";
+/// The event could not be made durable.
+pub(super) const SPOOL_UNAVAILABLE: &str = "spool_unavailable";
 
 /// An error answer: status, a stable machine-readable `code`, and a sentence for people.
 #[derive(Debug, Clone)]
@@ -13,20 +19,8 @@ pub(super) struct Problem {
     pub status: StatusCode,
     pub code: &'static str,
     pub detail: String,
-    /// The request field at fault, for `invalid-field`.
+    /// The request field at fault, for `invalid_field`.
     pub field: Option<&'static str>,
-}
-
-#[derive(Serialize)]
-struct Body<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    title: &'static str,
-    status: u16,
-    detail: &'a str,
-    code: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    field: Option<&'static str>,
 }
 
 impl Problem {
@@ -40,19 +34,19 @@ impl Problem {
     }
 
     pub fn unauthorized(detail: &str) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "bad-callback-secret", detail)
+        Self::new(StatusCode::UNAUTHORIZED, code::UNAUTHORIZED, detail)
     }
 
     pub fn too_large(max: usize) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "body-too-large",
+            code::PAYLOAD_TOO_LARGE,
             format!("the body exceeds {max} bytes"),
         )
     }
 
     pub fn bad_body(detail: String) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid-json", detail)
+        Self::new(StatusCode::BAD_REQUEST, code::BAD_REQUEST, detail)
     }
 
     pub fn unknown_jail(jail: &str) -> Self {
@@ -60,7 +54,7 @@ impl Problem {
             field: Some("jail"),
             ..Self::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                "unknown-jail",
+                UNKNOWN_JAIL,
                 format!("fail2ban on this host runs no jail named {jail:?}; nothing was stored"),
             )
         }
@@ -69,7 +63,7 @@ impl Problem {
     pub fn spool_unavailable() -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "spool-unavailable",
+            SPOOL_UNAVAILABLE,
             "the agent could not store the event durably; nothing was stored",
         )
     }
@@ -79,9 +73,9 @@ impl From<PayloadError> for Problem {
     fn from(error: PayloadError) -> Self {
         let field = error.field();
         let code = if field.is_some() {
-            "invalid-field"
+            code::INVALID_FIELD
         } else {
-            "invalid-json"
+            code::BAD_REQUEST
         };
         Self {
             status: StatusCode::BAD_REQUEST,
@@ -95,21 +89,19 @@ impl From<PayloadError> for Problem {
 impl Problem {
     /// The problem as the relay's answer.
     pub fn into_response(self) -> Response<Full<Bytes>> {
-        let body = Body {
-            // `about:blank`: the status says it all, so the title is the status phrase (RFC 9457 4.2.1).
-            kind: "about:blank",
-            title: self.status.canonical_reason().unwrap_or("Error"),
-            status: self.status.as_u16(),
-            detail: &self.detail,
-            code: self.code,
-            field: self.field,
-        };
+        let mut body = problem::Problem::new(
+            self.status.as_u16(),
+            self.code,
+            self.status.canonical_reason().unwrap_or("Error"),
+            self.detail,
+        );
+        body.field = self.field.map(str::to_owned);
         let json = serde_json::to_vec(&body).unwrap_or_default();
         let mut response = Response::new(Full::new(Bytes::from(json)));
         *response.status_mut() = self.status;
         response.headers_mut().insert(
             header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
+            HeaderValue::from_static(problem::MEDIA_TYPE),
         );
         response
     }

@@ -79,6 +79,10 @@ impl Running {
         if !status.is_success() {
             assert_eq!(content_type, "application/problem+json", "{body}");
             assert_eq!(body["status"], status.as_u16(), "{body}");
+            let problem: banhub_proto::problem::Problem =
+                serde_json::from_value(body.clone()).expect("the shared problem shape");
+            assert!(banhub_proto::problem::is_code(&problem.code), "{body}");
+            assert_eq!(problem.kind, format!("urn:banhub:problem:{}", problem.code));
         }
         (status, body)
     }
@@ -158,13 +162,41 @@ async fn unban_is_stored_as_an_unban() {
 }
 
 #[tokio::test]
+async fn a_refusal_is_a_problem_in_the_hubs_vocabulary() {
+    let relay = start().await;
+    let response = relay
+        .client
+        .post(format!("{}/api/ban", relay.base))
+        .body(callback().to_string())
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let body: Value = response.json().await.expect("json body");
+    assert_eq!(
+        body,
+        json!({
+            "type": "urn:banhub:problem:unauthorized",
+            "title": "Unauthorized",
+            "status": 401,
+            "detail": "the X-Callback-Secret header is missing",
+            "code": "unauthorized",
+        })
+    );
+}
+
+#[tokio::test]
 async fn wrong_or_missing_secret_is_401_and_stores_nothing() {
     let relay = start().await;
     let wrong = format!("{}x", &relay.secret[..relay.secret.len() - 1]);
     for secret in [Some(wrong.as_str()), Some(""), None] {
         let (status, body) = relay.post("/api/ban", secret, callback().to_string()).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
-        assert_eq!(body["code"], "bad-callback-secret");
+        assert_eq!(body["code"], "unauthorized");
     }
     // The secret is checked before the body is even read.
     let (status, _) = relay.post("/api/ban", None, vec![b'x'; 1 << 20]).await;
@@ -189,15 +221,15 @@ async fn invalid_fields_are_400_and_named() {
             .post("/api/ban", Some(&relay.secret), body.to_string())
             .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
-        assert_eq!(answer["code"], "invalid-field");
+        assert_eq!(answer["code"], "invalid_field");
         assert_eq!(answer["field"], field);
-        assert_eq!(answer["type"], "about:blank");
+        assert_eq!(answer["type"], "urn:banhub:problem:invalid_field");
         assert_eq!(answer["title"], "Bad Request");
     }
     for junk in ["{", "[]", ""] {
         let (status, answer) = relay.post("/api/ban", Some(&relay.secret), junk).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
-        assert_eq!(answer["code"], "invalid-json");
+        assert_eq!(answer["code"], "bad_request");
     }
     assert_eq!(relay.stored().await, []);
 }
@@ -211,7 +243,7 @@ async fn huge_body_is_413_and_stores_nothing() {
         .post("/api/ban", Some(&relay.secret), body.to_string())
         .await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{answer}");
-    assert_eq!(answer["code"], "body-too-large");
+    assert_eq!(answer["code"], "payload_too_large");
     assert_eq!(relay.stored().await, []);
 
     // Just under the limit is fine; the log lines are capped when stored.
@@ -228,7 +260,7 @@ async fn other_paths_and_methods_are_problems() {
     let (status, body) = relay.post("/api/other", Some(&relay.secret), "{}").await;
     assert_eq!(
         (status, &body["code"]),
-        (StatusCode::NOT_FOUND, &json!("not-found"))
+        (StatusCode::NOT_FOUND, &json!("not_found"))
     );
     let response = relay
         .client
@@ -242,7 +274,7 @@ async fn other_paths_and_methods_are_problems() {
         Some(&b"POST"[..])
     );
     let body: Value = response.json().await.expect("json");
-    assert_eq!(body["code"], "method-not-allowed");
+    assert_eq!(body["code"], "method_not_allowed");
 }
 
 /// Sends raw HTTP/1.1 `requests` on one connection and reads `answers` answers back.
@@ -297,7 +329,7 @@ async fn a_chunked_body_over_the_cap_is_413_and_keep_alive_serves_the_next() {
     request.push_str("0\r\n\r\n");
     let answers = raw_exchange(&relay.base, request.as_bytes(), 1).await;
     assert_eq!(answers[0].0, 413, "{}", answers[0].1);
-    assert_eq!(answers[0].1["code"], "body-too-large");
+    assert_eq!(answers[0].1["code"], "payload_too_large");
     assert_eq!(relay.stored().await, []);
 
     // Two callbacks on one kept-alive connection, sent back to back: each answered in order.
@@ -364,7 +396,7 @@ async fn a_spool_that_cannot_store_makes_503() {
         .post("/api/ban", Some(&relay.secret), callback().to_string())
         .await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    assert_eq!(body["code"], "spool-unavailable");
+    assert_eq!(body["code"], "spool_unavailable");
     assert_eq!(relay.stats.accepted(), 0);
 }
 

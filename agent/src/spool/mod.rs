@@ -12,10 +12,12 @@
 //! syncs are written together and share the next sync (group commit), which is what makes many
 //! concurrent callbacks cheap. [`Spool`] is the cloneable async handle to that thread.
 
+mod disk;
 pub mod event;
 mod frame;
 mod record;
 mod store;
+mod tail;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

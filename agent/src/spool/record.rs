@@ -110,7 +110,7 @@ fn encode_binary(kind: u8, ban: &BanEvent, out: &mut Vec<u8>) -> Option<()> {
     Some(())
 }
 
-/// The address as its octets (formatting it as text cost as much as the rest of the record).
+/// The address as its octets, cheaper to write and read than its text.
 fn put_ip(out: &mut Vec<u8>, ip: &IpOrCidr) {
     match ip {
         IpOrCidr::Ip(IpAddr::V4(v4)) => {

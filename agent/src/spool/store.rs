@@ -12,48 +12,34 @@
 
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rand::Rng;
 use serde::{Deserialize, Serialize};
 
+use super::disk::{
+    TMP_SUFFIX, append_name, create_dir, io_error, list_dir, load_or_create_meta, read_json,
+    read_range, sync_dir, truncate, write_atomic,
+};
 use super::event::{Event, GapEvent, GapReason, SeqRange};
 use super::frame::{self, HEADER_LEN, Header, MAX_PAYLOAD_LEN};
 use super::record;
+use super::tail::Tail;
 use super::{Head, OnCorruption, Position, Record, SpoolConfig, SpoolError, now_ms};
 
-const META_FILE: &str = "spool.json";
 const ACK_FILE: &str = "ack.json";
 const LOCK_FILE: &str = "lock";
 const SEGMENT_SUFFIX: &str = ".seg";
-const TMP_SUFFIX: &str = ".tmp";
-const FORMAT: u32 = 1;
 /// Room kept free for the gap record written when the bound forces events out.
 const GAP_RESERVE: u64 = 1024;
-/// How stale the persisted ack mark may get. Acks arrive once per delivered batch; writing the
-/// mark (a file write, two syncs and a rename) every time cost the writer thread as much as the
-/// appends it serves. The mark only has to be current before a segment is deleted (done then,
+/// How stale the persisted ack mark may get. Acks arrive once per delivered batch, and writing the
+/// mark (a file write, two syncs and a rename) each time would load the writer thread that serves
+/// the appends. The mark only has to be current before a segment is deleted (done then,
 /// whatever the age): after a crash the events acked since the last mark are delivered again, and
 /// the hub stores each `(agent, epoch, seq)` once, so a stale mark re-sends but never loses.
 const ACK_PERSIST_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
-/// Bytes of encoded records kept in memory for delivery (see [`Tail`]); a backlog beyond this is
-/// read back from the segments.
-const TAIL_BYTES: usize = 16 << 20;
-/// Epochs stay below 2^53 so that they survive JSON readers that use doubles and fit a signed
-/// 64-bit database column; 53 random bits are plenty to tell a spool from its predecessors.
-const EPOCH_LIMIT: u64 = 1 << 53;
-
-/// What `spool.json` holds.
-#[derive(Debug, Serialize, Deserialize)]
-struct Meta {
-    format: u32,
-    epoch: u64,
-    created_at_ms: i64,
-}
-
 /// What `ack.json` holds.
 #[derive(Debug, Serialize, Deserialize)]
 struct AckMark {
@@ -119,60 +105,6 @@ impl Dropped {
 struct Lost {
     first: u64,
     last: u64,
-}
-
-/// The newest records, kept in memory as they were appended so that delivery does not read back
-/// and parse what was written a moment ago (reading back cost the writer thread as much as writing).
-/// The entries cover the consecutive numbers `first..first + entries.len()`, up to the last
-/// appended record; an entry is `None` once delivery took it, and the oldest go when they are
-/// acknowledged or past [`TAIL_BYTES`]. The segments stay the truth: whatever is not here is read
-/// from them, and the tail is lost with the store after a write error or a restart.
-#[derive(Debug, Default)]
-struct Tail {
-    first: u64,
-    entries: VecDeque<Option<(Event, usize)>>,
-    bytes: usize,
-}
-
-impl Tail {
-    /// Adds the record numbered `seq`, which must follow the last one (a tail that does not end
-    /// just before it starts afresh).
-    fn push(&mut self, seq: u64, event: Event, encoded: usize) {
-        if self.first + self.entries.len() as u64 != seq {
-            self.entries.clear();
-            self.bytes = 0;
-            self.first = seq;
-        }
-        self.entries.push_back(Some((event, encoded)));
-        self.bytes += encoded;
-        while self.bytes > TAIL_BYTES {
-            self.pop_front();
-        }
-    }
-
-    /// Forgets every record numbered `seq` or below.
-    fn forget_through(&mut self, seq: u64) {
-        while self.first <= seq && !self.entries.is_empty() {
-            self.pop_front();
-        }
-    }
-
-    fn pop_front(&mut self) {
-        if let Some(entry) = self.entries.pop_front() {
-            if let Some((_, encoded)) = entry {
-                self.bytes -= encoded;
-            }
-            self.first += 1;
-        }
-    }
-
-    /// Takes the record numbered `seq` out, if it is still here.
-    fn take(&mut self, seq: u64) -> Option<Event> {
-        let at = usize::try_from(seq.checked_sub(self.first)?).ok()?;
-        let (event, encoded) = self.entries.get_mut(at)?.take()?;
-        self.bytes -= encoded;
-        Some(event)
-    }
 }
 
 /// The open spool.
@@ -891,131 +823,4 @@ fn decode_event(path: &Path, offset: u64, bytes: &[u8]) -> Result<Event, SpoolEr
         tracing::error!(path = %path.display(), offset, error = %e, "spool record does not parse");
         corrupt()
     })
-}
-
-fn read_range(path: &Path, from: u64, to: u64) -> Result<Vec<u8>, SpoolError> {
-    let len = usize::try_from(to.saturating_sub(from)).unwrap_or(usize::MAX);
-    let mut buf = vec![0u8; len];
-    File::open(path)
-        .and_then(|file| file.read_exact_at(&mut buf, from))
-        .map_err(|e| io_error(path.to_owned(), "reading", e))?;
-    Ok(buf)
-}
-
-/// Reads the epoch, or picks one for a new spool. A spool that has segments but lost its
-/// metadata is refused: starting a new epoch there would orphan the records.
-fn load_or_create_meta(dir: &Path, has_segments: bool) -> Result<u64, SpoolError> {
-    let path = dir.join(META_FILE);
-    if let Some(meta) = read_json::<Meta>(&path)? {
-        if meta.format != FORMAT {
-            return Err(SpoolError::BadMeta {
-                path,
-                reason: format!("format {} is not {FORMAT}", meta.format),
-            });
-        }
-        return Ok(meta.epoch);
-    }
-    if has_segments {
-        return Err(SpoolError::BadMeta {
-            path,
-            reason: "missing while segments exist; move the directory aside to start afresh"
-                .to_owned(),
-        });
-    }
-    let meta = Meta {
-        format: FORMAT,
-        epoch: rand::rng().random_range(1..EPOCH_LIMIT),
-        created_at_ms: now_ms(),
-    };
-    let json = serde_json::to_vec_pretty(&meta).map_err(|e| SpoolError::Encode(Arc::new(e)))?;
-    write_atomic(&path, &json)?;
-    tracing::info!(epoch = meta.epoch, dir = %dir.display(), "created a new spool");
-    Ok(meta.epoch)
-}
-
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, SpoolError> {
-    match fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| SpoolError::BadMeta {
-                path: path.to_owned(),
-                reason: e.to_string(),
-            }),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_error(path.to_owned(), "reading", e)),
-    }
-}
-
-/// Replaces `path` with `bytes` so that a crash leaves either the old or the new content.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SpoolError> {
-    let tmp = append_name(path, TMP_SUFFIX);
-    let result = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut file| {
-            file.write_all(bytes)?;
-            file.sync_all()
-        })
-        .and_then(|()| fs::rename(&tmp, path));
-    result.map_err(|e| io_error(path.to_owned(), "replacing", e))?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
-}
-
-fn create_dir(dir: &Path) -> Result<(), SpoolError> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| io_error(dir.to_owned(), "creating", e))?;
-    sync_dir(dir.parent().unwrap_or(Path::new(".")))
-}
-
-fn list_dir(dir: &Path) -> Result<Vec<String>, SpoolError> {
-    let entries = fs::read_dir(dir).map_err(|e| io_error(dir.to_owned(), "listing", e))?;
-    let mut names = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| io_error(dir.to_owned(), "listing", e))?;
-        if let Some(name) = entry.file_name().to_str() {
-            names.push(name.to_owned());
-        }
-    }
-    Ok(names)
-}
-
-fn truncate(path: &Path, len: u64) -> Result<(), SpoolError> {
-    OpenOptions::new()
-        .write(true)
-        .open(path)
-        .and_then(|file| {
-            file.set_len(len)?;
-            file.sync_all()
-        })
-        .map_err(|e| io_error(path.to_owned(), "truncating", e))
-}
-
-/// Makes the directory's entries (created, renamed or removed files) durable.
-fn sync_dir(dir: &Path) -> Result<(), SpoolError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_error(dir.to_owned(), "syncing", e))
-}
-
-fn append_name(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
-}
-
-fn io_error(path: PathBuf, action: &'static str, source: io::Error) -> SpoolError {
-    SpoolError::Io {
-        path,
-        action,
-        source: Arc::new(source),
-    }
 }

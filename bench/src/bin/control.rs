@@ -34,6 +34,12 @@ struct Args {
     /// Which build of banhub and banhub-agent to drive: `debug` or `release`.
     #[arg(long, default_value = "debug")]
     profile: String,
+    /// The hub binary to drive instead of the `--profile` build (e.g. a copy kept as "before").
+    #[arg(long)]
+    hub_bin: Option<std::path::PathBuf>,
+    /// The agent binary to drive instead of the `--profile` build.
+    #[arg(long)]
+    agent_bin: Option<std::path::PathBuf>,
 }
 
 /// The `i`-th address of a jail's ban list: distinct across jails, in 10.0.0.0/8 (never routed).
@@ -88,15 +94,22 @@ async fn time_get(client: &reqwest::Client, url: &str, rounds: usize) -> anyhow:
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let hub_bin = measure::binary(&args.profile, "banhub")?;
-    let agent_bin = measure::binary(&args.profile, "banhub-agent")?;
+    let hub_bin = match &args.hub_bin {
+        Some(path) => path.clone(),
+        None => measure::binary(&args.profile, "banhub")?,
+    };
+    let agent_bin = match &args.agent_bin {
+        Some(path) => path.clone(),
+        None => measure::binary(&args.profile, "banhub-agent")?,
+    };
 
     println!(
-        "control-path benchmark: {} jails x {} bans, {} rounds, {} binaries, {} cores",
+        "control-path benchmark: {} jails x {} bans, {} rounds, hub {}, agent {}, {} cores",
         args.jails,
         args.bans,
         args.rounds,
-        args.profile,
+        hub_bin.display(),
+        agent_bin.display(),
         std::thread::available_parallelism().map_or(0, usize::from)
     );
     let started = Instant::now();

@@ -2,6 +2,7 @@
 //! last error) and `GET /api/alerts/digests[/{id}]` (what each digest grouped). Rules themselves
 //! are part of the settings.
 
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -9,6 +10,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem};
+use super::events::query;
 use crate::alerts::model::{Delivery, DeliveryFilter, DeliveryStatus, Digest};
 use crate::app::AppState;
 use crate::auth::Viewer;
@@ -40,6 +42,7 @@ fn limit(raw: Option<u64>) -> Result<u64, ApiError> {
 #[into_params(parameter_in = Query)]
 pub struct DeliveryParams {
     /// `pending`, `sending`, `delivered` or `failed`.
+    #[param(value_type = Option<DeliveryStatus>)]
     status: Option<String>,
     /// Only deliveries of this alert rule.
     rule_id: Option<String>,
@@ -47,6 +50,7 @@ pub struct DeliveryParams {
     /// Only deliveries older than this id (the `next` of the previous page).
     before: Option<i64>,
     /// 1 to 500 (default 100).
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<u64>,
 }
 
@@ -66,8 +70,9 @@ pub struct DeliveryPage {
 async fn deliveries(
     _caller: Viewer,
     State(state): State<AppState>,
-    Query(params): Query<DeliveryParams>,
+    params: Result<Query<DeliveryParams>, QueryRejection>,
 ) -> Result<ApiJson<DeliveryPage>, ApiError> {
+    let params = query(params)?;
     let status = params
         .status
         .as_deref()
@@ -97,6 +102,7 @@ async fn deliveries(
 #[into_params(parameter_in = Query)]
 pub struct DigestParams {
     /// 1 to 500 (default 100).
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<u64>,
 }
 
@@ -113,8 +119,9 @@ pub struct DigestList {
 async fn digests(
     _caller: Viewer,
     State(state): State<AppState>,
-    Query(params): Query<DigestParams>,
+    params: Result<Query<DigestParams>, QueryRejection>,
 ) -> Result<ApiJson<DigestList>, ApiError> {
+    let params = query(params)?;
     let digests = state.alerts.digests(limit(params.limit)?).await?;
     Ok(ApiJson(DigestList { digests }))
 }
@@ -123,12 +130,18 @@ async fn digests(
 #[utoipa::path(get, path = "/api/alerts/digests/{id}", tag = "alerts",
     extensions(("x-required-role" = json!("viewer"))),
     params(("id" = i64, Path, description = "Digest id")),
-    responses((status = 200, body = Digest), (status = 404, body = Problem)))]
+    responses((status = 200, body = Digest),
+              (status = 400, description = "The id is not a whole number", body = Problem),
+              (status = 404, body = Problem)))]
 async fn digest(
     _caller: Viewer,
     State(state): State<AppState>,
-    Path(id): Path<i64>,
+    id: Result<Path<i64>, PathRejection>,
 ) -> Result<ApiJson<Digest>, ApiError> {
+    let Path(id) = id.map_err(|rejection| ApiError::Malformed {
+        status: axum::http::StatusCode::BAD_REQUEST,
+        detail: rejection.body_text(),
+    })?;
     state
         .alerts
         .digest(id)

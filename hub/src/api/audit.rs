@@ -26,12 +26,15 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[into_params(parameter_in = Query)]
 pub struct AuditParams {
     /// Entries per page, 1 to 500 (default 50).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 500)]
     limit: Option<String>,
     /// `nextCursor` of the previous page.
+    #[param(value_type = Option<i64>, minimum = 1)]
     cursor: Option<String>,
     /// Only this actor (a subject, e.g. `alice` or `token:<id>`).
     actor: Option<String>,
     /// Only entries about this server: its id, or its name.
+    #[param(value_type = Option<super::schemas::ServerRef>)]
     server_id: Option<String>,
 }
 

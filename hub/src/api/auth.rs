@@ -7,6 +7,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use axum::Extension;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -18,6 +19,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem};
+use super::events::query;
 use crate::app::AppState;
 use crate::auth::policy::check_same_origin_navigation;
 use crate::auth::{
@@ -112,6 +114,10 @@ async fn user(Extension(authn): Extension<Authn>) -> Result<ApiJson<UserDto>, Ap
 #[into_params(parameter_in = Query)]
 pub struct LoginParams {
     /// Where to go after the login: a path on this hub (e.g. `/servers`), default `/`.
+    #[param(
+        max_length = 2048,
+        pattern = "^(/([^/\\\\\\x00-\\x1f\\x7f-\\x9f][^\\\\\\x00-\\x1f\\x7f-\\x9f]*)?)?$"
+    )]
     return_to: Option<String>,
 }
 
@@ -157,8 +163,9 @@ fn encode(text: &str) -> String {
 async fn login_start(
     State(state): State<AppState>,
     headers: HeaderMap,
-    params: Query<LoginParams>,
+    params: Result<Query<LoginParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let params = query(params)?;
     let target = return_to(params.return_to.as_deref())?;
     match state.auth.mode() {
         AuthMode::Local => Ok(found(&format!("/login?return_to={}", encode(&target)))),
@@ -302,8 +309,12 @@ async fn callback(
     State(state): State<AppState>,
     ClientAddr(client): ClientAddr,
     headers: HeaderMap,
-    Query(params): Query<Callback>,
+    params: Result<Query<Callback>, QueryRejection>,
 ) -> Response {
+    let params = match query(params) {
+        Ok(params) => params,
+        Err(e) => return e.into_response(),
+    };
     let auth = &state.auth;
     let result = auth.finish_oidc(&params, &headers).await;
     let mut response = match result {
@@ -464,10 +475,15 @@ impl From<ApiTokenRecord> for TokenDto {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateToken {
-    /// What it is for, 1 to 64 characters.
+    /// What it is for, 1 to 64 characters (not only spaces), no control characters.
+    #[schema(
+        max_length = 64,
+        pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x1f\\x7f-\\x9f\\s][^\\x00-\\x1f\\x7f-\\x9f]*$"
+    )]
     name: String,
     role: Role,
     /// Days until it stops working (1 to 3650); absent: until revoked.
+    #[schema(minimum = 1, maximum = 3650)]
     expires_in_days: Option<u32>,
 }
 

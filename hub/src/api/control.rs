@@ -57,6 +57,7 @@ async fn restart(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UnbanEverywhereBody {
+    #[schema(value_type = super::schemas::Address)]
     ip: String,
 }
 

@@ -5,6 +5,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use banhub_proto::problem::{MEDIA_TYPE, type_of};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use utoipa::ToSchema;
@@ -281,7 +282,7 @@ impl IntoResponse for ApiError {
             self.to_string()
         };
         let mut body = Problem {
-            kind: format!("urn:banhub:problem:{code}"),
+            kind: type_of(code),
             title: title.to_owned(),
             status: status.as_u16(),
             detail,
@@ -337,7 +338,7 @@ pub fn problem(
     field: Option<String>,
 ) -> Response {
     let body = Problem {
-        kind: format!("urn:banhub:problem:{code}"),
+        kind: type_of(code),
         title: title.to_owned(),
         status: status.as_u16(),
         detail,
@@ -351,10 +352,9 @@ pub fn problem(
 
 fn problem_response(status: StatusCode, body: Problem) -> Response {
     let mut response = (status, axum::Json(body)).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(MEDIA_TYPE));
     response
 }
 

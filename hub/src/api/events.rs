@@ -18,7 +18,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem};
-use super::target;
+use super::{schemas, target};
 use crate::alerts::insights::LocatedInsights;
 use crate::app::AppState;
 use crate::auth::Viewer;
@@ -74,30 +74,40 @@ pub(super) fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Api
 #[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// Only events of this server: its id, or its name.
+    #[param(value_type = Option<schemas::ServerRef>)]
     server_id: Option<String>,
     /// Only events of this jail.
+    #[param(value_type = Option<schemas::JailName>)]
     jail: Option<String>,
     /// One address (`192.0.2.7`) or every address in a network (`198.51.100.0/24`).
+    #[param(value_type = Option<schemas::Address>)]
     ip: Option<String>,
     /// Kinds, comma-separated: `ban`, `unban`, `gap`.
+    #[param(value_type = Option<schemas::EventKinds>)]
     kind: Option<String>,
     /// Sources, comma-separated: `action` (the fail2ban action through the agent), `observed` (the
     /// agent's reconciliation), `direct` (a callback straight to the hub).
+    #[param(value_type = Option<schemas::EventSources>)]
     source: Option<String>,
     /// Events at or after this time: RFC 3339 or Unix milliseconds.
+    #[param(value_type = Option<schemas::Timestamp>)]
     from: Option<String>,
     /// Events before this time: RFC 3339 or Unix milliseconds.
+    #[param(value_type = Option<schemas::Timestamp>)]
     to: Option<String>,
     /// Text to find in the log lines, ignoring case (only ASCII letters' case on SQLite). A text
     /// index finds the candidate events (trigrams on SQLite; `pg_trgm` on PostgreSQL, where the
     /// extension is installed), so a search stays quick on a long history.
+    #[param(value_type = Option<schemas::SearchText>)]
     q: Option<String>,
     /// Events per page, 1 to 1000 (default 50); for CSV, rows in all, 1 to 1,000,000 (default
     /// 10,000).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     limit: Option<String>,
     /// `nextCursor` of the previous page.
     cursor: Option<String>,
     /// `json` (default) or `csv`.
+    #[param(value_type = Option<schemas::EventsFormat>)]
     format: Option<String>,
 }
 
@@ -107,12 +117,16 @@ pub struct ListParams {
 #[into_params(parameter_in = Query)]
 pub struct StatsParams {
     /// Only this server: its id, or its name.
+    #[param(value_type = Option<schemas::ServerRef>)]
     server_id: Option<String>,
     /// Only this jail.
+    #[param(value_type = Option<schemas::JailName>)]
     jail: Option<String>,
     /// Start: RFC 3339 or Unix milliseconds (default: 24 hours before `to`).
+    #[param(value_type = Option<schemas::Timestamp>)]
     from: Option<String>,
     /// End: RFC 3339 or Unix milliseconds (default: now).
+    #[param(value_type = Option<schemas::Timestamp>)]
     to: Option<String>,
 }
 
@@ -122,17 +136,23 @@ pub struct StatsParams {
 #[into_params(parameter_in = Query)]
 pub struct InsightsParams {
     /// Only this server (its id, or its name): its jails, and the addresses banned on it.
+    #[param(value_type = Option<schemas::ServerRef>)]
     server_id: Option<String>,
     /// Only this jail (for the jail and server rankings).
+    #[param(value_type = Option<schemas::JailName>)]
     jail: Option<String>,
     /// Start of the jail and server rankings: RFC 3339 or Unix milliseconds (default: 30 days
     /// before `to`). Address rankings cover the whole retained history.
+    #[param(value_type = Option<schemas::Timestamp>)]
     from: Option<String>,
     /// End of the jail and server rankings (default: now).
+    #[param(value_type = Option<schemas::Timestamp>)]
     to: Option<String>,
     /// Entries per list, 1 to 100 (default 10).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 100)]
     limit: Option<String>,
     /// Also return what is known about this address.
+    #[param(value_type = Option<schemas::Address>)]
     ip: Option<String>,
 }
 
@@ -142,16 +162,22 @@ pub struct InsightsParams {
 #[into_params(parameter_in = Query)]
 pub struct StreamParams {
     /// Only events of this server: its id, or its name.
+    #[param(value_type = Option<schemas::ServerRef>)]
     server_id: Option<String>,
     /// Only events of this jail.
+    #[param(value_type = Option<schemas::JailName>)]
     jail: Option<String>,
     /// One address or a network.
+    #[param(value_type = Option<schemas::Address>)]
     ip: Option<String>,
     /// Kinds, comma-separated: `ban`, `unban`, `gap`.
+    #[param(value_type = Option<schemas::EventKinds>)]
     kind: Option<String>,
     /// Sources, comma-separated: `action`, `observed`, `direct`.
+    #[param(value_type = Option<schemas::EventSources>)]
     source: Option<String>,
     /// Resume after this event id (what the `Last-Event-ID` header does on a reconnect).
+    #[param(value_type = Option<i64>)]
     last_event_id: Option<String>,
 }
 
@@ -638,8 +664,39 @@ async fn list_bans(
     Ok(ApiJson(EventPageDto::from(page)).into_response())
 }
 
+/// The parameters of `/api/events/bans.csv` in the document: those of `/api/events/bans` without
+/// `format`, and a `limit` of up to [`MAX_EXPORT`] rows.
+struct ExportParams;
+
+impl IntoParams for ExportParams {
+    fn into_params(
+        parameter_in: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ListParams::into_params(parameter_in)
+            .into_iter()
+            .filter(|p| p.name != "format")
+            .map(|mut p| {
+                if p.name == "limit" {
+                    p.description = Some(format!(
+                        "Rows in all, 1 to {MAX_EXPORT} (default {DEFAULT_EXPORT})."
+                    ));
+                    p.schema = Some(
+                        ObjectBuilder::new()
+                            .schema_type(Type::Integer)
+                            .minimum(Some(1))
+                            .maximum(Some(MAX_EXPORT as u32))
+                            .into(),
+                    );
+                }
+                p
+            })
+            .collect()
+    }
+}
+
 /// Ban events as CSV, newest first: the filters of `/api/events/bans`, up to `limit` rows.
-#[utoipa::path(get, path = "/api/events/bans.csv", tag = "events", params(ListParams),
+#[utoipa::path(get, path = "/api/events/bans.csv", tag = "events", params(ExportParams),
     extensions(("x-required-role" = json!("viewer"))),
     responses((status = 200, content_type = "text/csv", body = String),
               (status = 422, description = "A parameter breaks its rule", body = Problem)))]

@@ -49,10 +49,12 @@ async fn list_filters(
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TestFilterBody {
     /// A filter of the server's configuration.
+    #[schema(value_type = Option<super::schemas::Name>)]
     filter: Option<String>,
     /// Or the text of a filter file being edited (never saved by a test).
     filter_text: Option<String>,
-    /// Log lines, one per element.
+    /// Log lines, one per element: 1 to 10,000 of at most 4096 bytes, without line ends.
+    #[schema(min_items = 1, max_items = 10000)]
     lines: Vec<String>,
 }
 

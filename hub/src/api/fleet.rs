@@ -46,8 +46,10 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FleetBanBody {
     /// The address or CIDR range.
+    #[schema(value_type = super::schemas::Address)]
     ip: String,
     /// The jail; required to ban. To unban, omit it to lift the ban in every jail.
+    #[schema(value_type = Option<super::schemas::JailName>)]
     jail: Option<String>,
     /// `true` lifts the ban instead.
     #[serde(default)]
@@ -57,9 +59,11 @@ pub struct FleetBanBody {
     all: bool,
     /// Servers carrying all of these labels.
     #[serde(default)]
+    #[schema(value_type = super::schemas::Labels)]
     labels: BTreeMap<String, String>,
     /// How long the command stays queued for servers whose agent is offline, in seconds (1 to
     /// 604800; 3600 by default). Past it, what was not delivered is reported `expired`.
+    #[schema(minimum = 1, maximum = 604800)]
     deadline_secs: Option<u64>,
     /// An admin's explicit go-ahead for a ban the guard rails stop otherwise: a network wider
     /// than `guards.ban_min_prefix_v4`/`_v6`, or the broadcast address. Recorded in the audit
@@ -230,6 +234,7 @@ async fn fleet_ban(
 #[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// At most this many actions (1 to 200, 50 by default).
+    #[param(minimum = 1, maximum = 200)]
     limit: Option<u64>,
     /// Actions older than this action id.
     before: Option<String>,
@@ -283,6 +288,7 @@ async fn get_action(
 pub struct LabelsBody {
     /// The server's new labels (replacing the old ones): keys follow the name rule, values are at
     /// most 128 printable characters, at most 32 labels.
+    #[schema(value_type = super::schemas::Labels)]
     labels: BTreeMap<String, String>,
 }
 

@@ -1,6 +1,7 @@
 //! Jails of the target server (`X-BanDaemon-Server`): summary, management, configuration, bans,
 //! banned lists, log tails and allowlists. Every name and address is parsed here before it travels.
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use banhub_proto::rules::{IpOrCidr, JailName, unmapped_net};
 use serde::{Deserialize, Serialize};
@@ -9,6 +10,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, ApiJson, Problem, optional_json};
+use super::events::query;
 use super::guards;
 use super::servers::ServerDto;
 use super::target::Target;
@@ -93,6 +95,7 @@ async fn list_jails(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JailToggleBody {
+    #[schema(value_type = super::schemas::JailName)]
     name: String,
     enabled: bool,
 }
@@ -101,6 +104,7 @@ pub struct JailToggleBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ManageJails {
+    #[schema(min_items = 1, max_items = 200)]
     jails: Vec<JailToggleBody>,
 }
 
@@ -139,7 +143,7 @@ async fn manage_jails(
 /// A jail's override file, its filter's files and its effective settings.
 #[utoipa::path(get, path = "/api/jails/{jail}/config", tag = "jails",
     extensions(("x-required-role" = json!("viewer"))),
-    params(("jail" = String, Path), ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    params(("jail" = super::schemas::JailName, Path), ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = JailConfig), (status = 404, body = Problem)))]
 async fn get_config(
     caller: Viewer,
@@ -160,8 +164,15 @@ async fn get_config(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FileEditBody {
+    /// At most 64 KiB, no control characters but line ends and tabs.
+    #[schema(
+        max_length = 65536,
+        pattern = "^[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f]*$"
+    )]
     content: String,
+    /// The version it was read at; empty for a new file.
     #[serde(default)]
+    #[schema(max_length = 128, pattern = "^[A-Za-z0-9]*$")]
     version: String,
 }
 
@@ -234,7 +245,7 @@ fn checked_edit(
 /// live, reloaded, health-checked, rolled back on any failure. A stale version is refused (409).
 #[utoipa::path(post, path = "/api/jails/{jail}/config", tag = "jails", request_body = WriteConfig,
     extensions(("x-required-role" = json!("admin"))),
-    params(("jail" = String, Path), ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    params(("jail" = super::schemas::JailName, Path), ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = ConfigChange),
               (status = 409, description = "The file changed since it was read", body = Problem),
               (status = 422, description = "Invalid input, or fail2ban refused the configuration (nothing changed)", body = Problem)))]
@@ -290,7 +301,7 @@ pub struct BanBody {
 #[utoipa::path(post, path = "/api/jails/{jail}/ban/{ip}", tag = "jails",
     request_body(content = Option<BanBody>, description = "Optional; `{\"override\": true}` from an admin lifts the guard rails that allow it"),
     extensions(("x-required-role" = json!("operator"))),
-    params(("jail" = String, Path), ("ip" = String, Path, description = "IPv4, IPv6 or CIDR (`/` encoded as %2F)"),
+    params(("jail" = super::schemas::JailName, Path), ("ip" = super::schemas::Address, Path, description = "IPv4, IPv6 or CIDR (`/` encoded as %2F)"),
            ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = BanOutcome),
               (status = 403, description = "`override` from a caller who is not an admin", body = Problem),
@@ -325,7 +336,7 @@ async fn ban(
 /// Lifts the ban of an address or network in a jail.
 #[utoipa::path(post, path = "/api/jails/{jail}/unban/{ip}", tag = "jails",
     extensions(("x-required-role" = json!("operator"))),
-    params(("jail" = String, Path), ("ip" = String, Path, description = "IPv4, IPv6 or CIDR (`/` encoded as %2F)"),
+    params(("jail" = super::schemas::JailName, Path), ("ip" = super::schemas::Address, Path, description = "IPv4, IPv6 or CIDR (`/` encoded as %2F)"),
            ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = BanOutcome), (status = 422, body = Problem)))]
 async fn unban(
@@ -356,25 +367,28 @@ async fn unban(
 pub struct BannedQuery {
     /// Substring of the address, or a CIDR network.
     #[serde(default)]
+    #[param(max_length = 64, pattern = "^[0-9A-Fa-f.:/]*$")]
     search: String,
     #[serde(default)]
     offset: u32,
     /// At most 500; default 50.
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,
 }
 
 /// A page of a jail's banned addresses with ban and expiry times.
 #[utoipa::path(get, path = "/api/jails/{jail}/banned", tag = "jails",
     extensions(("x-required-role" = json!("viewer"))),
-    params(("jail" = String, Path), BannedQuery, ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    params(("jail" = super::schemas::JailName, Path), BannedQuery, ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = BannedPage), (status = 422, body = Problem)))]
 async fn banned(
     caller: Viewer,
     State(state): State<AppState>,
     Target(server): Target,
     Path(jail): Path<String>,
-    Query(query): Query<BannedQuery>,
+    params: Result<Query<BannedQuery>, QueryRejection>,
 ) -> Result<ApiJson<BannedPage>, ApiError> {
+    let query = query(params)?;
     let jail = jail_name("jail", &jail)?;
     let limit = query.limit.unwrap_or(50);
     if !(1..=MAX_PAGE).contains(&limit) {
@@ -413,21 +427,23 @@ async fn banned(
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LogQuery {
     /// How many of the last lines; at most 1000, default 200.
+    #[param(minimum = 1, maximum = 1000)]
     lines: Option<u32>,
 }
 
 /// The end of fail2ban's own log, only the lines about this jail.
 #[utoipa::path(get, path = "/api/jails/{jail}/logs", tag = "jails",
     extensions(("x-required-role" = json!("viewer"))),
-    params(("jail" = String, Path), LogQuery, ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    params(("jail" = super::schemas::JailName, Path), LogQuery, ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = LogTailResult), (status = 422, body = Problem)))]
 async fn logs(
     caller: Viewer,
     State(state): State<AppState>,
     Target(server): Target,
     Path(jail): Path<String>,
-    Query(query): Query<LogQuery>,
+    params: Result<Query<LogQuery>, QueryRejection>,
 ) -> Result<ApiJson<LogTailResult>, ApiError> {
+    let query = query(params)?;
     let jail = jail_name("jail", &jail)?;
     let lines = query.lines.unwrap_or(200);
     if !(1..=MAX_LOG_LINES).contains(&lines) {
@@ -450,8 +466,11 @@ async fn logs(
 pub struct IgnoreListBody {
     /// IPs, CIDRs or host names. A network covering every address (`0.0.0.0/0`, `::/0`) is
     /// refused; a public network wider than the ban limits needs `override`.
+    #[schema(max_items = 500)]
     entries: Vec<String>,
+    /// The version it was read at.
     #[serde(default)]
+    #[schema(max_length = 128, pattern = "^[A-Za-z0-9]*$")]
     version: String,
     /// An admin's explicit go-ahead for entries wider than `guards.ban_min_prefix_v4`/`_v6`
     /// (recorded in the audit log). Nothing lifts the refusal of a network covering everything.
@@ -538,7 +557,7 @@ fn ignore_entries(
 /// A jail's allowlist (`ignoreip`).
 #[utoipa::path(get, path = "/api/jails/{jail}/ignoreip", tag = "jails",
     extensions(("x-required-role" = json!("viewer"))),
-    params(("jail" = String, Path), ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    params(("jail" = super::schemas::JailName, Path), ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = IgnoreListView)))]
 async fn get_jail_ignore(
     caller: Viewer,
@@ -558,7 +577,7 @@ async fn get_jail_ignore(
 /// Replaces a jail's allowlist, through the same validated write as any configuration change.
 #[utoipa::path(post, path = "/api/jails/{jail}/ignoreip", tag = "jails", request_body = IgnoreListBody,
     extensions(("x-required-role" = json!("admin"))),
-    params(("jail" = String, Path), ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
+    params(("jail" = super::schemas::JailName, Path), ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
     responses((status = 200, body = ConfigChange), (status = 409, body = Problem), (status = 422, body = Problem)))]
 async fn set_jail_ignore(
     caller: Admin,

@@ -15,6 +15,8 @@ mod fleet;
 mod guards;
 mod health;
 mod jails;
+mod openapi;
+mod schemas;
 mod servers;
 mod settings;
 pub(crate) mod target;
@@ -38,37 +40,16 @@ use crate::metrics::HttpLabels;
 use crate::serve::headers::{self, SecurityHeaders};
 use crate::serve::unread_body;
 
-#[derive(OpenApi)]
-#[openapi(
-    info(
-        title = "banhub",
-        description = "Manage fail2ban on a fleet of hosts. Errors are RFC 9457 problem documents \
-                       (`application/problem+json`) with a stable `code`."
-    ),
-    tags((name = "servers", description = "Registered fail2ban hosts and their agents"),
-         (name = "jails", description = "Jails of the server named by X-BanDaemon-Server (default: the oldest server)"),
-         (name = "filters", description = "Filter debugging with fail2ban-regex on the host"),
-         (name = "control", description = "Reload, restart, fleet-wide actions"),
-         (name = "events", description = "Ban events: history, stats, insights and the live stream"),
-         (name = "callbacks", description = "fail2ban's action reporting to the hub directly (hosts without an agent)"),
-         (name = "settings", description = "Settings (SMTP, alerts, webhooks, retention, GeoIP, fail2ban defaults), the test e-mail and the defaults push"),
-         (name = "alerts", description = "Alert digests and the status of their e-mail and webhook deliveries"),
-         (name = "auth", description = "Login (OpenID Connect or the local administrator), the session's user, API tokens and sessions"),
-         (name = "audit", description = "The audit log of every state-changing request"),
-         (name = "health", description = "Liveness, readiness and metrics"))
-)]
-struct ApiDoc;
-
 /// The OpenAPI document of every route, with each operation's security requirement (from its
-/// `x-required-role`).
+/// `x-required-role`) and every error answer it can give.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = api_routes().split_for_parts().1;
-    policy::document(&mut doc);
+    openapi::finish(&mut doc);
     doc
 }
 
 fn api_routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(servers::router())
         .merge(delivery::router())
         .merge(jails::router())
@@ -95,7 +76,7 @@ pub fn router(state: AppState) -> Router {
         Ok(policy) => Arc::new(policy),
         Err(e) => panic!("the API's x-required-role declarations are invalid: {e}"),
     };
-    policy::document(&mut doc);
+    openapi::finish(&mut doc);
     let authorizer = Authorizer {
         auth: state.auth.clone(),
         policy,

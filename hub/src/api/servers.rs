@@ -32,11 +32,15 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateServer {
     /// Unique name: letters, digits, `.`, `_`, `@`, `-`; at most 64 characters.
+    #[schema(value_type = super::schemas::Name)]
     name: String,
+    /// At most 1024 characters, no control characters but line ends and tabs.
     #[serde(default)]
+    #[schema(max_length = 1024, pattern = "^[^\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f]*$")]
     description: String,
     /// `key=value` labels for grouping servers.
     #[serde(default)]
+    #[schema(value_type = super::schemas::Labels)]
     labels: BTreeMap<String, String>,
 }
 

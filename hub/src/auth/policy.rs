@@ -182,9 +182,11 @@ pub fn document(doc: &mut OpenApi) {
                     "Needs no session or token.".to_owned()
                 }
                 Access::Role(role) => {
+                    // The token first: a client (and a fuzzer) that sends one is authenticated
+                    // by it, whatever cookie comes along.
                     op.security = Some(vec![
-                        SecurityRequirement::new(SESSION_SCHEME, [role.as_str()]),
                         SecurityRequirement::new(BEARER_SCHEME, [role.as_str()]),
+                        SecurityRequirement::new(SESSION_SCHEME, [role.as_str()]),
                     ]);
                     format!("Requires the `{role}` role (or a higher one).")
                 }

@@ -133,7 +133,7 @@ const HUB: Layering = Layering {
 };
 
 /// The agent: the binary, the session to the hub, what the session drives, the drivers of fail2ban's
-/// files, socket and the spool, and the agent's own identity and settings.
+/// files, socket and the spool, and the agent's own identity and configuration.
 const AGENT: Layering = Layering {
     source: "agent/src",
     library: "banhub_agent",
@@ -141,15 +141,15 @@ const AGENT: Layering = Layering {
         ("binary", &["main"]),
         ("session", &["link"]),
         ("features", &["action", "relay", "reconcile"]),
-        ("drivers", &["config", "spool", "fail2ban"]),
-        ("foundation", &["enroll", "tls", "settings"]),
+        ("drivers", &["fail2ban_files", "spool", "fail2ban"]),
+        ("foundation", &["enroll", "tls", "config"]),
         ("root", &["lib"]),
     ],
     sideways: &[
         ("action", "relay"),
         ("action", "reconcile"),
         ("relay", "reconcile"),
-        ("config", "fail2ban"),
+        ("fail2ban_files", "fail2ban"),
         ("enroll", "tls"),
     ],
     exceptions: &[],

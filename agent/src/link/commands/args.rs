@@ -9,7 +9,7 @@ use banhub_proto::rules::{IpOrCidr, covers_everything, unmapped_ip, unmapped_net
 use ipnet::IpNet;
 
 use super::failure::Failure;
-use crate::config::{FilterName, JailName};
+use crate::fail2ban_files::{FilterName, JailName};
 
 /// Most jails one SetJailsEnabled may change.
 pub const MAX_TOGGLES: usize = 256;

@@ -2,16 +2,16 @@
 //! (SetBan).
 //!
 //! Where the times come from, and why pages are fast: only `get <jail> banip --with-time`
-//! carries ban times, and for 10,000 bans it takes fail2ban about 100 ms (it formats two dates
-//! per ban in Python); the bare `get <jail> banned` takes about a sixth of that and a page
-//! target is 50 ms. Reading fail2ban's SQLite database instead was rejected: it may be
-//! `:memory:` or disabled, it lags behind the server, it also holds expired bans, and reading
-//! it means a C SQLite library in the agent. So the agent keeps each browsed jail's list with
-//! times ([`BanCache`]) and brings it up to date as cheaply as the change allows:
-//! * every page first asks `status <jail> short` (well under a millisecond); while the jail's
-//!   "currently banned" and "total banned" counters are what the kept list was made with (any
-//!   ban raises the total, any unban lowers the current count, so every change of the set of
-//!   bans shows), the page is cut from the kept list in memory;
+//! carries ban times, and it is slow on a long list (fail2ban formats two dates per ban in
+//! Python); the bare `get <jail> banned` is much cheaper. Reading fail2ban's SQLite database
+//! instead was rejected: it may be `:memory:` or disabled, it lags behind the server, it also
+//! holds expired bans, and reading it means a C SQLite library in the agent. So the agent keeps
+//! each browsed jail's list with times ([`BanCache`]) and brings it up to date as cheaply as the
+//! change allows:
+//! * every page first asks `status <jail> short` (cheap); while the jail's "currently banned"
+//!   and "total banned" counters are what the kept list was made with (any ban raises the
+//!   total, any unban lowers the current count, so every change of the set of bans shows), the
+//!   page is cut from the kept list in memory;
 //! * when the counters moved, `get <jail> banned` gives the exact set now: bans that ended are
 //!   dropped, kept times stay, and bans new since the list was fetched come first with times
 //!   not yet known (0, which the protocol reads as "fail2ban did not say"); a full fetch with
@@ -32,14 +32,15 @@ use std::time::{Duration, Instant};
 
 use banhub_proto::v1::command_result::Outcome;
 use banhub_proto::v1::{BanChange, BannedEntry, BannedPage, ListBanned, SetBan};
+use tracing::Instrument;
 
 use super::Context;
 use super::args;
 use super::failure::{Failure, Reply};
 use super::pool::Fail2banPool;
-use crate::config::JailName;
 use crate::fail2ban::Fail2banError;
 use crate::fail2ban::client::BanRecord;
+use crate::fail2ban_files::JailName;
 
 /// Age after which a kept list is refreshed in the background.
 pub const FRESH_FOR: Duration = Duration::from_secs(10);
@@ -202,13 +203,16 @@ fn refresh_in_background(context: &Context, jail: &JailName) {
         context.bans.clone(),
         jail.to_string(),
     );
-    tokio::spawn(async move {
-        match fetch(&pool, &jail).await {
-            Ok(bans) => cache.put(&jail, Arc::new(bans)),
-            Err(e) => tracing::debug!(%jail, error = %e, "refreshing a ban list failed"),
+    tokio::spawn(
+        async move {
+            match fetch(&pool, &jail).await {
+                Ok(bans) => cache.put(&jail, Arc::new(bans)),
+                Err(e) => tracing::debug!(%jail, error = %e, "refreshing a ban list failed"),
+            }
+            cache.end_refresh(&jail);
         }
-        cache.end_refresh(&jail);
-    });
+        .in_current_span(),
+    );
 }
 
 /// The kept list made to match `current` (fail2ban's `get <jail> banned`, oldest ban first):
@@ -395,7 +399,7 @@ mod tests {
         assert_eq!((merged.currently_banned, merged.total_banned), (4, 12));
         assert_eq!(merged.entries[2].expires_at_unix, 630);
 
-        // Only removals: complete as before.
+        // Only removals: the merged list stays complete.
         let merged = merge(&old, &["192.0.2.3".to_owned()], (1, 10));
         assert!(!merged.partial);
         assert_eq!(merged.entries.len(), 1);

@@ -13,7 +13,7 @@ use super::Context;
 use super::args;
 use super::failure::{Failure, Reply};
 use super::jails::config_change;
-use crate::config::{EditableFile, ini};
+use crate::fail2ban_files::{EditableFile, ini};
 
 /// The first line of a defaults file the agent creates.
 const HEADER: &str = "# Managed by banhub: settings for every jail. Edit through banhub; \

@@ -5,9 +5,9 @@
 use banhub_proto::v1::command_result::Outcome;
 use banhub_proto::v1::{CommandError, ErrorCode};
 
-use crate::config::{ConfigError, EditError, FilterTestError, Version};
 use crate::fail2ban::Fail2banError;
 use crate::fail2ban::client::is_unknown_jail;
+use crate::fail2ban_files::{ConfigError, EditError, FilterTestError, Version};
 
 /// What a command returns: its outcome, or why it failed.
 pub type Reply = Result<Outcome, Failure>;
@@ -197,7 +197,7 @@ pub fn parse_version(raw: &str, what: &str) -> Result<Version, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{EditableFile, JailName};
+    use crate::fail2ban_files::{EditableFile, JailName};
 
     #[test]
     fn edit_errors_map_to_codes() {

@@ -11,9 +11,9 @@ use banhub_proto::v1::{FilterList, FilterTestReport, MatchedLine, RegexHits, Tes
 use super::Context;
 use super::args;
 use super::failure::{Failure, Reply};
-use crate::config::content;
-use crate::config::filter_test::{MAX_TEST_BYTES, MAX_TEST_LINE_BYTES, MAX_TEST_LINES};
-use crate::config::{self, FilterSource};
+use crate::fail2ban_files::content;
+use crate::fail2ban_files::filter_test::{MAX_TEST_BYTES, MAX_TEST_LINE_BYTES, MAX_TEST_LINES};
+use crate::fail2ban_files::{self, FilterSource};
 
 /// `ListFilters`: the names of `filter.d/*.conf` and `*.local`.
 pub async fn list_filters(context: &Context) -> Reply {
@@ -80,7 +80,7 @@ fn check_lines(lines: &[String]) -> Result<(), Failure> {
     Ok(())
 }
 
-fn test_report(report: config::FilterTestReport) -> FilterTestReport {
+fn test_report(report: fail2ban_files::FilterTestReport) -> FilterTestReport {
     let ids: Vec<String> = report
         .ips
         .iter()

@@ -25,7 +25,7 @@ use super::Context;
 use super::args;
 use super::failure::{Failure, Reply, parse_version, version_text};
 use super::jails::config_change;
-use crate::config::{EditableFile, EffectiveConfig, JailName, ini};
+use crate::fail2ban_files::{EditableFile, EffectiveConfig, JailName, ini};
 
 const OPTION: &str = "ignoreip";
 /// What a banhub-written jail list starts with, to include the global list.
@@ -157,7 +157,7 @@ pub async fn set_ignore_list(context: &Context, request: SetIgnoreList) -> Reply
     let read = file.clone();
     let current = editor.read(move |r| r.editable(&read)).await?;
     if current.version != expected {
-        return Err(crate::config::EditError::Conflict {
+        return Err(crate::fail2ban_files::EditError::Conflict {
             file,
             current: current.version,
         }

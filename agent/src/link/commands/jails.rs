@@ -18,9 +18,9 @@ use super::Context;
 use super::args;
 use super::failure::{Failure, Reply, parse_version, version_text};
 use super::status::running_jails;
-use crate::config::content::{self, action_names};
-use crate::config::running::{JailState, running_values};
-use crate::config::{
+use crate::fail2ban_files::content::{self, action_names};
+use crate::fail2ban_files::running::{JailState, running_values};
+use crate::fail2ban_files::{
     EditReport, EditableFile, FilterName, JailInfo, JailName, ReloadScope, Version, VersionedFile,
 };
 
@@ -383,7 +383,7 @@ pub async fn write_jail_config(context: &Context, request: WriteJailConfig) -> R
         let file = edit.file.clone();
         let current = editor.read(move |r| r.editable(&file)).await?.version;
         if current != edit.expected {
-            return Err(crate::config::EditError::Conflict {
+            return Err(crate::fail2ban_files::EditError::Conflict {
                 file: edit.file.clone(),
                 current,
             }

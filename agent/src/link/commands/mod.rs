@@ -16,9 +16,9 @@ use banhub_proto::v1::command::Kind;
 use banhub_proto::v1::command_result::Outcome;
 use banhub_proto::v1::{Command, CommandError, CommandResult, ErrorCode};
 
-use crate::config::{ConfigEditor, EditorSettings, Fail2banTools};
+use crate::config::Settings;
 use crate::fail2ban::Fail2banError;
-use crate::settings::Settings;
+use crate::fail2ban_files::{ConfigEditor, EditorSettings, Fail2banTools};
 
 mod args;
 mod bans;
@@ -81,7 +81,7 @@ pub struct Context {
 }
 
 impl Context {
-    /// The context of the agent's settings: fail2ban's socket, config directory and client,
+    /// The context of the agent's configuration: fail2ban's socket, config directory and client,
     /// with config backups in `<state_dir>/config-backups`.
     pub fn new(settings: &Settings) -> Self {
         let editor_settings = EditorSettings::from_agent(settings);

@@ -13,7 +13,7 @@ use banhub_proto::v1::{Restart, RestartMode, RestartReport};
 use super::Context;
 use super::failure::{Failure, Reply};
 use super::status::running_jails;
-use crate::config::tools;
+use crate::fail2ban_files::tools;
 
 /// `Restart`: reload the configuration, or also restart every jail.
 pub async fn restart(context: &Context, request: Restart) -> Reply {

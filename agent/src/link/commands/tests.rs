@@ -10,7 +10,7 @@ use banhub_proto::v1::{
 };
 
 use super::*;
-use crate::settings::{Fail2banSettings, Settings};
+use crate::config::{Fail2banSettings, Settings};
 
 fn command(deadline_unix_ms: i64) -> Command {
     with_kind(deadline_unix_ms, Kind::Ping(Ping {}))

@@ -2,8 +2,8 @@
 //! or buggy hub would send commands: each runs through the agent's command executor against a real
 //! fail2ban sandbox, with no hub in front of it.
 
+use banhub_agent::config::{Fail2banSettings, Settings};
 use banhub_agent::link::commands::{self, Context};
-use banhub_agent::settings::{Fail2banSettings, Settings};
 use banhub_proto::v1::command::Kind;
 use banhub_proto::v1::command_result::Outcome;
 use banhub_proto::v1::{Command, ErrorCode, JailToggle, SetBan, SetIgnoreList, SetJailsEnabled};

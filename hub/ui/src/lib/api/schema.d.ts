@@ -1115,6 +1115,8 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description An IPv4 or IPv6 address or a CIDR network (`192.0.2.7`, `2001:db8::1`, `198.51.100.0/24`): no host bits below the prefix, not every address (`/0`), and not an unspecified, loopback or multicast address. */
+        Address: string;
         AlertsDocument: {
             /**
              * Format: int32
@@ -1342,13 +1344,12 @@ export interface components {
         };
         /** @description Body of `POST /api/servers`. */
         CreateServer: {
+            /** @description At most 1024 characters, no control characters but line ends and tabs. */
             description?: string;
             /** @description `key=value` labels for grouping servers. */
-            labels?: {
-                [key: string]: string;
-            };
+            labels?: components["schemas"]["Labels"];
             /** @description Unique name: letters, digits, `.`, `_`, `@`, `-`; at most 64 characters. */
-            name: string;
+            name: components["schemas"]["Name"];
         };
         /** @description Body of `POST /api/tokens`. */
         CreateToken: {
@@ -1357,7 +1358,7 @@ export interface components {
              * @description Days until it stops working (1 to 3650); absent: until revoked.
              */
             expiresInDays?: number | null;
-            /** @description What it is for, 1 to 64 characters. */
+            /** @description What it is for, 1 to 64 characters (not only spaces), no control characters. */
             name: string;
             role: components["schemas"]["Role"];
         };
@@ -1584,12 +1585,16 @@ export interface components {
             /** Format: date-time */
             storedAt: string;
         };
+        /** @description Kinds, comma-separated: `ban`, `unban`, `gap`. */
+        EventKinds: string;
         /** @description A page of events, newest first. */
         EventPageDto: {
             events: components["schemas"]["EventDto"][];
             /** @description Pass as `cursor` for the next (older) page; absent on the last page. */
             nextCursor?: string | null;
         };
+        /** @description Sources, comma-separated: `action` (the fail2ban action through the agent), `observed` (the agent's reconciliation), `direct` (a callback straight to the hub). */
+        EventSources: string;
         EventsDocument: {
             /**
              * Format: int32
@@ -1598,13 +1603,20 @@ export interface components {
              */
             retentionDays?: number | null;
         };
+        /**
+         * @description `json` (the default) or `csv`.
+         * @enum {string}
+         */
+        EventsFormat: "json" | "csv";
         Fail2banDocument: {
             /** @description Written to each host's `[DEFAULT]` by `POST /api/settings/fail2ban-defaults/push`. */
             defaults?: components["schemas"]["DefaultsDocument"];
         };
         /** @description New content for one file and the version it was edited from (empty for a new file). */
         FileEditBody: {
+            /** @description At most 64 KiB, no control characters but line ends and tabs. */
             content: string;
+            /** @description The version it was read at; empty for a new file. */
             version?: string;
         };
         /** @description A file written and its new version. */
@@ -1667,13 +1679,10 @@ export interface components {
              */
             deadlineSecs?: number | null;
             /** @description The address or CIDR range. */
-            ip: string;
-            /** @description The jail; required to ban. To unban, omit it to lift the ban in every jail. */
-            jail?: string | null;
+            ip: components["schemas"]["Address"];
+            jail?: components["schemas"]["JailName"] | null;
             /** @description Servers carrying all of these labels. */
-            labels?: {
-                [key: string]: string;
-            };
+            labels?: components["schemas"]["Labels"];
             /**
              * @description An admin's explicit go-ahead for a ban the guard rails stop otherwise: a network wider
              *     than `guards.ban_min_prefix_v4`/`_v6`, or the broadcast address. Recorded in the audit
@@ -1706,6 +1715,7 @@ export interface components {
              *     (recorded in the audit log). Nothing lifts the refusal of a network covering everything.
              */
             override?: boolean;
+            /** @description The version it was read at. */
             version?: string;
         };
         /** @description A jail's (or the global) `ignoreip` list. */
@@ -1848,6 +1858,8 @@ export interface components {
             /** @description What the agent's configuration reader noticed. */
             warnings: string[];
         };
+        /** @description The name rule (a letter or digit, then letters, digits, `.`, `_`, `@` or `-`; at most 64 characters), and none of fail2ban's section names `DEFAULT`, `INCLUDES`, `KNOWN` nor `banhub-defaults`, in any case. */
+        JailName: string;
         /** @description A jail of the effective configuration. */
         JailSummary: {
             actions: string[];
@@ -1869,7 +1881,7 @@ export interface components {
         };
         JailToggleBody: {
             enabled: boolean;
-            name: string;
+            name: components["schemas"]["JailName"];
         };
         /** @description How often one replica led and ran one singleton job. */
         JobRunsDto: {
@@ -1892,15 +1904,17 @@ export interface components {
         };
         /** @enum {string} */
         KindDto: "ban" | "unban" | "gap";
+        /** @description `key=value` labels: at most 32, each key by the name rule, each value at most 128 characters without control characters. */
+        Labels: {
+            [key: string]: string;
+        };
         /** @description Body of `PUT /api/servers/{id}/labels`. */
         LabelsBody: {
             /**
              * @description The server's new labels (replacing the old ones): keys follow the name rule, values are at
              *     most 128 printable characters, at most 32 labels.
              */
-            labels: {
-                [key: string]: string;
-            };
+            labels: components["schemas"]["Labels"];
         };
         /** @description Body of `POST /auth/login`. */
         LocalLogin: {
@@ -1940,6 +1954,8 @@ export interface components {
             ip: string;
             line: string;
         };
+        /** @description A letter or digit, then letters, digits, `.`, `_`, `@` or `-`; at most 64 characters. */
+        Name: string;
         NetworkCountDto: {
             /** Format: int64 */
             bans: number;
@@ -2129,6 +2145,8 @@ export interface components {
             /** @description Names of `alerts.webhooks` to post to. */
             webhooks?: string[];
         };
+        /** @description Text to find, without control characters. */
+        SearchText: string;
         /** @description Sequence numbers `first..=last` an agent lost. */
         SeqRangeDto: {
             /** Format: int64 */
@@ -2199,6 +2217,8 @@ export interface components {
             };
             name: string;
         };
+        /** @description A server's id (a UUID) or its name; one that names no server is a 404 `unknown_server`. */
+        ServerRef: string;
         /** @description A live login session. */
         SessionDto: {
             /** Format: date-time */
@@ -2385,11 +2405,10 @@ export interface components {
         };
         /** @description A filter and the log lines to try it on. */
         TestFilterBody: {
-            /** @description A filter of the server's configuration. */
-            filter?: string | null;
+            filter?: components["schemas"]["Name"] | null;
             /** @description Or the text of a filter file being edited (never saved by a test). */
             filterText?: string | null;
-            /** @description Log lines, one per element. */
+            /** @description Log lines, one per element: 1 to 10,000 of at most 4096 bytes, without line ends. */
             lines: string[];
         };
         /** @description The result of a connection test. */
@@ -2409,6 +2428,8 @@ export interface components {
              */
             roundTripMs: number;
         };
+        /** @description An RFC 3339 time (`2026-01-31T12:00:00Z`) or Unix milliseconds. */
+        Timestamp: string;
         /**
          * @description How the SMTP connection is secured.
          * @enum {string}
@@ -2431,7 +2452,7 @@ export interface components {
             role: components["schemas"]["Role"];
         };
         UnbanEverywhereBody: {
-            ip: string;
+            ip: components["schemas"]["Address"];
         };
         UnbanEverywhereResult: {
             ip: string;
@@ -2481,7 +2502,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description `pending`, `sending`, `delivered` or `failed`. */
-                status?: string;
+                status?: components["schemas"]["DeliveryStatus"];
                 /** @description Only deliveries of this alert rule. */
                 ruleId?: string;
                 digestId?: number;
@@ -2504,12 +2525,58 @@ export interface operations {
                     "application/json": components["schemas"]["DeliveryPage"];
                 };
             };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -2534,12 +2601,58 @@ export interface operations {
                     "application/json": components["schemas"]["DigestList"];
                 };
             };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -2564,12 +2677,58 @@ export interface operations {
                     "application/json": components["schemas"]["Digest"];
                 };
             };
+            /** @description The id is not a whole number */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -2578,13 +2737,13 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Entries per page, 1 to 500 (default 50). */
-                limit?: string;
+                limit?: number;
                 /** @description `nextCursor` of the previous page. */
-                cursor?: string;
+                cursor?: number;
                 /** @description Only this actor (a subject, e.g. `alice` or `token:<id>`). */
                 actor?: string;
                 /** @description Only entries about this server: its id, or its name. */
-                serverId?: string;
+                serverId?: components["schemas"]["ServerRef"];
             };
             header?: never;
             path?: never;
@@ -2600,22 +2759,67 @@ export interface operations {
                     "application/json": components["schemas"]["AuditPageDto"];
                 };
             };
-            /** @description Unknown parameter */
+            /** @description Unknown parameter. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description A parameter breaks its rule */
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A parameter breaks its rule. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -2644,13 +2848,13 @@ export interface operations {
                     "application/json": components["schemas"]["CallbackAccepted"];
                 };
             };
-            /** @description Not a JSON object */
+            /** @description Not a JSON object. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing or unknown callback secret */
@@ -2659,7 +2863,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Direct callbacks are turned off (`callbacks.directEnabled`) */
@@ -2668,34 +2872,52 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Body over 64 KiB */
+            /** @description Body over 64 KiB. Codes from the shared layers: `payload_too_large`. */
             413: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description A field breaks its rule; `field` names it */
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks its rule; `field` names it. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database cannot take the event just now; nothing was stored: send it again after `Retry-After` */
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database cannot take the event just now; nothing was stored: send it again after `Retry-After`. Codes from the shared layers: `store_unavailable`. */
             503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -2713,7 +2935,7 @@ export interface operations {
         /** @description Optional: an empty body reloads */
         requestBody?: {
             content: {
-                "application/json": components["schemas"]["RestartBody"] | null;
+                "application/json": components["schemas"]["RestartBody"];
             };
         };
         responses: {
@@ -2725,39 +2947,112 @@ export interface operations {
                     "application/json": components["schemas"]["RestartResult"];
                 };
             };
-            /** @description The body is not JSON */
+            /** @description The body is not JSON. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description No such server */
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such server. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The body does not fit its shape */
+            /** @description Conflict. Codes from the shared layers: `config_conflict`. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body does not fit its shape. Codes from the shared layers: `invalid_field`, `agent_refused_argument`, `host_policy`, `config_invalid`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
             503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -2783,12 +3078,76 @@ export interface operations {
                     "application/json": components["schemas"]["UnbanEverywhereResult"];
                 };
             };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -2810,43 +3169,79 @@ export interface operations {
                     "application/json": components["schemas"]["ClusterView"];
                 };
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     list_bans: {
         parameters: {
             query?: {
                 /** @description Only events of this server: its id, or its name. */
-                serverId?: string;
+                serverId?: components["schemas"]["ServerRef"];
                 /** @description Only events of this jail. */
-                jail?: string;
+                jail?: components["schemas"]["JailName"];
                 /** @description One address (`192.0.2.7`) or every address in a network (`198.51.100.0/24`). */
-                ip?: string;
+                ip?: components["schemas"]["Address"];
                 /** @description Kinds, comma-separated: `ban`, `unban`, `gap`. */
-                kind?: string;
+                kind?: components["schemas"]["EventKinds"];
                 /**
                  * @description Sources, comma-separated: `action` (the fail2ban action through the agent), `observed` (the
                  *     agent's reconciliation), `direct` (a callback straight to the hub).
                  */
-                source?: string;
+                source?: components["schemas"]["EventSources"];
                 /** @description Events at or after this time: RFC 3339 or Unix milliseconds. */
-                from?: string;
+                from?: components["schemas"]["Timestamp"];
                 /** @description Events before this time: RFC 3339 or Unix milliseconds. */
-                to?: string;
+                to?: components["schemas"]["Timestamp"];
                 /**
                  * @description Text to find in the log lines, ignoring case (only ASCII letters' case on SQLite). A text
                  *     index finds the candidate events (trigrams on SQLite; `pg_trgm` on PostgreSQL, where the
                  *     extension is installed), so a search stays quick on a long history.
                  */
-                q?: string;
+                q?: components["schemas"]["SearchText"];
                 /**
                  * @description Events per page, 1 to 1000 (default 50); for CSV, rows in all, 1 to 1,000,000 (default
                  *     10,000).
                  */
-                limit?: string;
+                limit?: number;
                 /** @description `nextCursor` of the previous page. */
                 cursor?: string;
                 /** @description `json` (default) or `csv`. */
-                format?: string;
+                format?: components["schemas"]["EventsFormat"];
             };
             header?: never;
             path?: never;
@@ -2863,22 +3258,67 @@ export interface operations {
                     "text/csv": string;
                 };
             };
-            /** @description Unknown parameter */
+            /** @description Unknown parameter. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description A parameter breaks its rule; `field` names it */
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A parameter breaks its rule; `field` names it. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -2887,37 +3327,32 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Only events of this server: its id, or its name. */
-                serverId?: string;
+                serverId?: components["schemas"]["ServerRef"];
                 /** @description Only events of this jail. */
-                jail?: string;
+                jail?: components["schemas"]["JailName"];
                 /** @description One address (`192.0.2.7`) or every address in a network (`198.51.100.0/24`). */
-                ip?: string;
+                ip?: components["schemas"]["Address"];
                 /** @description Kinds, comma-separated: `ban`, `unban`, `gap`. */
-                kind?: string;
+                kind?: components["schemas"]["EventKinds"];
                 /**
                  * @description Sources, comma-separated: `action` (the fail2ban action through the agent), `observed` (the
                  *     agent's reconciliation), `direct` (a callback straight to the hub).
                  */
-                source?: string;
+                source?: components["schemas"]["EventSources"];
                 /** @description Events at or after this time: RFC 3339 or Unix milliseconds. */
-                from?: string;
+                from?: components["schemas"]["Timestamp"];
                 /** @description Events before this time: RFC 3339 or Unix milliseconds. */
-                to?: string;
+                to?: components["schemas"]["Timestamp"];
                 /**
                  * @description Text to find in the log lines, ignoring case (only ASCII letters' case on SQLite). A text
                  *     index finds the candidate events (trigrams on SQLite; `pg_trgm` on PostgreSQL, where the
                  *     extension is installed), so a search stays quick on a long history.
                  */
-                q?: string;
-                /**
-                 * @description Events per page, 1 to 1000 (default 50); for CSV, rows in all, 1 to 1,000,000 (default
-                 *     10,000).
-                 */
-                limit?: string;
+                q?: components["schemas"]["SearchText"];
+                /** @description Rows in all, 1 to 1000000 (default 10000). */
+                limit?: number;
                 /** @description `nextCursor` of the previous page. */
                 cursor?: string;
-                /** @description `json` (default) or `csv`. */
-                format?: string;
             };
             header?: never;
             path?: never;
@@ -2933,13 +3368,67 @@ export interface operations {
                     "text/csv": string;
                 };
             };
-            /** @description A parameter breaks its rule */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A parameter breaks its rule. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -2948,20 +3437,20 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Only this server (its id, or its name): its jails, and the addresses banned on it. */
-                serverId?: string;
+                serverId?: components["schemas"]["ServerRef"];
                 /** @description Only this jail (for the jail and server rankings). */
-                jail?: string;
+                jail?: components["schemas"]["JailName"];
                 /**
                  * @description Start of the jail and server rankings: RFC 3339 or Unix milliseconds (default: 30 days
                  *     before `to`). Address rankings cover the whole retained history.
                  */
-                from?: string;
+                from?: components["schemas"]["Timestamp"];
                 /** @description End of the jail and server rankings (default: now). */
-                to?: string;
+                to?: components["schemas"]["Timestamp"];
                 /** @description Entries per list, 1 to 100 (default 10). */
-                limit?: string;
+                limit?: number;
                 /** @description Also return what is known about this address. */
-                ip?: string;
+                ip?: components["schemas"]["Address"];
             };
             header?: never;
             path?: never;
@@ -2977,22 +3466,67 @@ export interface operations {
                     "application/json": components["schemas"]["InsightsDto"];
                 };
             };
-            /** @description Unknown parameter */
+            /** @description Unknown parameter. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description A parameter breaks its rule */
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A parameter breaks its rule. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3001,13 +3535,13 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Only this server: its id, or its name. */
-                serverId?: string;
+                serverId?: components["schemas"]["ServerRef"];
                 /** @description Only this jail. */
-                jail?: string;
+                jail?: components["schemas"]["JailName"];
                 /** @description Start: RFC 3339 or Unix milliseconds (default: 24 hours before `to`). */
-                from?: string;
+                from?: components["schemas"]["Timestamp"];
                 /** @description End: RFC 3339 or Unix milliseconds (default: now). */
-                to?: string;
+                to?: components["schemas"]["Timestamp"];
             };
             header?: never;
             path?: never;
@@ -3023,22 +3557,67 @@ export interface operations {
                     "application/json": components["schemas"]["StatsDto"];
                 };
             };
-            /** @description Unknown parameter */
+            /** @description Unknown parameter. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description A parameter breaks its rule */
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A parameter breaks its rule. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3047,17 +3626,17 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Only events of this server: its id, or its name. */
-                serverId?: string;
+                serverId?: components["schemas"]["ServerRef"];
                 /** @description Only events of this jail. */
-                jail?: string;
+                jail?: components["schemas"]["JailName"];
                 /** @description One address or a network. */
-                ip?: string;
+                ip?: components["schemas"]["Address"];
                 /** @description Kinds, comma-separated: `ban`, `unban`, `gap`. */
-                kind?: string;
+                kind?: components["schemas"]["EventKinds"];
                 /** @description Sources, comma-separated: `action`, `observed`, `direct`. */
-                source?: string;
+                source?: components["schemas"]["EventSources"];
                 /** @description Resume after this event id (what the `Last-Event-ID` header does on a reconnect). */
-                lastEventId?: string;
+                lastEventId?: number;
             };
             header?: never;
             path?: never;
@@ -3073,13 +3652,67 @@ export interface operations {
                     "text/event-stream": components["schemas"]["EventDto"];
                 };
             };
-            /** @description A parameter breaks its rule */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A parameter breaks its rule. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3104,12 +3737,85 @@ export interface operations {
                     "application/json": components["schemas"]["FilterListDto"];
                 };
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `agent_refused_argument`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
             503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3138,23 +3844,130 @@ export interface operations {
                     "application/json": components["schemas"]["FilterTestResult"];
                 };
             };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict. Codes from the shared layers: `config_conflict`. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`, `agent_refused_argument`, `host_policy`, `config_invalid`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description A filter test runs on this server and another waits; try again after `Retry-After` seconds */
             429: {
                 headers: {
-                    /** @description Seconds to wait before trying again */
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3181,12 +3994,58 @@ export interface operations {
                     "application/json": components["schemas"]["FleetActionDto"][];
                 };
             };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3211,12 +4070,49 @@ export interface operations {
                     "application/json": components["schemas"]["FleetActionDto"];
                 };
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3242,22 +4138,76 @@ export interface operations {
                     "application/json": components["schemas"]["FleetActionDto"];
                 };
             };
-            /** @description `override` from a caller who is not an admin */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `override` from a caller who is not an admin. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description A field breaks its rule, a guard rail (`guard_*` codes) refused the ban, or no server matches */
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks its rule, a guard rail (`guard_*` codes) refused the ban, or no server matches. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3280,6 +4230,87 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["IgnoreListView"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `agent_refused_argument`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3308,20 +4339,121 @@ export interface operations {
                     "application/json": components["schemas"]["ConfigChange"];
                 };
             };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict. Codes from the shared layers: `config_conflict`. */
             409: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`, `agent_refused_argument`, `host_policy`, `config_invalid`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3346,12 +4478,85 @@ export interface operations {
                     "application/json": components["schemas"]["JailList"];
                 };
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `agent_refused_argument`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
             503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3380,13 +4585,121 @@ export interface operations {
                     "application/json": components["schemas"]["ConfigChange"];
                 };
             };
-            /** @description Invalid name, or fail2ban refused the result (nothing changed) */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict. Codes from the shared layers: `config_conflict`. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid name, or fail2ban refused the result (nothing changed). Codes from the shared layers: `invalid_field`, `agent_refused_argument`, `host_policy`, `config_invalid`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3399,16 +4712,16 @@ export interface operations {
                 "X-BanDaemon-Server"?: string | null;
             };
             path: {
-                jail: string;
+                jail: components["schemas"]["JailName"];
                 /** @description IPv4, IPv6 or CIDR (`/` encoded as %2F) */
-                ip: string;
+                ip: components["schemas"]["Address"];
             };
             cookie?: never;
         };
         /** @description Optional; `{"override": true}` from an admin lifts the guard rails that allow it */
         requestBody?: {
             content: {
-                "application/json": components["schemas"]["BanBody"] | null;
+                "application/json": components["schemas"]["BanBody"];
             };
         };
         responses: {
@@ -3420,41 +4733,130 @@ export interface operations {
                     "application/json": components["schemas"]["BanOutcome"];
                 };
             };
-            /** @description `override` from a caller who is not an admin */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `override` from a caller who is not an admin. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Invalid name or address, or a guard rail (`guard_*` codes) refused the ban */
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict. Codes from the shared layers: `config_conflict`. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid name or address, or a guard rail (`guard_*` codes) refused the ban. Codes from the shared layers: `invalid_field`, `agent_refused_argument`, `host_policy`, `config_invalid`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
     };
     banned: {
         parameters: {
-            query?: {
-                /** @description Substring of the address, or a CIDR network. */
-                search?: string;
-                offset?: number;
-                /** @description At most 500; default 50. */
-                limit?: number | null;
-            };
+            query?: never;
             header?: {
                 /** @description Server id or name */
                 "X-BanDaemon-Server"?: string | null;
             };
             path: {
-                jail: string;
+                jail: components["schemas"]["JailName"];
+                /** @description Substring of the address, or a CIDR network. */
+                search: string;
+                offset: number;
+                /** @description At most 500; default 50. */
+                limit: number | null;
             };
             cookie?: never;
         };
@@ -3468,12 +4870,85 @@ export interface operations {
                     "application/json": components["schemas"]["BannedPage"];
                 };
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `agent_refused_argument`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3486,7 +4961,7 @@ export interface operations {
                 "X-BanDaemon-Server"?: string | null;
             };
             path: {
-                jail: string;
+                jail: components["schemas"]["JailName"];
             };
             cookie?: never;
         };
@@ -3500,12 +4975,85 @@ export interface operations {
                     "application/json": components["schemas"]["JailConfig"];
                 };
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `agent_refused_argument`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3518,7 +5066,7 @@ export interface operations {
                 "X-BanDaemon-Server"?: string | null;
             };
             path: {
-                jail: string;
+                jail: components["schemas"]["JailName"];
             };
             cookie?: never;
         };
@@ -3536,22 +5084,121 @@ export interface operations {
                     "application/json": components["schemas"]["ConfigChange"];
                 };
             };
-            /** @description The file changed since it was read */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The file changed since it was read. Codes from the shared layers: `config_conflict`. */
             409: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Invalid input, or fail2ban refused the configuration (nothing changed) */
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid input, or fail2ban refused the configuration (nothing changed). Codes from the shared layers: `invalid_field`, `agent_refused_argument`, `host_policy`, `config_invalid`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3564,7 +5211,7 @@ export interface operations {
                 "X-BanDaemon-Server"?: string | null;
             };
             path: {
-                jail: string;
+                jail: components["schemas"]["JailName"];
             };
             cookie?: never;
         };
@@ -3578,6 +5225,87 @@ export interface operations {
                     "application/json": components["schemas"]["IgnoreListView"];
                 };
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `agent_refused_argument`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     set_jail_ignore: {
@@ -3588,7 +5316,7 @@ export interface operations {
                 "X-BanDaemon-Server"?: string | null;
             };
             path: {
-                jail: string;
+                jail: components["schemas"]["JailName"];
             };
             cookie?: never;
         };
@@ -3606,36 +5334,136 @@ export interface operations {
                     "application/json": components["schemas"]["ConfigChange"];
                 };
             };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict. Codes from the shared layers: `config_conflict`. */
             409: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`, `agent_refused_argument`, `host_policy`, `config_invalid`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
     };
     logs: {
         parameters: {
-            query?: {
-                /** @description How many of the last lines; at most 1000, default 200. */
-                lines?: number | null;
-            };
+            query?: never;
             header?: {
                 /** @description Server id or name */
                 "X-BanDaemon-Server"?: string | null;
             };
             path: {
-                jail: string;
+                jail: components["schemas"]["JailName"];
+                /** @description How many of the last lines; at most 1000, default 200. */
+                lines: number | null;
             };
             cookie?: never;
         };
@@ -3649,12 +5477,85 @@ export interface operations {
                     "application/json": components["schemas"]["LogTailResult"];
                 };
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `agent_refused_argument`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3667,9 +5568,9 @@ export interface operations {
                 "X-BanDaemon-Server"?: string | null;
             };
             path: {
-                jail: string;
+                jail: components["schemas"]["JailName"];
                 /** @description IPv4, IPv6 or CIDR (`/` encoded as %2F) */
-                ip: string;
+                ip: components["schemas"]["Address"];
             };
             cookie?: never;
         };
@@ -3683,12 +5584,94 @@ export interface operations {
                     "application/json": components["schemas"]["BanOutcome"];
                 };
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict. Codes from the shared layers: `config_conflict`. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `agent_refused_argument`, `host_policy`, `config_invalid`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3708,6 +5691,42 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ServerDto"][];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3733,22 +5752,85 @@ export interface operations {
                     "application/json": components["schemas"]["CreatedServer"];
                 };
             };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Name already in use */
             409: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description A field breaks its rule */
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks its rule. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3773,12 +5855,49 @@ export interface operations {
                     "application/json": components["schemas"]["ServerDto"];
                 };
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`. */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3801,12 +5920,49 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`. */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3831,12 +5987,49 @@ export interface operations {
                     "application/json": components["schemas"]["CallbackSecretDto"];
                 };
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`. */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3853,7 +6046,7 @@ export interface operations {
         };
         requestBody?: {
             content: {
-                "application/json": components["schemas"]["RotateBody"] | null;
+                "application/json": components["schemas"]["RotateBody"];
             };
         };
         responses: {
@@ -3865,30 +6058,76 @@ export interface operations {
                     "application/json": components["schemas"]["IssuedSecretDto"];
                 };
             };
-            /** @description Not a JSON object */
+            /** @description Not a JSON object. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`. */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description A chosen secret breaks the policy; `field` is `secret` */
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A chosen secret breaks the policy; `field` is `secret`. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3911,12 +6150,49 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`. */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3941,31 +6217,85 @@ export interface operations {
                     "application/json": components["schemas"]["DeliveryReport"];
                 };
             };
-            /** @description No such server */
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such server. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Agent offline or not enrolled */
+            /** @description A field breaks a rule. Codes from the shared layers: `agent_refused_argument`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Agent offline or not enrolled. Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
             503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Agent did not answer in time */
+            /** @description Agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
             504: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3990,12 +6320,49 @@ export interface operations {
                     "application/json": components["schemas"]["EnrollmentDto"];
                 };
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`. */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4024,20 +6391,85 @@ export interface operations {
                     "application/json": components["schemas"]["ServerLabels"];
                 };
             };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`. */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4062,31 +6494,94 @@ export interface operations {
                     "application/json": components["schemas"]["ProbeResult"];
                 };
             };
-            /** @description No such server */
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such server. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description A probe of this server is already running */
+            /** @description A probe of this server is already running. Codes from the shared layers: `config_conflict`. */
             409: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Agent offline or not enrolled */
+            /** @description A field breaks a rule. Codes from the shared layers: `agent_refused_argument`, `host_policy`, `config_invalid`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Agent offline or not enrolled. Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
             503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4111,39 +6606,94 @@ export interface operations {
                     "application/json": components["schemas"]["TestResult"];
                 };
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description fail2ban unreachable or failing on the host */
+            /** @description Conflict. Codes from the shared layers: `config_conflict`. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `agent_refused_argument`, `host_policy`, `config_invalid`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban unreachable or failing on the host. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
             502: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Agent offline or not enrolled */
+            /** @description Agent offline or not enrolled. Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
             503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Agent did not answer in time */
+            /** @description Agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
             504: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4163,6 +6713,42 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SessionDto"][];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4185,12 +6771,49 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4212,6 +6835,42 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SettingsDocument"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4240,12 +6899,31 @@ export interface operations {
                     "application/json": components["schemas"]["SettingsDocument"];
                 };
             };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Edited from an older version */
@@ -4254,16 +6932,52 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description A value breaks its rule; `field` names it */
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A value breaks its rule; `field` names it. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4289,13 +7003,76 @@ export interface operations {
                     "application/json": components["schemas"]["PushDefaultsResult"];
                 };
             };
-            /** @description Nothing to push, or no such server */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Nothing to push, or no such server. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4321,13 +7098,67 @@ export interface operations {
                     "application/json": components["schemas"]["TestEmailResult"];
                 };
             };
-            /** @description No SMTP server or recipient, or a bad value */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No SMTP server or recipient, or a bad value. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description The mail server could not be reached or refused */
@@ -4336,7 +7167,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4361,30 +7201,85 @@ export interface operations {
                     "application/json": components["schemas"]["Summary"];
                 };
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Agent offline */
+            /** @description A field breaks a rule. Codes from the shared layers: `agent_refused_argument`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Agent offline. Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
             503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Agent did not answer in time */
+            /** @description Agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
             504: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4404,6 +7299,42 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TokenDto"][];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4429,12 +7360,76 @@ export interface operations {
                     "application/json": components["schemas"]["CreatedToken"];
                 };
             };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4457,12 +7452,49 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4491,13 +7523,13 @@ export interface operations {
                     "application/json": components["schemas"]["CallbackAccepted"];
                 };
             };
-            /** @description Not a JSON object */
+            /** @description Not a JSON object. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing or unknown callback secret */
@@ -4506,7 +7538,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Direct callbacks are turned off (`callbacks.directEnabled`) */
@@ -4515,34 +7547,52 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Body over 64 KiB */
+            /** @description Body over 64 KiB. Codes from the shared layers: `payload_too_large`. */
             413: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description A field breaks its rule; `field` names it */
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks its rule; `field` names it. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database cannot take the event just now; nothing was stored: send it again after `Retry-After` */
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database cannot take the event just now; nothing was stored: send it again after `Retry-After`. Codes from the shared layers: `store_unavailable`. */
             503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4570,13 +7620,13 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Unknown, used, expired or foreign state */
+            /** @description Unknown, used, expired or foreign state. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description The provider refused, or its answer did not verify */
@@ -4585,7 +7635,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description No role for this user */
@@ -4594,7 +7644,34 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4618,13 +7695,31 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description return_to is not a path on this hub */
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description return_to is not a path on this hub. Codes from the shared layers: `invalid_field`. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description The provider cannot be reached */
@@ -4633,7 +7728,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4660,13 +7764,13 @@ export interface operations {
                     "application/json": components["schemas"]["UserDto"];
                 };
             };
-            /** @description This hub logs in through OIDC */
+            /** @description This hub logs in through OIDC. Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Wrong user name or password */
@@ -4675,7 +7779,34 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Too many failed logins */
@@ -4684,7 +7815,25 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4711,7 +7860,25 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4738,7 +7905,25 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4760,6 +7945,24 @@ export interface operations {
                     "application/json": components["schemas"]["AuthStatus"];
                 };
             };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     user: {
@@ -4779,12 +7982,31 @@ export interface operations {
                     "application/json": components["schemas"]["UserDto"];
                 };
             };
+            /** @description No valid session or token */
             401: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4806,6 +8028,15 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     metrics: {
@@ -4823,6 +8054,42 @@ export interface operations {
                 };
                 content: {
                     "application/openmetrics-text": string;
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -4844,13 +8111,22 @@ export interface operations {
                     "application/json": components["schemas"]["Readiness"];
                 };
             };
-            /** @description The database does not take writes; `Retry-After` says when to ask again */
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database does not take writes; `Retry-After` says when to ask again. Codes from the shared layers: `store_unavailable`. */
             503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };

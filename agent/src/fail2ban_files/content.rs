@@ -3,7 +3,7 @@
 //! fail2ban read files outside its config directory.
 //!
 //! These checks are about the file's shape; what its options may introduce (commands, log
-//! paths) is the host policy's business (`config::policy`).
+//! paths) is the host policy's business (`fail2ban_files::policy`).
 
 use banhub_proto::rules::check_name;
 

@@ -9,14 +9,17 @@
 //! place and fsync the directories → `reload` → check that fail2ban answers and runs the jails
 //! it should. If anything after the rename fails, the old bytes are put back, fail2ban is
 //! reloaded again and the error carries fail2ban's own messages.
+//!
+//! The steps after the version check are one pipeline ([`pipeline`]), which the agent's own
+//! files ([`agent_files`]) run too.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use banhub_proto::rules::{NameError, check_name};
 
@@ -26,20 +29,19 @@ use super::files::{self, EditableFile};
 use super::filter_test::{self, FilterSource, FilterTestError, FilterTestReport};
 use super::ini;
 use super::names::{FilterName, JailName};
-use super::policy::{self, Policy, Written};
-use super::reader::{ConfigReader, EffectiveConfig};
-use super::staging::{
-    Backup, Change, backup_dir_of, build_shadow, commit, io_err, list_backups, remove_leftovers,
-    restore, save_backups, stage,
-};
+use super::reader::ConfigReader;
+use super::staging::{Backup, Change, backup_dir_of, io_err, list_backups, remove_leftovers};
 use super::tools::{self, Fail2banTools, ToolError};
 use super::version::Version;
+use crate::config::PolicySettings;
 use crate::fail2ban::{Fail2banError, Fail2banSocket};
-use crate::settings::PolicySettings;
 
 mod agent_files;
+mod pipeline;
 mod settle;
+mod validate;
 pub use agent_files::{AgentEdit, AgentEditReport, AgentWrite};
+use pipeline::{Edit, Scope, Writer};
 
 /// Backups kept per file by default.
 pub const DEFAULT_KEEP_BACKUPS: usize = 10;
@@ -93,7 +95,7 @@ impl EditorSettings {
     }
 
     /// The agent's `fail2ban.*` settings, with backups in `<state_dir>/config-backups`.
-    pub fn from_agent(settings: &crate::settings::Settings) -> Self {
+    pub fn from_agent(settings: &crate::config::Settings) -> Self {
         let f2b = &settings.fail2ban;
         let mut editor = Self::new(
             &f2b.config_dir,
@@ -303,24 +305,6 @@ struct EditLock<'a> {
     _file: File,
 }
 
-/// What an edit is about, for the checks and the reload.
-#[derive(Debug, Clone)]
-enum Scope {
-    Jails(BTreeSet<String>),
-    Filter(FilterName),
-}
-
-/// What validation learned about the new configuration.
-#[derive(Debug)]
-struct NewConfig {
-    /// Jails fail2ban will start.
-    enabled: BTreeSet<String>,
-    /// Jails the configuration defines, enabled or not.
-    defined: BTreeSet<String>,
-    /// fail2ban's warnings that did not stop the edit.
-    warnings: Vec<String>,
-}
-
 /// Runs blocking file work off the async threads.
 async fn blocking<T, F>(work: F) -> Result<T, EditError>
 where
@@ -391,17 +375,9 @@ impl ConfigEditor {
         expected: Version,
     ) -> Result<EditReport, EditError> {
         let file = EditableFile::JailOverride(jail.clone());
-        self.check_text(&file, content)?;
-        content::check_jail_override(jail, content).map_err(|reason| EditError::BadContent {
-            file: file.clone(),
-            reason,
-        })?;
-        let _lock = self.lock().await?;
-        let change = self
-            .versioned_change(&file, expected, Some(content.as_bytes().to_vec()))
-            .await?;
-        self.apply(vec![change], Scope::Jails([jail.to_string()].into()))
-            .await
+        let rule = |text: &str| content::check_jail_override(jail, text);
+        let scope = Scope::Jails([jail.to_string()].into());
+        self.replace(file, content, rule, expected, scope).await
     }
 
     /// Removes `jail.d/<jail>.local`, if its version is still `expected`.
@@ -411,10 +387,8 @@ impl ConfigEditor {
         expected: Version,
     ) -> Result<EditReport, EditError> {
         let file = EditableFile::JailOverride(jail.clone());
-        let _lock = self.lock().await?;
-        let change = self.versioned_change(&file, expected, None).await?;
-        self.apply(vec![change], Scope::Jails([jail.to_string()].into()))
-            .await
+        let scope = Scope::Jails([jail.to_string()].into());
+        self.remove(file, expected, scope).await
     }
 
     /// Replaces `filter.d/<filter>.local` with `content`, if its version is still `expected`.
@@ -425,16 +399,8 @@ impl ConfigEditor {
         expected: Version,
     ) -> Result<EditReport, EditError> {
         let file = EditableFile::FilterLocal(filter.clone());
-        self.check_text(&file, content)?;
-        content::check_filter(content).map_err(|reason| EditError::BadContent {
-            file: file.clone(),
-            reason,
-        })?;
-        let _lock = self.lock().await?;
-        let change = self
-            .versioned_change(&file, expected, Some(content.as_bytes().to_vec()))
-            .await?;
-        self.apply(vec![change], Scope::Filter(filter.clone()))
+        let scope = Scope::Filter(filter.clone());
+        self.replace(file, content, content::check_filter, expected, scope)
             .await
     }
 
@@ -445,18 +411,15 @@ impl ConfigEditor {
         content: &str,
         expected: Version,
     ) -> Result<EditReport, EditError> {
-        let file = EditableFile::Defaults;
-        self.check_text(&file, content)?;
-        content::check_defaults(content).map_err(|reason| EditError::BadContent {
-            file: file.clone(),
-            reason,
-        })?;
-        let _lock = self.lock().await?;
-        let change = self
-            .versioned_change(&file, expected, Some(content.as_bytes().to_vec()))
-            .await?;
-        self.apply(vec![change], Scope::Jails(BTreeSet::new()))
-            .await
+        let scope = Scope::Jails(BTreeSet::new());
+        self.replace(
+            EditableFile::Defaults,
+            content,
+            content::check_defaults,
+            expected,
+            scope,
+        )
+        .await
     }
 
     /// Removes `filter.d/<filter>.local`, if its version is still `expected`.
@@ -466,10 +429,42 @@ impl ConfigEditor {
         expected: Version,
     ) -> Result<EditReport, EditError> {
         let file = EditableFile::FilterLocal(filter.clone());
-        let _lock = self.lock().await?;
+        let scope = Scope::Filter(filter.clone());
+        self.remove(file, expected, scope).await
+    }
+
+    /// Replaces `file` with `content`, which must pass the general text checks and `rule`, if the
+    /// file's version is still `expected`.
+    async fn replace<T>(
+        &self,
+        file: EditableFile,
+        content: &str,
+        rule: impl FnOnce(&str) -> Result<T, String>,
+        expected: Version,
+        scope: Scope,
+    ) -> Result<EditReport, EditError> {
+        self.check_text(&file, content)?;
+        rule(content).map_err(|reason| EditError::BadContent {
+            file: file.clone(),
+            reason,
+        })?;
+        let lock = self.lock().await?;
+        let change = self
+            .versioned_change(&file, expected, Some(content.as_bytes().to_vec()))
+            .await?;
+        self.edit(&lock, vec![change], scope).await
+    }
+
+    /// Removes `file`, if its version is still `expected`.
+    async fn remove(
+        &self,
+        file: EditableFile,
+        expected: Version,
+        scope: Scope,
+    ) -> Result<EditReport, EditError> {
+        let lock = self.lock().await?;
         let change = self.versioned_change(&file, expected, None).await?;
-        self.apply(vec![change], Scope::Filter(filter.clone()))
-            .await
+        self.edit(&lock, vec![change], scope).await
     }
 
     /// Sets `enabled = true|false` for several jails in one validated edit with one reload:
@@ -492,7 +487,7 @@ impl ConfigEditor {
                 None => wanted.push((jail.clone(), *enabled)),
             }
         }
-        let _lock = self.lock().await?;
+        let lock = self.lock().await?;
         let reader = self.inner.reader.clone();
         let config = blocking(move || reader.load().map_err(EditError::from)).await?;
         let mut changes = Vec::new();
@@ -530,7 +525,7 @@ impl ConfigEditor {
             });
         }
         let targets = wanted.iter().map(|(j, _)| j.to_string()).collect();
-        self.apply(changes, Scope::Jails(targets)).await
+        self.edit(&lock, changes, Scope::Jails(targets)).await
     }
 
     /// Tests a filter with `fail2ban-regex` on `lines`; nothing is written to the config
@@ -643,6 +638,40 @@ impl ConfigEditor {
         })
     }
 
+    /// Runs a hub edit of `changes` through the pipeline and reports it.
+    async fn edit(
+        &self,
+        lock: &EditLock<'_>,
+        changes: Vec<Change>,
+        scope: Scope,
+    ) -> Result<EditReport, EditError> {
+        let edit = Edit {
+            files: changes,
+            scope,
+            writer: Writer::Hub,
+        };
+        let applied = self.run(lock, edit).await?;
+        let report = EditReport {
+            changes: applied.changes,
+            reload: applied.reload,
+            running: applied.running.unwrap_or_default().into_iter().collect(),
+            restarted: applied.restarted,
+            warnings: applied.warnings,
+            timings: applied.timings,
+        };
+        if !report.changes.is_empty() {
+            tracing::info!(
+                files = ?report.changes.iter().map(|c| c.file.to_string()).collect::<Vec<_>>(),
+                reload = ?report.reload,
+                restarted = ?report.restarted,
+                validate_ms = u64::try_from(report.timings.validate.as_millis()).unwrap_or(u64::MAX),
+                total_ms = u64::try_from(report.timings.total.as_millis()).unwrap_or(u64::MAX),
+                "fail2ban config edited"
+            );
+        }
+        Ok(report)
+    }
+
     /// Names of the running jails; fails when fail2ban does not answer `ping`.
     async fn running_jails(&self) -> Result<BTreeSet<String>, Fail2banError> {
         let s = &self.inner.settings;
@@ -673,363 +702,6 @@ impl ConfigEditor {
             Ok(output) => Err(tools::client_messages(&output, None)),
         }
     }
-
-    /// Validates, commits, reloads and checks `changes` (the lock is held by the caller).
-    async fn apply(&self, changes: Vec<Change>, scope: Scope) -> Result<EditReport, EditError> {
-        let started = Instant::now();
-        let s = self.inner.settings.clone();
-        let running_before = self.running_jails().await.map_err(EditError::Unavailable)?;
-        let changes: Vec<Change> = changes.into_iter().filter(|c| c.old != c.new).collect();
-        if changes.is_empty() {
-            return Ok(EditReport {
-                changes: Vec::new(),
-                reload: ReloadScope::NotNeeded,
-                running: running_before.into_iter().collect(),
-                restarted: Vec::new(),
-                warnings: Vec::new(),
-                timings: EditTimings {
-                    total: started.elapsed(),
-                    ..EditTimings::default()
-                },
-            });
-        }
-        for change in &changes {
-            self.live_path(&change.file)?;
-        }
-
-        let validate_started = Instant::now();
-        let staged = {
-            let (dir, changes) = (s.config_dir.clone(), changes.clone());
-            blocking(move || stage(&dir, &changes)).await?
-        };
-        let shadow = {
-            let (dir, parent, entries) = (
-                s.config_dir.clone(),
-                s.backup_dir.clone(),
-                staged.entries.clone(),
-            );
-            blocking(move || build_shadow(&dir, &parent, &entries)).await?
-        };
-        self.check_policy(shadow.path(), &changes).await?;
-        let NewConfig {
-            enabled: enabled_after,
-            defined: defined_after,
-            warnings,
-        } = self
-            .validate(shadow.path(), &scope, &running_before)
-            .await?;
-        drop(shadow);
-        let validate = validate_started.elapsed();
-
-        {
-            let (root, changes, keep) = (s.backup_dir.clone(), changes.clone(), s.keep_backups);
-            blocking(move || save_backups(&root, &changes, keep)).await?;
-        }
-
-        let reload_started = Instant::now();
-        let commit = {
-            let entries = staged.entries.clone();
-            blocking(move || commit(&entries)).await
-        };
-        drop(staged);
-        if let Err(e) = commit {
-            return Err(self
-                .rollback(
-                    &changes,
-                    Stage::Commit,
-                    vec![e.to_string()],
-                    &running_before,
-                )
-                .await);
-        }
-
-        let targets: BTreeSet<String> = match &scope {
-            Scope::Jails(jails) => jails.clone(),
-            Scope::Filter(_) => BTreeSet::new(),
-        };
-        let reload = match targets.iter().next() {
-            // `reload <jail>` fails for a jail the config no longer defines.
-            Some(jail)
-                if targets.len() == 1
-                    && running_before.contains(jail)
-                    && defined_after.contains(jail) =>
-            {
-                ReloadScope::Jail(jail.clone())
-            }
-            _ => ReloadScope::All,
-        };
-        let reload_messages = match self.reload(&reload).await {
-            Ok(messages) => messages,
-            Err(messages) => {
-                return Err(self
-                    .rollback(&changes, Stage::Reload, messages, &running_before)
-                    .await);
-            }
-        };
-
-        let must_run: BTreeSet<String> = running_before
-            .union(&targets)
-            .filter(|j| enabled_after.contains(*j))
-            .cloned()
-            .collect();
-        let running = match self.running_jails().await {
-            Ok(running) => running,
-            Err(e) => {
-                let mut messages = reload_messages;
-                messages.push(format!("fail2ban does not answer after the reload: {e}"));
-                return Err(self
-                    .rollback(&changes, Stage::HealthCheck, messages, &running_before)
-                    .await);
-            }
-        };
-        let mut problems: Vec<String> = must_run
-            .difference(&running)
-            .map(|j| format!("jail {j} is not running after the reload; fail2ban's log says why"))
-            .collect();
-        problems.extend(
-            targets
-                .iter()
-                .filter(|j| !enabled_after.contains(*j) && running.contains(*j))
-                .map(|j| format!("jail {j} is still running although it is disabled")),
-        );
-        if !problems.is_empty() {
-            let mut messages = reload_messages;
-            messages.extend(problems);
-            return Err(self
-                .rollback(&changes, Stage::HealthCheck, messages, &running_before)
-                .await);
-        }
-        let restarted = match self.settle(&changes, &running).await {
-            Ok(restarted) => restarted,
-            Err(problems) => {
-                let mut messages = reload_messages;
-                messages.extend(problems);
-                return Err(self
-                    .rollback(&changes, Stage::Verify, messages, &running_before)
-                    .await);
-            }
-        };
-        let reload_time = reload_started.elapsed();
-
-        let report = EditReport {
-            changes: changes
-                .iter()
-                .map(|c| FileChange {
-                    file: c.file.clone(),
-                    previous: Version::of(c.old.as_deref()),
-                    current: Version::of(c.new.as_deref()),
-                })
-                .collect(),
-            reload,
-            running: running.into_iter().collect(),
-            restarted,
-            warnings: warnings.into_iter().chain(reload_messages).collect(),
-            timings: EditTimings {
-                validate,
-                reload: reload_time,
-                total: started.elapsed(),
-            },
-        };
-        tracing::info!(
-            files = ?report.changes.iter().map(|c| c.file.to_string()).collect::<Vec<_>>(),
-            reload = ?report.reload,
-            restarted = ?report.restarted,
-            validate_ms = u64::try_from(validate.as_millis()).unwrap_or(u64::MAX),
-            total_ms = u64::try_from(report.timings.total.as_millis()).unwrap_or(u64::MAX),
-            "fail2ban config edited"
-        );
-        Ok(report)
-    }
-
-    /// The host policy on what `changes` introduce, with the shadow as the new configuration.
-    async fn check_policy(&self, shadow: &Path, changes: &[Change]) -> Result<(), EditError> {
-        let settings = self.inner.settings.policy.clone();
-        let (dir, shadow, changes) = (
-            self.inner.settings.config_dir.clone(),
-            shadow.to_owned(),
-            changes.to_vec(),
-        );
-        blocking(move || {
-            let live = ConfigReader::new(&dir).load()?;
-            let new = ConfigReader::new(&shadow).load()?;
-            let texts: Vec<(&EditableFile, Option<String>, String)> = changes
-                .iter()
-                .map(|c| (&c.file, text_of(&c.old), text_of(&c.new).unwrap_or_default()))
-                .collect();
-            let written: Vec<Written<'_>> = texts
-                .iter()
-                .filter_map(|(file, old, new)| match file {
-                    EditableFile::JailOverride(_) | EditableFile::Defaults => Some(Written::Jails {
-                        old: old.as_deref(),
-                        new,
-                    }),
-                    EditableFile::FilterLocal(_) => Some(Written::Filter {
-                        old: old.as_deref(),
-                        new,
-                    }),
-                    EditableFile::Agent(_) => None,
-                })
-                .collect();
-            Policy::new(&settings, policy::available_actions(&dir))
-                .check(&written, &live, &new)
-                .map_err(|refusal| {
-                    tracing::warn!(key = %refusal.key, reason = %refusal.reason, "the host policy refused a config edit");
-                    EditError::Policy {
-                        key: refusal.key,
-                        reason: refusal.reason,
-                        widen: refusal.widen,
-                    }
-                })
-        })
-        .await
-    }
-
-    /// `fail2ban-client -t` on the shadow, then what `-t` does not check: option values it
-    /// only warns about, plain names and known backends for the edited jails, and the
-    /// regular expressions of the filters that will be used.
-    async fn validate(
-        &self,
-        shadow: &Path,
-        scope: &Scope,
-        running_before: &BTreeSet<String>,
-    ) -> Result<NewConfig, EditError> {
-        let s = &self.inner.settings;
-        let args: Vec<OsString> = vec!["-c".into(), shadow.into(), "-t".into()];
-        let output = s.tools.client(&args, s.tools.timeout).await?;
-        let messages = tools::client_messages(&output, Some((shadow, &s.config_dir)));
-        if !output.success() {
-            return Err(EditError::Invalid { messages });
-        }
-        let targets: BTreeSet<String> = match scope {
-            Scope::Jails(jails) => jails.clone(),
-            Scope::Filter(_) => BTreeSet::new(),
-        };
-        // `maxretry = abc` passes -t with "Wrong value for 'maxretry' in 'sshd'. Using default
-        // one": an operator who typed it wants to hear about it.
-        let (errors, warnings): (Vec<String>, Vec<String>) = messages.into_iter().partition(|m| {
-            m.contains("Wrong value for")
-                && targets.iter().any(|j| m.contains(&format!("in '{j}'")))
-        });
-        if !errors.is_empty() {
-            return Err(EditError::Invalid { messages: errors });
-        }
-
-        let reader = ConfigReader::new(shadow);
-        let config: EffectiveConfig =
-            blocking(move || reader.load().map_err(EditError::from)).await?;
-        let mut problems = Vec::new();
-        let mut filters: BTreeSet<(FilterName, Option<String>)> = BTreeSet::new();
-        match scope {
-            Scope::Filter(filter) => {
-                filters.insert((filter.clone(), None));
-            }
-            Scope::Jails(jails) => {
-                let reader = self.inner.reader.clone();
-                let live = blocking(move || reader.load().map_err(EditError::from)).await?;
-                if jails.is_empty() {
-                    // A `[DEFAULT]` edit reaches every jail: check what each enabled one
-                    // would start with (a bad backend would stop them all at reload).
-                    for jail in config.enabled_jails() {
-                        problems.extend(content::check_jail_references(&config, &jail));
-                    }
-                }
-                for jail in jails {
-                    problems.extend(content::check_jail_references(&config, jail));
-                    let Some(info) = config.jail(jail).filter(|j| j.enabled) else {
-                        continue;
-                    };
-                    // A running jail whose filter line is unchanged compiled it at its last
-                    // start; compiling again would only add fail2ban-regex's ~0.5 s start-up.
-                    let unchanged = running_before.contains(jail)
-                        && live.jail(jail).map(|j| j.filter) == Some(info.filter.clone());
-                    if let Some(filter) = info.filter
-                        && let Ok(name) = filter.filter_name()
-                        && !unchanged
-                    {
-                        filters.insert((name, filter.options));
-                    }
-                }
-            }
-        }
-        if !problems.is_empty() {
-            return Err(EditError::Invalid { messages: problems });
-        }
-        for (filter, options) in &filters {
-            filter_test::compile_check(&s.tools, shadow, &s.backup_dir, filter, options.as_deref())
-                .await
-                .map_err(|messages| EditError::Invalid { messages })?;
-        }
-        Ok(NewConfig {
-            enabled: config.enabled_jails(),
-            defined: config.jail_names().into_iter().map(str::to_owned).collect(),
-            warnings,
-        })
-    }
-
-    /// Puts the old bytes back, reloads everything and reports; the returned error says
-    /// whether that worked.
-    async fn rollback(
-        &self,
-        changes: &[Change],
-        stage: Stage,
-        messages: Vec<String>,
-        running_before: &BTreeSet<String>,
-    ) -> EditError {
-        tracing::warn!(%stage, ?messages, "config edit failed; restoring the previous files");
-        let restored = {
-            let (dir, changes) = (self.inner.settings.config_dir.clone(), changes.to_vec());
-            blocking(move || restore(&dir, &changes)).await
-        };
-        if let Err(e) = restored {
-            return EditError::RollbackFailed {
-                stage,
-                messages,
-                rollback_messages: vec![e.to_string()],
-            };
-        }
-        if let Err(rollback_messages) = self.reload(&ReloadScope::All).await {
-            return EditError::RollbackFailed {
-                stage,
-                messages,
-                rollback_messages,
-            };
-        }
-        let running = match self.running_jails().await {
-            Ok(running) => running,
-            Err(e) => {
-                return EditError::RollbackFailed {
-                    stage,
-                    messages,
-                    rollback_messages: vec![format!(
-                        "fail2ban does not answer after reloading the previous files: {e}"
-                    )],
-                };
-            }
-        };
-        // The reload back has the same blind spots as the one forward.
-        if let Err(rollback_messages) = self.settle(changes, &running).await {
-            return EditError::RollbackFailed {
-                stage,
-                messages,
-                rollback_messages,
-            };
-        }
-        EditError::RolledBack {
-            stage,
-            messages,
-            rollback: RollbackReport {
-                restored: changes.iter().map(|c| c.file.clone()).collect(),
-                missing_jails: running_before.difference(&running).cloned().collect(),
-            },
-        }
-    }
-}
-
-/// A file's bytes as text (`None`: absent; bytes that are not UTF-8 read as nothing).
-fn text_of(bytes: &Option<Vec<u8>>) -> Option<String> {
-    bytes
-        .as_ref()
-        .map(|b| String::from_utf8(b.clone()).unwrap_or_default())
 }
 
 fn reader_dir(reader: &ConfigReader) -> PathBuf {

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use super::*;
-use crate::config::reader::ConfigReader;
-use crate::settings::AllowCommands;
+use crate::config::AllowCommands;
+use crate::fail2ban_files::reader::ConfigReader;
 
 const ACTIONS: [&str; 4] = ["iptables-multiport", "dummy", "banhub", "smtp.py"];
 

@@ -33,7 +33,7 @@ pub struct Fail2banTools {
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
     #[error(
-        "cannot run {}: {source}; install fail2ban or set fail2ban.client in the agent's settings",
+        "cannot run {}: {source}; install fail2ban or set fail2ban.client in the agent's configuration",
         program.display()
     )]
     Spawn {

@@ -9,7 +9,7 @@ use super::ini::IniError;
 pub enum ConfigError {
     #[error(
         "fail2ban's configuration directory {} cannot be read: {source}; check \
-         fail2ban.config_dir in the agent's settings",
+         fail2ban.config_dir in the agent's configuration",
         path.display()
     )]
     Dir {

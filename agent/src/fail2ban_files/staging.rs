@@ -340,7 +340,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
-    use crate::config::names::JailName;
+    use crate::fail2ban_files::names::JailName;
 
     fn jail(name: &str) -> EditableFile {
         EditableFile::JailOverride(JailName::parse(name).expect("name"))

@@ -7,13 +7,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 
 use super::{ConfigEditor, EditError, blocking};
-use crate::config::dump;
-use crate::config::files::EditableFile;
-use crate::config::reader::EffectiveConfig;
-use crate::config::running::{self, Drift, FileJail, JailState};
-use crate::config::staging::Change;
-use crate::config::tools;
 use crate::fail2ban::{Fail2banError, Fail2banSocket};
+use crate::fail2ban_files::dump;
+use crate::fail2ban_files::files::EditableFile;
+use crate::fail2ban_files::reader::EffectiveConfig;
+use crate::fail2ban_files::running::{self, Drift, FileJail, JailState};
+use crate::fail2ban_files::staging::Change;
+use crate::fail2ban_files::tools;
 
 impl ConfigEditor {
     /// Each of `jails` that fail2ban runs, beside what the live files say for it. Jails fail2ban

@@ -1,7 +1,7 @@
 //! The comparison of the files' values with fail2ban's, on small config directories.
 
 use super::*;
-use crate::config::ConfigReader;
+use crate::fail2ban_files::ConfigReader;
 
 /// Loads a config directory holding `jail.conf` (and `jail.d/x.local` when given).
 fn load(jail_conf: &str, local: Option<&str>) -> (tempfile::TempDir, EffectiveConfig) {

@@ -19,7 +19,7 @@ use banhub_proto::rules::check_name;
 use super::content::{action_entries, split_entry};
 use super::ini::{self, DEFAULT_SECTION, IniFile};
 use super::reader::EffectiveConfig;
-use crate::settings::PolicySettings;
+use crate::config::PolicySettings;
 
 /// Parameters of banhub's own action that name a program, a URL or a file the notifier reads:
 /// chosen by the hub they would run a program or send the host's files elsewhere.

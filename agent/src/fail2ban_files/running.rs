@@ -16,6 +16,7 @@ use std::path::Path;
 
 use ipnet::IpNet;
 
+use super::content;
 use super::reader::EffectiveConfig;
 use crate::fail2ban::RunningJail;
 
@@ -318,76 +319,24 @@ fn normalize_ip(entry: &str) -> String {
 
 /// Action names of an `action` value, as fail2ban names the actions it adds.
 fn action_names(value: &str) -> BTreeSet<String> {
-    action_entries(value)
-        .into_iter()
+    content::action_entries(value)
+        .iter()
+        .filter_map(|entry| content::split_entry(entry))
         .map(|(name, options)| {
-            option(&options, "actname").unwrap_or_else(|| {
+            option(options, "actname").unwrap_or_else(|| {
                 name.strip_suffix(".py")
-                    .map_or_else(|| name.clone(), str::to_owned)
+                    .map_or_else(|| name.to_owned(), str::to_owned)
             })
         })
         .collect()
 }
 
-/// `name[options]` entries separated by white space outside brackets and quotes: each entry's
-/// name and the text between its brackets (all groups, `][` kept).
-fn action_entries(value: &str) -> Vec<(String, String)> {
-    let mut entries = Vec::new();
-    let (mut name, mut options) = (String::new(), String::new());
-    let mut depth = 0usize;
-    let mut quote: Option<char> = None;
-    for c in value.chars() {
-        if let Some(q) = quote {
-            options.push(c);
-            if c == q {
-                quote = None;
-            }
-            continue;
-        }
-        match c {
-            '[' => {
-                if depth > 0 {
-                    options.push(c);
-                }
-                depth += 1;
-            }
-            ']' if depth > 0 => {
-                depth -= 1;
-                if depth > 0 {
-                    options.push(c);
-                } else {
-                    options.push(',');
-                }
-            }
-            '"' | '\'' if depth > 0 => {
-                options.push(c);
-                quote = Some(c);
-            }
-            c if depth > 0 => options.push(c),
-            c if c.is_whitespace() => {
-                if !name.is_empty() {
-                    entries.push((std::mem::take(&mut name), std::mem::take(&mut options)));
-                }
-            }
-            c => {
-                if !options.is_empty() {
-                    entries.push((std::mem::take(&mut name), std::mem::take(&mut options)));
-                }
-                name.push(c);
-            }
-        }
-    }
-    if !name.is_empty() {
-        entries.push((name, options));
-    }
-    entries
-}
-
-/// The value of `key=` in an action's options (`key="v"`, `key='v'` or `key=v` up to `,`).
+/// The value of `key=` in an action's options, the bracketed groups after its name
+/// (`[key="v"]`, `key='v'` or `key=v` up to `,` or the group's end).
 fn option(options: &str, key: &str) -> Option<String> {
     let mut rest = options;
     loop {
-        rest = rest.trim_start_matches(|c: char| c == ',' || c.is_whitespace());
+        rest = rest.trim_start_matches(|c: char| matches!(c, ',' | '[' | ']') || c.is_whitespace());
         if rest.is_empty() {
             return None;
         }
@@ -399,7 +348,7 @@ fn option(options: &str, key: &str) -> Option<String> {
                 let end = body.find(q)?;
                 (&body[..end], &body[end + 1..])
             }
-            _ => match after.find(',') {
+            _ => match after.find([',', ']']) {
                 Some(end) => (&after[..end], &after[end..]),
                 None => (after, ""),
             },

@@ -8,7 +8,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
-/// Prefix of the environment variables read as settings.
+/// Prefix of the environment variables read as configuration.
 pub const ENV_PREFIX: &str = "BANHUB_AGENT_";
 
 /// Everything the agent can be told at start-up.

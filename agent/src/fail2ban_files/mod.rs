@@ -1,7 +1,7 @@
-//! The safe fail2ban config editor: reads the effective configuration as fail2ban sees it,
-//! writes jail overrides and filters only by logical name and only after fail2ban has
-//! validated them, reloads, checks health and rolls back on any failure; tests filters with
-//! `fail2ban-regex`.
+//! fail2ban's files on this host (its configuration directory) and the safe editor of them: reads
+//! the effective configuration as fail2ban sees it, writes jail overrides and filters only by
+//! logical name and only after fail2ban has validated them, reloads, checks health and rolls back
+//! on any failure; tests filters with `fail2ban-regex`.
 //!
 //! Entry points: [`ConfigReader`] (blocking reads), [`ConfigEditor`] (validated writes, jail
 //! enable/disable, filter tests), [`filter_test::test_filter`].
