@@ -264,10 +264,9 @@ impl App {
             ));
         }
         let cluster = state.cluster.clone();
-        tokio::spawn(crate::events::follow_retention(
+        tokio::spawn(crate::settings::follow_retention(
+            state.settings.clone(),
             state.events.clone(),
-            state.settings.subscribe(),
-            |snapshot| snapshot.settings.retention_days,
             state.config.events.retention_days,
             std::time::Duration::from_secs(state.config.events.prune_interval_secs),
             shutdown.clone(),

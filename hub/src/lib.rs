@@ -9,7 +9,6 @@ pub mod config;
 pub mod domain;
 pub mod events;
 pub mod fleet;
-pub mod geoip;
 pub mod hub_addresses;
 pub mod metrics;
 pub mod pki;

@@ -5,9 +5,9 @@
 use std::borrow::Borrow;
 use std::collections::{HashMap, VecDeque};
 
+use super::geoip::GeoIp;
 use super::model::{MatchSample, RuleMatches};
 use crate::domain::events::{EventBody, StoredEvent};
-use crate::geoip::GeoIp;
 use crate::settings::model::{AlertRule, Alerts};
 
 /// What matching keeps between batches: the recent in-scope bans of each spike rule.

@@ -14,6 +14,7 @@
 //! 3. *Deliver*: due deliveries are sent; a failure worth retrying is retried with exponential
 //!    backoff until `alerts.maxAttempts`, then reported failed.
 
+pub mod geoip;
 pub mod insights;
 pub mod mail;
 pub mod model;
@@ -34,7 +35,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::events::{EventFilter, EventId, EventKind, StoredEvent};
 use crate::events::Events;
-use crate::geoip;
 use crate::settings::SettingsService;
 use crate::settings::model::Alerts as AlertSettings;
 use crate::store::{Store, StoreError};

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 
+use super::geoip::GeoIp;
 use crate::domain::ServerId;
-use crate::geoip::GeoIp;
 use crate::store::{IpBans, Store, StoreError};
 
 /// How old a tally may be before a request starts a new one.

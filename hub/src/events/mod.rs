@@ -28,7 +28,7 @@ use crate::pki::{random_secret, sha256_hex};
 use crate::store::events::{IngestOutcome, PreparedBatch};
 use crate::store::{Store, StoreError};
 
-pub use retention::{PruneReport, follow_retention};
+pub use retention::PruneReport;
 
 /// How many committed events the live feed buffers for a slow subscriber before it must catch up
 /// from the database.

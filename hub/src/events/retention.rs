@@ -1,6 +1,5 @@
-//! Retention: events older than `events.retention_days` (or the settings' `events.retentionDays`,
-//! followed as they change) are deleted in the background, in small chunks so ingest is never held
-//! up for long, and the rollups are trimmed to match.
+//! Retention: events older than `events.retention_days` are deleted in the background, in small
+//! chunks so ingest is never held up for long, and the rollups are trimmed to match.
 //!
 //! The cutoff is rounded down to a whole UTC day, so every count bucket is either wholly kept or
 //! wholly dropped and stats never count an event that is gone. The per-address rollups keep an
@@ -11,8 +10,6 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 use super::{Events, EventsError};
 
@@ -89,48 +86,5 @@ pub(super) async fn run(events: Events) {
             tracing::warn!(error = %e, "pruning old events failed; trying again next interval");
         }
         wait = events.0.prune_interval;
-    }
-}
-
-/// Applies the retention of the saved settings (`days_of` reads it from each value `changes`
-/// carries; `None` means `configured_days` of the hub's configuration) to `events` now and after
-/// every change, pruning at once when it changes. When the configuration has retention off, no
-/// periodic pruning job runs, so this prunes every `interval` itself. Runs until shutdown.
-pub async fn follow_retention<T>(
-    events: Events,
-    mut changes: watch::Receiver<T>,
-    days_of: impl Fn(&T) -> Option<u32>,
-    configured_days: u32,
-    interval: Duration,
-    shutdown: CancellationToken,
-) {
-    let mut applied: Option<u32> = None;
-    let mut next_pass = tokio::time::Instant::now() + interval;
-    loop {
-        let days = days_of(&changes.borrow_and_update()).unwrap_or(configured_days);
-        if applied != Some(days) {
-            events.set_retention_days(days);
-            if applied.is_some() {
-                tracing::info!(days, "event retention changed; pruning now");
-                if let Err(e) = events.prune(Utc::now()).await {
-                    tracing::warn!(error = %e, "pruning old events failed");
-                }
-            }
-            applied = Some(days);
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            changed = changes.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-            }
-            () = tokio::time::sleep_until(next_pass), if configured_days == 0 => {
-                next_pass = tokio::time::Instant::now() + interval;
-                if let Err(e) = events.prune(Utc::now()).await {
-                    tracing::warn!(error = %e, "pruning old events failed; trying again next interval");
-                }
-            }
-        }
     }
 }

@@ -357,3 +357,50 @@ fn snapshot_of(stored: &StoredSettings) -> Result<Snapshot, SettingsError> {
         secrets,
     })
 }
+
+/// Applies the settings' event retention (`events.retentionDays`, else `configured_days` from the
+/// hub's configuration) to `events` now and after every change, pruning at once when it changes.
+/// When the configuration has retention off, no periodic pruning job runs, so this prunes every
+/// `interval` itself. Runs until shutdown.
+pub async fn follow_retention(
+    settings: SettingsService,
+    events: crate::events::Events,
+    configured_days: u32,
+    interval: std::time::Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let mut changes = settings.subscribe();
+    let mut applied: Option<u32> = None;
+    let mut next_pass = tokio::time::Instant::now() + interval;
+    loop {
+        let days = changes
+            .borrow_and_update()
+            .settings
+            .retention_days
+            .unwrap_or(configured_days);
+        if applied != Some(days) {
+            events.set_retention_days(days);
+            if applied.is_some() {
+                tracing::info!(days, "event retention changed; pruning now");
+                if let Err(e) = events.prune(Utc::now()).await {
+                    tracing::warn!(error = %e, "pruning old events failed");
+                }
+            }
+            applied = Some(days);
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            () = tokio::time::sleep_until(next_pass), if configured_days == 0 => {
+                next_pass = tokio::time::Instant::now() + interval;
+                if let Err(e) = events.prune(Utc::now()).await {
+                    tracing::warn!(error = %e, "pruning old events failed; trying again next interval");
+                }
+            }
+        }
+    }
+}

@@ -43,10 +43,7 @@ const HUB: Layering = Layering {
             "services",
             &["fleet", "alerts", "events", "settings", "auth", "cluster"],
         ),
-        (
-            "support",
-            &["config", "hub_addresses", "pki", "metrics", "geoip"],
-        ),
+        ("support", &["config", "hub_addresses", "pki", "metrics"]),
         ("store", &["store"]),
         ("domain", &["domain"]),
         ("root", &["lib"]),
@@ -98,6 +95,12 @@ const HUB: Layering = Layering {
             "cluster",
             "settings",
             "the bus reloads the settings another replica saved",
+        ),
+        ("settings", "events", "`follow_retention` takes `Events`"),
+        (
+            "settings",
+            "alerts",
+            "validating the GeoIP path opens `alerts::geoip::GeoIp`",
         ),
         (
             "config",

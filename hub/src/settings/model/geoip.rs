@@ -37,7 +37,7 @@ pub(super) fn validate_geoip(
                 format!("{raw} is not a readable file on the hub"),
             );
         }
-        crate::geoip::GeoIp::open(&path).map_err(|reason| FieldError {
+        crate::alerts::geoip::GeoIp::open(&path).map_err(|reason| FieldError {
             field: "geoip.databasePath".to_owned(),
             reason,
         })?;

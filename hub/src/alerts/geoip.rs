@@ -1,8 +1,7 @@
 //! Country of an address from a MaxMind-format database (GeoLite2/GeoIP2 Country or City), for
-//! alert rules by country and the countries shown in insights, and to check the database the
-//! settings name. The file is read once into memory; [`GeoIpCache`] reopens it when the configured
-//! path changes or the file at that path is replaced (geoipupdate writes a new file and renames it
-//! over the old one).
+//! alert rules by country and the countries shown in insights. The file is read once into memory;
+//! [`GeoIpCache`] reopens it when the configured path changes or the file at that path is replaced
+//! (geoipupdate writes a new file and renames it over the old one).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
