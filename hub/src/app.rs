@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::alerts::Alerts;
+use crate::alerts::geoip::GeoIp;
 use crate::auth::{Auth, AuthError, Site};
 use crate::cluster::jobs::{self, run_singleton};
 use crate::cluster::{Cluster, JoinError};
@@ -129,7 +130,8 @@ impl App {
             .clone()
             .unwrap_or_else(|| config.data_dir.join("secrets.key"));
         let key = SecretsKey::load_or_create(&key_file).map_err(SettingsError::from)?;
-        let settings = SettingsService::load(store.clone(), key).await?;
+        let settings =
+            SettingsService::load(store.clone(), key, |path| GeoIp::open(path).map(drop)).await?;
         // Every API route needs a session or a token (there is always a way to log in: the OpenID
         // provider or the local administrator), so any listen address is safe.
         let auth = Auth::new(
@@ -264,9 +266,9 @@ impl App {
             ));
         }
         let cluster = state.cluster.clone();
-        tokio::spawn(crate::settings::follow_retention(
-            state.settings.clone(),
-            state.events.clone(),
+        tokio::spawn(state.events.clone().follow_retention(
+            state.settings.subscribe(),
+            |snapshot| snapshot.settings.retention_days,
             state.config.events.retention_days,
             std::time::Duration::from_secs(state.config.events.prune_interval_secs),
             shutdown.clone(),

@@ -10,6 +10,8 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::{Events, EventsError};
 
@@ -86,5 +88,50 @@ pub(super) async fn run(events: Events) {
             tracing::warn!(error = %e, "pruning old events failed; trying again next interval");
         }
         wait = events.0.prune_interval;
+    }
+}
+
+impl Events {
+    /// Applies the operator's event retention, read from each value of `changes` by `days_of` (else
+    /// `configured_days` from the hub's configuration), now and after every change, pruning at once
+    /// when it changes. When the configuration has retention off, no periodic pruning job runs, so
+    /// this prunes every `interval` itself. Runs until shutdown or until `changes` closes.
+    pub async fn follow_retention<T>(
+        self,
+        mut changes: watch::Receiver<T>,
+        days_of: impl Fn(&T) -> Option<u32>,
+        configured_days: u32,
+        interval: Duration,
+        shutdown: CancellationToken,
+    ) {
+        let mut applied: Option<u32> = None;
+        let mut next_pass = tokio::time::Instant::now() + interval;
+        loop {
+            let days = days_of(&changes.borrow_and_update()).unwrap_or(configured_days);
+            if applied != Some(days) {
+                self.set_retention_days(days);
+                if applied.is_some() {
+                    tracing::info!(days, "event retention changed; pruning now");
+                    if let Err(e) = self.prune(Utc::now()).await {
+                        tracing::warn!(error = %e, "pruning old events failed");
+                    }
+                }
+                applied = Some(days);
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                () = tokio::time::sleep_until(next_pass), if configured_days == 0 => {
+                    next_pass = tokio::time::Instant::now() + interval;
+                    if let Err(e) = self.prune(Utc::now()).await {
+                        tracing::warn!(error = %e, "pruning old events failed; trying again next interval");
+                    }
+                }
+            }
+        }
     }
 }

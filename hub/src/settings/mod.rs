@@ -20,8 +20,8 @@ use tokio::sync::watch;
 pub use callbacks::{CallbackSecretError, IssuedSecret, SecretStatus};
 pub use crypto::{CryptoError, SecretsKey};
 pub use model::{
-    CallbackPolicy, Fail2banDefaults, FieldError, Settings, SettingsDocument, Smtp, SmtpDocument,
-    TlsMode, WebhookFormat,
+    CallbackPolicy, Fail2banDefaults, FieldError, GeoipCheck, Settings, SettingsDocument, Smtp,
+    SmtpDocument, TlsMode, WebhookFormat,
 };
 
 use crate::domain::ServerId;
@@ -70,6 +70,8 @@ pub struct StoredSettings {
 struct Inner {
     store: Store,
     key: SecretsKey,
+    /// Reads the GeoIP database a saved document names.
+    geoip_check: GeoipCheck,
     current: watch::Sender<Arc<Snapshot>>,
     /// One update at a time in this process; the version check covers other hubs.
     write: tokio::sync::Mutex<()>,
@@ -90,13 +92,18 @@ impl std::fmt::Debug for SettingsService {
 impl SettingsService {
     /// Reads the stored settings. A stored document that no longer passes every check (a GeoIP
     /// file that went away, a deleted server) is still loaded: those checks apply to edits.
-    pub async fn load(store: Store, key: SecretsKey) -> Result<Self, SettingsError> {
+    pub async fn load(
+        store: Store,
+        key: SecretsKey,
+        geoip_check: GeoipCheck,
+    ) -> Result<Self, SettingsError> {
         let stored = store.load_settings().await?;
         let snapshot = snapshot_of(&stored)?;
         let (current, _) = watch::channel(Arc::new(snapshot));
         Ok(Self(Arc::new(Inner {
             store,
             key,
+            geoip_check,
             current,
             write: tokio::sync::Mutex::new(()),
         })))
@@ -161,7 +168,11 @@ impl SettingsService {
             .into_iter()
             .map(|s| s.id)
             .collect();
-        let settings = model::validate(&mut doc, &|id| servers.contains(&id), true)?;
+        let settings = model::validate(
+            &mut doc,
+            &|id| servers.contains(&id),
+            Some(self.0.geoip_check),
+        )?;
         let secrets = self.merge_secrets(&mut doc, &current)?;
         let document = canonical(doc);
         let text =
@@ -306,7 +317,7 @@ impl SettingsService {
                     smtp: Some(doc.clone()),
                     ..SettingsDocument::default()
                 };
-                let smtp = model::validate(&mut probe, &|_| true, false)?
+                let smtp = model::validate(&mut probe, &|_| true, None)?
                     .smtp
                     .ok_or_else(|| SettingsError::Corrupt("smtp vanished".to_owned()))?;
                 let password = match doc.password.take() {
@@ -345,7 +356,7 @@ fn snapshot_of(stored: &StoredSettings) -> Result<Snapshot, SettingsError> {
         .map_err(|e| SettingsError::Corrupt(format!("secrets: {e}")))?;
     // Checks that depend on the world outside (files, servers) are for edits; here a stored
     // document must still load.
-    let settings = model::validate(&mut document, &|_| true, false)
+    let settings = model::validate(&mut document, &|_| true, None)
         .map_err(|e| SettingsError::Corrupt(e.to_string()))?;
     document.version = None;
     document.updated_at = None;
@@ -356,51 +367,4 @@ fn snapshot_of(stored: &StoredSettings) -> Result<Snapshot, SettingsError> {
         settings,
         secrets,
     })
-}
-
-/// Applies the settings' event retention (`events.retentionDays`, else `configured_days` from the
-/// hub's configuration) to `events` now and after every change, pruning at once when it changes.
-/// When the configuration has retention off, no periodic pruning job runs, so this prunes every
-/// `interval` itself. Runs until shutdown.
-pub async fn follow_retention(
-    settings: SettingsService,
-    events: crate::events::Events,
-    configured_days: u32,
-    interval: std::time::Duration,
-    shutdown: tokio_util::sync::CancellationToken,
-) {
-    let mut changes = settings.subscribe();
-    let mut applied: Option<u32> = None;
-    let mut next_pass = tokio::time::Instant::now() + interval;
-    loop {
-        let days = changes
-            .borrow_and_update()
-            .settings
-            .retention_days
-            .unwrap_or(configured_days);
-        if applied != Some(days) {
-            events.set_retention_days(days);
-            if applied.is_some() {
-                tracing::info!(days, "event retention changed; pruning now");
-                if let Err(e) = events.prune(Utc::now()).await {
-                    tracing::warn!(error = %e, "pruning old events failed");
-                }
-            }
-            applied = Some(days);
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            changed = changes.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-            }
-            () = tokio::time::sleep_until(next_pass), if configured_days == 0 => {
-                next_pass = tokio::time::Instant::now() + interval;
-                if let Err(e) = events.prune(Utc::now()).await {
-                    tracing::warn!(error = %e, "pruning old events failed; trying again next interval");
-                }
-            }
-        }
-    }
 }

@@ -96,12 +96,6 @@ const HUB: Layering = Layering {
             "settings",
             "the bus reloads the settings another replica saved",
         ),
-        ("settings", "events", "`follow_retention` takes `Events`"),
-        (
-            "settings",
-            "alerts",
-            "validating the GeoIP path opens `alerts::geoip::GeoIp`",
-        ),
         (
             "config",
             "auth",

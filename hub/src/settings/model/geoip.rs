@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{FieldError, refuse};
+use super::{FieldError, GeoipCheck, refuse};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -17,11 +17,12 @@ pub struct GeoipDocument {
     pub database_path: Option<String>,
 }
 
-/// The database's path: absolute; with `check_files`, a file that opens as a GeoIP database now,
-/// so a wrong file is refused here rather than found out when a rule by country never matches.
+/// The database's path: absolute; with `check_files`, a file that `check_files` reads as a GeoIP
+/// database now, so a wrong file is refused here rather than found out when a rule by country
+/// never matches.
 pub(super) fn validate_geoip(
     doc: &GeoipDocument,
-    check_files: bool,
+    check_files: Option<GeoipCheck>,
 ) -> Result<Option<PathBuf>, FieldError> {
     let Some(raw) = &doc.database_path else {
         return Ok(None);
@@ -30,14 +31,14 @@ pub(super) fn validate_geoip(
     if !path.is_absolute() || raw.chars().any(char::is_control) {
         return refuse("geoip.databasePath", "must be an absolute path");
     }
-    if check_files {
+    if let Some(read_geoip) = check_files {
         if !path.is_file() {
             return refuse(
                 "geoip.databasePath",
                 format!("{raw} is not a readable file on the hub"),
             );
         }
-        crate::alerts::geoip::GeoIp::open(&path).map_err(|reason| FieldError {
+        read_geoip(&path).map_err(|reason| FieldError {
             field: "geoip.databasePath".to_owned(),
             reason,
         })?;

@@ -17,7 +17,7 @@ mod fail2ban;
 mod geoip;
 mod smtp;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -138,13 +138,17 @@ fn host_ok(host: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
 }
 
+/// Reads the GeoIP database at a path and says why it cannot be used. The reader belongs to the
+/// alerts, which look countries up; `app` hands it to the settings service.
+pub type GeoipCheck = fn(&Path) -> Result<(), String>;
+
 /// Checks `doc` (secrets aside) and builds the settings from it. Rules without an id get one.
-/// `server_exists` says whether a rule's server is registered; `check_files` whether files named
-/// (the GeoIP database) must exist now.
+/// `server_exists` says whether a rule's server is registered; with `check_files`, the files named
+/// (the GeoIP database) must exist now and be read by it.
 pub fn validate(
     doc: &mut SettingsDocument,
     server_exists: &dyn Fn(ServerId) -> bool,
-    check_files: bool,
+    check_files: Option<GeoipCheck>,
 ) -> Result<Settings, FieldError> {
     let smtp = match &doc.smtp {
         None => None,
@@ -191,7 +195,7 @@ mod tests {
 
     fn parse(json: serde_json::Value) -> Result<Settings, FieldError> {
         let mut doc: SettingsDocument = serde_json::from_value(json).expect("a document");
-        validate(&mut doc, &|_| true, true)
+        validate(&mut doc, &|_| true, Some(|_| Ok(())))
     }
 
     fn refused(json: serde_json::Value, field: &str) {
@@ -332,10 +336,10 @@ mod tests {
                        "rules": [{"name": "r", "email": false, "webhooks": ["w"]}]}
         }))
         .expect("doc");
-        let first = validate(&mut doc, &|_| true, true).expect("valid");
+        let first = validate(&mut doc, &|_| true, Some(|_| Ok(()))).expect("valid");
         let id = doc.alerts.rules[0].id.clone().expect("an id was given");
         assert_eq!(first.alerts.rules[0].id.to_string(), id);
-        let again = validate(&mut doc, &|_| true, true).expect("valid");
+        let again = validate(&mut doc, &|_| true, Some(|_| Ok(()))).expect("valid");
         assert_eq!(again.alerts.rules[0].id, first.alerts.rules[0].id);
     }
 }
