@@ -162,13 +162,17 @@ async fn main() -> ExitCode {
                 }
             };
             let stop = CancellationToken::new();
-            tokio::spawn({
+            let signals = {
                 let stop = stop.clone();
                 async move {
                     wait_for_signal().await;
                     stop.cancel();
                 }
-            });
+            };
+            tokio::spawn(tracing::Instrument::instrument(
+                signals,
+                tracing::info_span!("task", task = "signals"),
+            ));
             match app.run(stop).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

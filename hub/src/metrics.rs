@@ -12,6 +12,12 @@ pub struct CommandLabels {
     pub outcome: &'static str,
 }
 
+/// Why an agent session ended, as `fleet::SessionEnd::as_str` names it.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SessionEndLabels {
+    pub reason: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
     pub method: String,
@@ -23,6 +29,7 @@ pub struct HttpLabels {
 pub struct Metrics {
     pub agents_connected: Gauge,
     pub agent_sessions: Counter,
+    pub agent_sessions_ended: Family<SessionEndLabels, Counter>,
     pub enrollments: Counter,
     pub events_ingested: Counter,
     pub events_rejected: Counter,
@@ -43,6 +50,11 @@ impl Metrics {
             "agent_sessions",
             "Agent sessions accepted since start",
             self.agent_sessions.clone(),
+        );
+        registry.register(
+            "agent_sessions_ended",
+            "Agent sessions ended since start, by reason",
+            self.agent_sessions_ended.clone(),
         );
         registry.register(
             "enrollments",
@@ -73,5 +85,33 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ended_sessions_are_counted_by_reason() {
+        let metrics = Metrics::default();
+        let ended = |reason| {
+            metrics
+                .agent_sessions_ended
+                .get_or_create(&SessionEndLabels { reason })
+                .inc();
+        };
+        ended("timeout");
+        ended("timeout");
+        ended("superseded");
+        let text = metrics.render();
+        assert!(
+            text.contains("banhub_agent_sessions_ended_total{reason=\"timeout\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("banhub_agent_sessions_ended_total{reason=\"superseded\"} 1"),
+            "{text}"
+        );
     }
 }

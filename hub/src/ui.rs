@@ -92,7 +92,7 @@ impl Ui {
     pub fn respond(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Response {
         let path = uri.path();
         if is_hub_path(path) {
-            return crate::api::problem(
+            return crate::serve::problem::problem(
                 StatusCode::NOT_FOUND,
                 "not_found",
                 "Not found",
@@ -101,7 +101,7 @@ impl Ui {
             );
         }
         if method != Method::GET && method != Method::HEAD {
-            let mut response = crate::api::problem(
+            let mut response = crate::serve::problem::problem(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "method_not_allowed",
                 "Method not allowed",
@@ -137,7 +137,7 @@ impl Ui {
         let (page, etag) = match &self.index {
             Ok(index) => index,
             Err(reason) => {
-                return crate::api::problem(
+                return crate::serve::problem::problem(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "ui_unavailable",
                     "Web UI unavailable",
@@ -218,7 +218,7 @@ fn asset_response(asset: rust_embed::EmbeddedFile, request: &HeaderMap) -> Respo
 }
 
 fn plain_not_found(path: &str) -> Response {
-    crate::api::problem(
+    crate::serve::problem::problem(
         StatusCode::NOT_FOUND,
         "not_found",
         "Not found",

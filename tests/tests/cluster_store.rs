@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use banhub::domain::{AgentId, Labels, NewServer, ServerId, ServerName};
 use banhub::store::Store;
-use banhub::store::cluster::{NewFleetAction, Notice, RelayedOutcome, TargetOutcome, TargetState};
+use banhub::store::cluster::{ForwardedOutcome, Notice};
+use banhub::store::fleet_actions::{NewFleetAction, TargetOutcome, TargetState};
 use banhub_tests::PostgresServer;
 use chrono::Utc;
 use tempfile::TempDir;
@@ -120,28 +121,28 @@ async fn leases_follow_the_newest_session_and_expire() {
 }
 
 #[tokio::test]
-async fn a_relayed_command_is_claimed_once_and_answered_back() {
+async fn a_forwarded_command_is_claimed_once_and_answered_back() {
     let pg = postgres("banhub_relay");
     let a = connect(&pg.url).await;
     let b = connect(&pg.url).await;
     let s1 = server(&a, "web-1", &[]).await;
     let deadline = Utc::now().timestamp_millis() + 10_000;
-    a.insert_relayed_command("r1", s1, "a", "b", vec![1, 2, 3], deadline)
+    a.insert_forwarded_command("r1", s1, "a", "b", vec![1, 2, 3], deadline)
         .await
         .expect("insert");
     assert_eq!(
-        b.pending_relayed_commands("b").await.expect("pending"),
+        b.pending_forwarded_commands("b").await.expect("pending"),
         vec!["r1".to_owned()]
     );
     // Only the addressed replica can claim it, and only once.
     assert!(
-        a.claim_relayed_command("r1", "a")
+        a.claim_forwarded_command("r1", "a")
             .await
             .expect("claim")
             .is_none()
     );
     let (claimed, origin) = b
-        .claim_relayed_command("r1", "b")
+        .claim_forwarded_command("r1", "b")
         .await
         .expect("claim")
         .expect("claimed");
@@ -150,50 +151,56 @@ async fn a_relayed_command_is_claimed_once_and_answered_back() {
     assert_eq!(claimed.command, vec![1, 2, 3]);
     assert_eq!(claimed.deadline_ms, deadline);
     assert!(
-        b.claim_relayed_command("r1", "b")
+        b.claim_forwarded_command("r1", "b")
             .await
             .expect("claim")
             .is_none()
     );
     assert!(
-        a.take_relayed_outcome("r1").await.expect("take").is_none(),
+        a.take_forwarded_outcome("r1")
+            .await
+            .expect("take")
+            .is_none(),
         "not answered yet"
     );
     assert!(
-        b.finish_relayed_command("r1", RelayedOutcome::Answered(vec![9]))
+        b.finish_forwarded_command("r1", ForwardedOutcome::Answered(vec![9]))
             .await
             .expect("finish")
     );
     assert_eq!(
-        a.take_relayed_outcome("r1").await.expect("take"),
-        Some(RelayedOutcome::Answered(vec![9]))
+        a.take_forwarded_outcome("r1").await.expect("take"),
+        Some(ForwardedOutcome::Answered(vec![9]))
     );
     assert!(
-        a.take_relayed_outcome("r1").await.expect("take").is_none(),
+        a.take_forwarded_outcome("r1")
+            .await
+            .expect("take")
+            .is_none(),
         "taken once"
     );
     // An answer to a command the asker gave up on goes nowhere.
     assert!(
-        !b.finish_relayed_command("r1", RelayedOutcome::Failed("offline".into()))
+        !b.finish_forwarded_command("r1", ForwardedOutcome::Failed("offline".into()))
             .await
             .expect("finish")
     );
 
-    a.insert_relayed_command("r2", s1, "a", "b", vec![], deadline)
+    a.insert_forwarded_command("r2", s1, "a", "b", vec![], deadline)
         .await
         .expect("insert");
-    b.finish_relayed_command("r2", RelayedOutcome::Failed("offline".into()))
+    b.finish_forwarded_command("r2", ForwardedOutcome::Failed("offline".into()))
         .await
         .expect("finish");
     assert_eq!(
-        a.take_relayed_outcome("r2").await.expect("take"),
-        Some(RelayedOutcome::Failed("offline".into()))
+        a.take_forwarded_outcome("r2").await.expect("take"),
+        Some(ForwardedOutcome::Failed("offline".into()))
     );
-    a.insert_relayed_command("r3", s1, "a", "b", vec![], deadline)
+    a.insert_forwarded_command("r3", s1, "a", "b", vec![], deadline)
         .await
         .expect("insert");
     assert_eq!(
-        a.purge_relayed_commands(Utc::now().timestamp_millis() + 1)
+        a.purge_forwarded_commands(Utc::now().timestamp_millis() + 1)
             .await
             .expect("purge"),
         1

@@ -6,7 +6,7 @@ use std::borrow::Borrow;
 use std::collections::{HashMap, VecDeque};
 
 use super::geoip::GeoIp;
-use super::model::{MatchSample, RuleMatches};
+use crate::domain::alerts::{MatchSample, RuleMatches};
 use crate::domain::events::{EventBody, StoredEvent};
 use crate::settings::model::{AlertRule, Alerts};
 

@@ -17,7 +17,6 @@
 pub mod geoip;
 pub mod insights;
 pub mod mail;
-pub mod model;
 pub mod places;
 pub mod render;
 pub mod test_mail;
@@ -33,12 +32,14 @@ use chrono::Utc;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::alerts::{
+    AttemptOutcome, Channel, Delivery, DeliveryFilter, Digest, NewDelivery, RuleMatches,
+};
 use crate::domain::events::{EventFilter, EventId, EventKind, StoredEvent};
 use crate::events::Events;
 use crate::settings::SettingsService;
 use crate::settings::model::Alerts as AlertSettings;
 use crate::store::{Store, StoreError};
-use model::{AttemptOutcome, Channel, Delivery, DeliveryFilter, Digest, NewDelivery};
 
 /// Events read per step.
 const BATCH: usize = 500;
@@ -112,7 +113,9 @@ impl Alerts {
             ),
             Err(e) => tracing::warn!(error = %e, "cannot reset interrupted deliveries"),
         }
-        let sender = tokio::spawn(self.clone().send_loop());
+        let sender = tokio::spawn(tracing::Instrument::in_current_span(
+            self.clone().send_loop(),
+        ));
         self.match_loop().await;
         let _ = sender.await;
     }
@@ -334,7 +337,7 @@ impl Alerts {
         position: &mut Position,
         state: &mut matcher::State,
         upto: i64,
-        matches: Vec<model::RuleMatches>,
+        matches: Vec<RuleMatches>,
     ) -> Result<(), StoreError> {
         let found: usize = matches.iter().map(|m| m.matches.len()).sum();
         if found == 0 && position.written_at.elapsed() < CURSOR_WRITE_EVERY {

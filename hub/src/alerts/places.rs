@@ -249,11 +249,12 @@ impl PlacesCache {
     ) -> Result<Option<Arc<Tally>>, StoreError> {
         let path = geoip.as_ref().map(|db| db.path().to_owned());
         let behind = |cache: Arc<Self>, store: Store, geoip: Option<Arc<GeoIp>>| {
-            tokio::spawn(async move {
+            let recount = async move {
                 if let Err(e) = cache.recount(&store, geoip, false).await {
                     tracing::warn!(error = %e, "cannot count bans per country and network");
                 }
-            });
+            };
+            tokio::spawn(tracing::Instrument::in_current_span(recount));
         };
         match self.fresh(path.as_ref()).await {
             Ok(tally) => Ok(Some(tally)),

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde_json::json;
 
-use super::model::Digest;
+use crate::domain::alerts::Digest;
 
 /// Top addresses listed in a message.
 const TOP_IPS: usize = 10;

@@ -9,11 +9,11 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ApiJson, Problem};
 use super::events::query;
-use crate::alerts::model::{Delivery, DeliveryFilter, DeliveryStatus, Digest};
-use crate::app::AppState;
 use crate::auth::Viewer;
+use crate::domain::alerts::{Delivery, DeliveryFilter, DeliveryStatus, Digest};
 
 /// Largest page.
 const MAX_LIMIT: u64 = 500;

@@ -8,9 +8,9 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ApiJson, Problem};
 use super::target;
-use crate::app::AppState;
 use crate::auth::{Admin, AuditQuery, AuditRecord, Outcome};
 
 const DEFAULT_PAGE: u64 = 50;

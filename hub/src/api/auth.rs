@@ -18,9 +18,9 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ApiJson, Problem};
 use super::events::query;
-use crate::app::AppState;
 use crate::auth::policy::check_same_origin_navigation;
 use crate::auth::{
     Admin, ApiTokenRecord, AuditRecord, AuthError, AuthMode, Authn, Callback, Credential,

@@ -13,9 +13,9 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ApiJson, Problem, optional_json};
 use super::target::ServerPath;
-use crate::app::AppState;
 use crate::auth::Admin;
 use crate::domain::ServerId;
 use crate::fleet::FleetError;

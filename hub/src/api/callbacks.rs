@@ -12,8 +12,8 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ApiJson, Problem};
-use crate::app::AppState;
 use crate::domain::events::EventKind;
 use crate::events::EventsError;
 use crate::events::callback::CallbackError;

@@ -7,9 +7,9 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ApiJson, Problem, optional_json};
 use super::target::Target;
-use crate::app::AppState;
 use crate::auth::{Admin, Operator};
 use crate::fleet::{RestartKind, RestartResult, ServerActionResult};
 

@@ -5,9 +5,9 @@ use axum::extract::State;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ApiJson, Problem};
 use super::target::ServerPath;
-use crate::app::AppState;
 use crate::auth::{Operator, Viewer};
 use crate::fleet::{DeliveryReport, ProbeResult};
 

@@ -5,42 +5,17 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use banhub_proto::problem::{MEDIA_TYPE, type_of};
+use banhub_proto::problem::type_of;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use utoipa::ToSchema;
 
 use crate::alerts::mail::MailError;
 use crate::auth::AuthError;
 use crate::domain::GuardViolation;
 use crate::fleet::{AgentErrorKind, FILTER_TEST_RETRY_AFTER_SECS, FleetError};
+use crate::serve::problem::problem_response;
+pub use crate::serve::problem::{Problem, problem};
 use crate::store::StoreError;
-
-/// An RFC 9457 problem document.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Problem {
-    /// A URI naming the kind of problem: `urn:banhub:problem:<code>`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// Short, human-readable summary of the kind of problem.
-    pub title: String,
-    /// The HTTP status code.
-    pub status: u16,
-    /// What went wrong this time, in words an operator can act on.
-    pub detail: String,
-    /// Stable machine-readable code, e.g. `agent_offline`.
-    pub code: String,
-    /// The request field at fault, for validation errors.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-    /// fail2ban's own messages, line by line, when it refused something.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub details: Vec<String>,
-    /// For a configuration conflict: the file's version now.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub current_version: Option<String>,
-}
 
 /// Everything a handler can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -327,35 +302,6 @@ impl IntoResponse for ApiError {
         }
         response
     }
-}
-
-/// A problem+json response.
-pub fn problem(
-    status: StatusCode,
-    code: &str,
-    title: &str,
-    detail: String,
-    field: Option<String>,
-) -> Response {
-    let body = Problem {
-        kind: type_of(code),
-        title: title.to_owned(),
-        status: status.as_u16(),
-        detail,
-        code: code.to_owned(),
-        field,
-        details: Vec::new(),
-        current_version: None,
-    };
-    problem_response(status, body)
-}
-
-fn problem_response(status: StatusCode, body: Problem) -> Response {
-    let mut response = (status, axum::Json(body)).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(MEDIA_TYPE));
-    response
 }
 
 /// `axum::Json` whose rejections are problem documents too.

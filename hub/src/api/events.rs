@@ -17,10 +17,10 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ApiJson, Problem};
 use super::{schemas, target};
 use crate::alerts::insights::LocatedInsights;
-use crate::app::AppState;
 use crate::auth::Viewer;
 use crate::domain::ServerId;
 use crate::domain::events::{

@@ -8,10 +8,10 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ApiJson, Problem};
 use super::jails::MAX_CONFIG_BYTES;
 use super::target::Target;
-use crate::app::AppState;
 use crate::auth::{Operator, Viewer};
 use crate::fleet::{FilterSource, FilterTestResult};
 

@@ -16,14 +16,14 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ApiJson, Problem};
 use super::guards;
 use super::target::ServerPath;
-use crate::app::AppState;
 use crate::auth::{Admin, Operator, Viewer};
 use crate::domain::Labels;
 use crate::fleet::{ActionError, FleetBan, FleetError, Selector};
-use crate::store::cluster::{FleetActionRecord, TargetRecord, TargetState};
+use crate::store::fleet_actions::{FleetActionRecord, TargetRecord, TargetState};
 
 /// Longest time a command for an offline server may stay queued: 7 days.
 const MAX_QUEUE_SECS: u64 = 7 * 24 * 3600;

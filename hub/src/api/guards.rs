@@ -4,8 +4,8 @@
 use banhub_proto::rules::IpOrCidr;
 use ipnet::IpNet;
 
+use super::AppState;
 use super::error::ApiError;
-use crate::app::AppState;
 use crate::auth::{AuthError, Caller, Role};
 use crate::domain::GuardViolation;
 

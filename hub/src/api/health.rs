@@ -9,8 +9,8 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiJson, Problem, STORE_RETRY_AFTER_SECS, problem};
-use crate::app::AppState;
 use crate::auth::Viewer;
 
 pub fn router() -> OpenApiRouter<AppState> {

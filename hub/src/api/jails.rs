@@ -9,12 +9,12 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ApiJson, Problem, optional_json};
 use super::events::query;
 use super::guards;
 use super::servers::ServerDto;
 use super::target::Target;
-use crate::app::AppState;
 use crate::auth::{Admin, Operator, Viewer};
 use crate::fleet::{
     BanOutcome, BannedPage, ConfigChange, Edit, IgnoreListView, JailConfig, JailList,

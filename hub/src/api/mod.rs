@@ -1,6 +1,7 @@
 //! The HTTP API: one `router()` per resource under `/api`, the health and metrics endpoints, and the
 //! OpenAPI document generated from the handlers (`/api/openapi.json`, browsable at `/api/docs`).
 
+mod access;
 mod alerts;
 mod audit;
 mod auth;
@@ -19,6 +20,7 @@ mod openapi;
 mod schemas;
 mod servers;
 mod settings;
+mod state;
 pub(crate) mod target;
 
 use std::sync::Arc;
@@ -27,18 +29,20 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
+use axum::routing::MethodRouter;
 use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_swagger_ui::SwaggerUi;
 
 pub use error::{ApiError, ApiJson, Problem, problem};
+pub use state::AppState;
 
-use crate::app::AppState;
-use crate::auth::policy::{self, Authorizer, Policy};
+use crate::auth::policy::Policy;
 use crate::metrics::HttpLabels;
 use crate::serve::headers::{self, SecurityHeaders};
 use crate::serve::unread_body;
+use access::Authorizer;
 
 /// The OpenAPI document of every route, with each operation's security requirement (from its
 /// `x-required-role`) and every error answer it can give.
@@ -66,8 +70,9 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(health::router())
 }
 
-/// The whole HTTP surface of the hub.
-pub fn router(state: AppState) -> Router {
+/// The whole HTTP surface of the hub: the API, and `fallback` (the web UI) for every path no route
+/// matched, both behind the same layers.
+pub fn router(state: AppState, fallback: MethodRouter<AppState>) -> Router {
     let body_limit = state.config.http.body_limit_bytes;
     let (routes, mut doc) = api_routes().split_for_parts();
     // The roles are read from the generated document before it is decorated; a route with an
@@ -95,19 +100,19 @@ pub fn router(state: AppState) -> Router {
         // A route layer sees the matched route, whose role the policy knows.
         .route_layer(middleware::from_fn_with_state(
             authorizer,
-            policy::authorize,
+            access::authorize,
         ))
-        .fallback(crate::ui::fallback(&state.config.http.base_path.home()))
+        .fallback(fallback)
         .layer(middleware::from_fn_with_state(
             state.auth.clone(),
-            policy::authenticate,
+            access::authenticate,
         ))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_requests,
         ))
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().make_span_with(crate::serve::trace::request_span))
         .layer(middleware::from_fn(unread_body::close_if_unread))
         .layer(middleware::from_fn_with_state(
             SecurityHeaders::new(

@@ -10,9 +10,9 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ApiJson, Problem};
 use super::target::ServerPath;
-use crate::app::AppState;
 use crate::auth::{Admin, Operator, Viewer};
 use crate::domain::{Labels, NewServer, ServerName, ServerStatus};
 use crate::fleet::{IssuedToken, PingReport, ServerView};

@@ -13,9 +13,9 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::AppState;
 use super::error::{ApiError, ApiJson, Problem, optional_json};
 use crate::alerts::test_mail::{TestMailError, TestMailRequest};
-use crate::app::AppState;
 use crate::auth::Admin;
 use crate::fleet::{DefaultsPushResult, DefaultsTargets, PushDefaultsError};
 use crate::settings::model::DefaultsDocument;

@@ -6,8 +6,8 @@ use axum::extract::{FromRequestParts, Path};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 
+use super::AppState;
 use super::error::ApiError;
-use crate::app::AppState;
 use crate::auth::AuditHandle;
 use crate::domain::{ServerId, ServerName};
 use crate::fleet::FleetError;

@@ -9,12 +9,10 @@
 
 use std::ops::Deref;
 
-use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
 use super::policy::{AuditHandle, RouteRole};
 use super::{AuthError, Principal, Role};
-use crate::api::ApiError;
 
 /// An authenticated caller with at least the role of the capability it came from.
 #[derive(Debug, Clone)]
@@ -44,19 +42,17 @@ impl Caller {
     }
 }
 
-fn extract(parts: &Parts, role: Role) -> Result<Caller, ApiError> {
+fn extract(parts: &Parts, role: Role) -> Result<Caller, AuthError> {
     let Some(principal) = parts.extensions.get::<Principal>() else {
         return Err(AuthError::Unauthenticated(
             "log in (GET /auth/login) or send `Authorization: Bearer <token>`".to_owned(),
-        )
-        .into());
+        ));
     };
     if principal.role < role {
         return Err(AuthError::Forbidden(format!(
             "this needs the {role} role; {} has the {} role",
             principal.name, principal.role
-        ))
-        .into());
+        )));
     }
     if let Some(RouteRole(documented)) = parts.extensions.get::<RouteRole>()
         && *documented != role
@@ -66,8 +62,7 @@ fn extract(parts: &Parts, role: Role) -> Result<Caller, ApiError> {
              x-required-role = {documented}",
             parts.method,
             parts.uri.path()
-        ))
-        .into());
+        )));
     }
     Ok(Caller {
         principal: principal.clone(),
@@ -93,10 +88,10 @@ macro_rules! capability {
             }
         }
 
-        impl<S: Send + Sync> FromRequestParts<S> for $name {
-            type Rejection = ApiError;
-
-            async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        impl $name {
+            /// The capability of the request whose `parts` these are, or why it has none.
+            /// `api::access` makes this the extractor handlers take.
+            pub fn from_parts(parts: &Parts) -> Result<Self, AuthError> {
                 extract(parts, $role).map(Self)
             }
         }

@@ -9,8 +9,8 @@ use argon2::password_hash::SaltString;
 use argon2::{Argon2, PasswordHash, PasswordHasher as _, PasswordVerifier as _};
 use rand::RngCore as _;
 
-use super::config::LocalConfig;
 use super::error::AuthError;
+use crate::config::auth::LocalConfig;
 use crate::store::Store;
 
 /// Where a generated password is written, in the data directory.

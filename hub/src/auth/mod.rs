@@ -3,15 +3,14 @@
 //!
 //! [`Auth`] authenticates requests (a bearer token or the session cookie), runs the logins, and keeps
 //! the audit log. [`policy`] holds the per-route roles (declared on each route's OpenAPI operation as
-//! `x-required-role`) and the middleware that enforces them and records every state-changing request;
-//! [`capability`] holds the `Viewer`, `Operator` and `Admin` extractors handlers take.
+//! `x-required-role`) and the same-origin checks; [`capability`] holds the `Viewer`, `Operator` and
+//! `Admin` capabilities handlers take. Refusals are [`AuthError`]s: the HTTP layers that apply all
+//! this, and turn the refusals into `ApiError` answers, are `api::access`.
 
 pub mod capability;
-pub mod config;
 mod cookie;
 mod error;
 mod local;
-pub mod model;
 mod oidc;
 pub mod policy;
 mod ratelimit;
@@ -26,15 +25,15 @@ use chrono::{DateTime, TimeDelta, Utc};
 use openidconnect::url::Url;
 use subtle::ConstantTimeEq as _;
 
-pub use capability::{Admin, Caller, Operator, Viewer};
-pub use config::{AuthConfig, AuthMode};
-pub use cookie::{LOGIN_COOKIE, LOGIN_COOKIE_PATH, SESSION_COOKIE};
-pub use error::AuthError;
-pub use local::INITIAL_PASSWORD_FILE;
-pub use model::{
+pub use crate::config::{AuthConfig, AuthMode};
+pub use crate::domain::auth::{
     ApiTokenRecord, AuditQuery, AuditRecord, Credential, LoginFlow, Outcome, Principal, Role,
     SessionKind, SessionRecord,
 };
+pub use capability::{Admin, Caller, Operator, Viewer};
+pub use cookie::{LOGIN_COOKIE, LOGIN_COOKIE_PATH, SESSION_COOKIE};
+pub use error::AuthError;
+pub use local::INITIAL_PASSWORD_FILE;
 pub use policy::AuditHandle;
 
 use crate::pki::{random_secret, sha256_hex};
@@ -369,6 +368,7 @@ impl Auth {
 
     /// Local mode: checks the administrator's password, with rate limiting per client address and
     /// per user name.
+    #[tracing::instrument(skip_all, fields(user = username))]
     pub async fn login_local(
         &self,
         username: &str,
@@ -482,6 +482,7 @@ impl Auth {
     /// OIDC mode: the callback. The `state` must be the one this browser's login cookie carries
     /// and a login this hub started and has not finished; the code is redeemed and the ID token
     /// verified against the login's nonce. Returns the session and where to send the browser.
+    #[tracing::instrument(skip_all)]
     pub async fn finish_oidc(
         &self,
         callback: &Callback,

@@ -17,9 +17,9 @@ use openidconnect::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::config::{OidcConfig, RoleMap};
 use super::error::AuthError;
-use super::model::Role;
+use crate::config::auth::{OidcConfig, RoleMap};
+use crate::domain::auth::Role;
 
 /// How long a discovery document (with its signing keys) is used before it is fetched again.
 const DISCOVERY_TTL: Duration = Duration::from_secs(3600);

@@ -1,61 +1,38 @@
-//! The replica's background tasks: the `LISTEN` loop that dispatches notifications (commands to run,
-//! answers to wake, sessions to drop, revocations, other replicas' events), the announcer that sends
-//! this replica's committed event ids in batches, the lease keeper, and the sweeper job.
+//! The replica's notification tasks: the `LISTEN` loop that hands notifications (forwarded commands
+//! to run, answers to wake, sessions to drop, revocations, new settings, other replicas' events) to
+//! the [`Subscriber`], and the announcer that sends this replica's committed event ids in batches.
+//! `app` starts both, on PostgreSQL only.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tracing::Instrument as _;
 
 use super::{
-    CLUSTER_CHANNEL, Cluster, EVENTS_CHANNEL, SETTINGS_NOTICE, channel_of, jobs, leases,
-    parse_ranges,
+    CLUSTER_CHANNEL, Cluster, EVENTS_CHANNEL, SETTINGS_NOTICE, Subscriber, channel_of, parse_ranges,
 };
 use crate::domain::ServerId;
-use crate::events::Events;
-use crate::fleet::Fleet;
-use crate::settings::SettingsService;
 use crate::store::cluster::Notice;
 
-/// Batches of other replicas' event ids waiting to be read and published here.
-const FEED_QUEUE: usize = 4096;
 /// How long the announcer gathers committed event ids before it notifies.
 const ANNOUNCE_GATHER: Duration = Duration::from_millis(10);
 /// Pause before listening again after the listening connection failed.
 const RELISTEN_AFTER: Duration = Duration::from_secs(1);
 
-/// Starts every background task of this replica: the sweeper job and the fleet's own tasks, and on
-/// PostgreSQL the listener, the announcer and the lease keeper (on SQLite there is nobody to talk
-/// to). Other singleton jobs are started where they are defined, through `jobs::run_singleton`.
-pub fn spawn_background(
-    cluster: &Cluster,
-    fleet: &Fleet,
-    events: &Events,
-    settings: &SettingsService,
-) {
-    jobs::spawn_standard(cluster);
-    crate::fleet::spawn_background(fleet.clone());
-    if !cluster.is_shared() {
-        return;
+impl Cluster {
+    /// Listens for the other replicas' notifications and hands each to `subscriber`, until
+    /// shutdown; listens again whenever the connection fails.
+    pub async fn run_listener<S: Subscriber>(self, subscriber: Arc<S>) {
+        listen(self, subscriber).await;
     }
-    events.attach_cluster(cluster.clone());
-    let (feed, feed_rx) = mpsc::channel(FEED_QUEUE);
-    tokio::spawn(events.clone().run_peer_feed(feed_rx));
-    tokio::spawn(listen(
-        cluster.clone(),
-        fleet.clone(),
-        settings.clone(),
-        feed,
-    ));
-    tokio::spawn(announce(cluster.clone()));
-    tokio::spawn(leases::keep(cluster.clone(), fleet.clone()));
+
+    /// Sends the ids of events committed here to the other replicas, until shutdown.
+    pub async fn run_announcer(self) {
+        announce(self).await;
+    }
 }
 
-async fn listen(
-    cluster: Cluster,
-    fleet: Fleet,
-    settings: SettingsService,
-    feed: mpsc::Sender<Vec<(i64, i64)>>,
-) {
+async fn listen<S: Subscriber>(cluster: Cluster, subscriber: Arc<S>) {
     let shutdown = cluster.0.shutdown.clone();
     let mine = channel_of(cluster.replica());
     let channels = vec![
@@ -77,7 +54,7 @@ async fn listen(
         };
         // Whatever was sent while nobody listened: commands waiting here, answers waited for,
         // settings saved elsewhere.
-        resync(&cluster, &fleet, &settings);
+        resync(&cluster, &subscriber);
         loop {
             let notice = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -86,20 +63,20 @@ async fn listen(
             match notice {
                 Ok(Notice::Message { channel, payload }) => {
                     if channel == mine {
-                        direct(&cluster, &fleet, &payload);
+                        direct(&cluster, &subscriber, &payload);
                     } else if channel == EVENTS_CHANNEL {
-                        peer_events(&cluster, &feed, &payload);
+                        peer_events(&cluster, subscriber.as_ref(), &payload);
                     } else if channel == CLUSTER_CHANNEL {
                         if let Some(serial) = payload.strip_prefix("revoke ") {
-                            fleet.revoke_here(serial);
+                            subscriber.certificate_revoked(serial);
                         } else if payload == SETTINGS_NOTICE {
-                            reload_settings(&settings);
+                            reload_settings(&subscriber);
                         }
                     }
                 }
                 Ok(Notice::Reconnected) => {
                     tracing::warn!("the notification connection was lost and is back; catching up");
-                    resync(&cluster, &fleet, &settings);
+                    resync(&cluster, &subscriber);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "the notification connection failed; listening again");
@@ -111,12 +88,9 @@ async fn listen(
 }
 
 /// A notification on this replica's own channel.
-fn direct(cluster: &Cluster, fleet: &Fleet, payload: &str) {
+fn direct<S: Subscriber>(cluster: &Cluster, subscriber: &Arc<S>, payload: &str) {
     if let Some(id) = payload.strip_prefix("run:") {
-        let fleet = fleet.clone();
-        let cluster = cluster.clone();
-        let id = id.to_owned();
-        tokio::spawn(async move { fleet.run_relayed(&cluster, &id).await });
+        run_forwarded(cluster, subscriber, id.to_owned());
     } else if let Some(id) = payload.strip_prefix("done:") {
         cluster.wake(id);
     } else if let Some(rest) = payload.strip_prefix("drop:") {
@@ -129,7 +103,7 @@ fn direct(cluster: &Cluster, fleet: &Fleet, payload: &str) {
         })();
         match parsed {
             Some((server, generation, reconnect)) => {
-                fleet.drop_replaced(server, generation, reconnect);
+                subscriber.session_replaced(server, generation, reconnect);
             }
             None => tracing::warn!(%payload, "an unreadable drop notification"),
         }
@@ -138,7 +112,15 @@ fn direct(cluster: &Cluster, fleet: &Fleet, payload: &str) {
     }
 }
 
-fn peer_events(cluster: &Cluster, feed: &mpsc::Sender<Vec<(i64, i64)>>, payload: &str) {
+/// Runs a forwarded command in its own task, so a slow agent holds up no other notification.
+fn run_forwarded<S: Subscriber>(cluster: &Cluster, subscriber: &Arc<S>, id: String) {
+    let cluster = cluster.clone();
+    let subscriber = subscriber.clone();
+    let span = tracing::info_span!("forwarded_command", command = %id);
+    tokio::spawn(async move { subscriber.command_forwarded(&cluster, id).await }.instrument(span));
+}
+
+fn peer_events(cluster: &Cluster, subscriber: &impl Subscriber, payload: &str) {
     let Some((tag, ranges)) = parse_ranges(payload) else {
         tracing::warn!(%payload, "an unreadable events notification");
         return;
@@ -147,46 +129,39 @@ fn peer_events(cluster: &Cluster, feed: &mpsc::Sender<Vec<(i64, i64)>>, payload:
     if tag == cluster.0.tag {
         return;
     }
-    if feed.try_send(ranges).is_err() {
-        tracing::warn!(
-            "live clients here fall behind the other replicas' events; they catch up from the database on reconnect"
-        );
-    }
+    subscriber.events_committed(ranges);
 }
 
 /// Takes the settings another replica saved (a no-op when this one has them already).
-fn reload_settings(settings: &SettingsService) {
-    let settings = settings.clone();
-    tokio::spawn(async move {
-        if let Err(e) = settings.reload().await {
-            tracing::warn!(error = %e, "cannot read the settings another replica saved");
-        }
-    });
+fn reload_settings<S: Subscriber>(subscriber: &Arc<S>) {
+    let subscriber = subscriber.clone();
+    tokio::spawn(async move { subscriber.settings_saved().await }.in_current_span());
 }
 
-fn resync(cluster: &Cluster, fleet: &Fleet, settings: &SettingsService) {
-    reload_settings(settings);
+/// Catches up with what was sent while nobody listened: new settings, answers waited for, and the
+/// commands forwarded here.
+fn resync<S: Subscriber>(cluster: &Cluster, subscriber: &Arc<S>) {
+    reload_settings(subscriber);
     cluster.wake_all();
     let cluster = cluster.clone();
-    let fleet = fleet.clone();
-    tokio::spawn(async move {
+    let subscriber = subscriber.clone();
+    let catch_up = async move {
         match cluster
             .store()
-            .pending_relayed_commands(cluster.replica())
+            .pending_forwarded_commands(cluster.replica())
             .await
         {
             Ok(ids) => {
                 for id in ids {
-                    let fleet = fleet.clone();
-                    let cluster = cluster.clone();
-                    tokio::spawn(async move { fleet.run_relayed(&cluster, &id).await });
+                    run_forwarded(&cluster, &subscriber, id);
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the commands relayed to this replica")
+                tracing::warn!(error = %e, "cannot read the commands forwarded to this replica")
             }
         }
-    });
+    };
+    tokio::spawn(catch_up.in_current_span());
 }
 
 /// Sends the ids of events committed here to the other replicas, merging what piled up meanwhile

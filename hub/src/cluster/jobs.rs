@@ -22,7 +22,7 @@ pub const PROBES: &str = "probes";
 /// cursor from each other (and rebuild their spike windows each time), and a replica starting would
 /// put the others' deliveries in flight back to pending.
 pub const ALERTS: &str = "alerts";
-/// The sweeper: fleet-action deadlines, relayed-command leftovers, stale leases, old tokens.
+/// The sweeper: fleet-action deadlines, forwarded-command leftovers, stale leases, old tokens.
 pub const SWEEPER: &str = "sweeper";
 
 /// How long a running job has to end by itself once the hub stops.
@@ -31,8 +31,8 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 const TAKE_OVER_EVERY: Duration = Duration::from_secs(2);
 /// How often the leader checks that its lock connection is alive.
 const CHECK_LOCK_EVERY: Duration = Duration::from_secs(2);
-/// Relayed commands are answered within seconds; rows this old were abandoned.
-const RELAYED_KEEP: Duration = Duration::from_secs(600);
+/// Forwarded commands are answered within seconds; rows this old were abandoned.
+const FORWARDED_KEEP: Duration = Duration::from_secs(600);
 /// Leases and replica rows this far past their time belong to replicas long gone.
 const STALE_KEEP: Duration = Duration::from_secs(24 * 3600);
 /// Enrollment tokens and revoked certificates are kept this long past their expiry, so a late
@@ -47,13 +47,9 @@ fn lock_key(name: &str) -> i64 {
     i64::from_str_radix(&digest[..15], 16).unwrap_or(0)
 }
 
-/// Starts the cluster's own jobs (the sweeper).
-pub(super) fn spawn_standard(cluster: &Cluster) {
-    tokio::spawn(run_singleton(cluster.clone(), SWEEPER, sweeper));
-}
-
 /// Runs `job` whenever this replica holds the job's lock (always, on SQLite), until shutdown or
 /// until `job` returns.
+#[tracing::instrument(skip_all, fields(job = name))]
 pub async fn run_singleton<F, Fut>(cluster: Cluster, name: &'static str, job: F)
 where
     F: Fn(Cluster) -> Fut,
@@ -65,7 +61,7 @@ where
         let job = job(cluster.clone());
         tokio::pin!(job);
         tokio::select! {
-            () = shutdown.cancelled() => finish(name, job).await,
+            () = shutdown.cancelled() => finish(job).await,
             () = &mut job => {}
         }
         return;
@@ -80,14 +76,14 @@ where
                 Ok(Some(c)) => conn = Some(c),
                 Ok(None) => return,
                 Err(e) => {
-                    tracing::warn!(job = name, error = %e, "cannot open a connection for the job's lock")
+                    tracing::warn!(error = %e, "cannot open a connection for the job's lock")
                 }
             }
         }
         if let Some(c) = conn.as_mut() {
             match c.try_lock(key).await {
                 Ok(true) => {
-                    tracing::info!(job = name, "this replica leads the job now");
+                    tracing::info!("this replica leads the job now");
                     record(&cluster, name, JobEvent::Leads).await;
                     let watch = async {
                         loop {
@@ -100,15 +96,15 @@ where
                     let job = job(cluster.clone());
                     tokio::pin!(job);
                     tokio::select! {
-                        () = shutdown.cancelled() => return finish(name, job).await,
+                        () = shutdown.cancelled() => return finish(job).await,
                         () = &mut job => return,
-                        () = watch => tracing::warn!(job = name, "lost the job's lock connection; another replica may take over"),
+                        () = watch => tracing::warn!("lost the job's lock connection; another replica may take over"),
                     }
                     conn = None;
                 }
                 Ok(false) => {}
                 Err(e) => {
-                    tracing::warn!(job = name, error = %e, "cannot try the job's lock");
+                    tracing::warn!(error = %e, "cannot try the job's lock");
                     conn = None;
                 }
             }
@@ -123,9 +119,9 @@ where
 /// Gives a job that was running when the hub began to stop [`STOP_GRACE`] to end by itself (the
 /// jobs watch the shutdown token too, and end after the step under way: an alert being sent is
 /// then recorded as sent rather than sent again at the next start).
-async fn finish(name: &str, job: std::pin::Pin<&mut impl Future<Output = ()>>) {
+async fn finish(job: std::pin::Pin<&mut impl Future<Output = ()>>) {
     if tokio::time::timeout(STOP_GRACE, job).await.is_err() {
-        tracing::warn!(job = name, "the job did not end in time; stopping it");
+        tracing::warn!("the job did not end in time; stopping it");
     }
 }
 
@@ -135,7 +131,7 @@ async fn record(cluster: &Cluster, name: &str, event: JobEvent) {
         .record_job(name, cluster.replica(), event)
         .await
     {
-        tracing::warn!(job = name, error = %e, "could not record a job's progress");
+        tracing::warn!(error = %e, "could not record a job's progress");
     }
 }
 
@@ -143,7 +139,9 @@ fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-async fn sweeper(cluster: Cluster) {
+/// The sweeper job ([`SWEEPER`]): expires fleet-action targets every sweep interval and purges
+/// leftovers now and then, until shutdown.
+pub async fn sweeper(cluster: Cluster) {
     let mut ticker = tokio::time::interval(cluster.sweep_interval());
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut pass: u64 = 0;
@@ -165,12 +163,14 @@ async fn sweeper(cluster: Cluster) {
         if pass.is_multiple_of(PURGE_EVERY) {
             let now = Utc::now().timestamp_millis();
             let purged = async {
-                let relayed = store.purge_relayed_commands(now - ms(RELAYED_KEEP)).await?;
+                let forwarded = store
+                    .purge_forwarded_commands(now - ms(FORWARDED_KEEP))
+                    .await?;
                 let stale = store.purge_stale_cluster_rows(ms(STALE_KEEP)).await?;
                 let expired = store
                     .purge_expired_enrollment(now - ms(EXPIRED_KEEP))
                     .await?;
-                Ok::<_, crate::store::StoreError>(relayed + stale + expired)
+                Ok::<_, crate::store::StoreError>(forwarded + stale + expired)
             }
             .await;
             match purged {

@@ -2,10 +2,19 @@
 //! lease it holds in one statement, and compares the leases with its live sessions, so a missed
 //! notification never leaves two replicas serving one agent for longer than that.
 
-use super::Cluster;
-use crate::fleet::Fleet;
+use std::sync::Arc;
 
-pub(super) async fn keep(cluster: Cluster, fleet: Fleet) {
+use super::{Cluster, Subscriber};
+
+impl Cluster {
+    /// Keeps this replica's heartbeat and leases, and has `subscriber` reconcile its sessions with
+    /// them, until shutdown.
+    pub async fn run_lease_keeper<S: Subscriber>(self, subscriber: Arc<S>) {
+        keep(self, subscriber).await;
+    }
+}
+
+async fn keep<S: Subscriber>(cluster: Cluster, subscriber: Arc<S>) {
     let shutdown = cluster.0.shutdown.clone();
     let period = (cluster.0.lease_ttl / 3).max(std::time::Duration::from_millis(100));
     let mut ticker = tokio::time::interval(period);
@@ -30,7 +39,7 @@ pub(super) async fn keep(cluster: Cluster, fleet: Fleet) {
             continue;
         }
         match store.leases_of(cluster.replica()).await {
-            Ok(held) => fleet.reconcile_leases(&cluster, &held).await,
+            Ok(held) => subscriber.leases_renewed(&cluster, &held).await,
             Err(e) => tracing::warn!(error = %e, "could not read this replica's agent leases"),
         }
     }

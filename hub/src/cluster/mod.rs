@@ -1,5 +1,5 @@
 //! Hub replicas on one PostgreSQL database: who this replica is, the agent leases it holds, commands
-//! relayed to the replica holding an agent, the fan-out of committed events, and singleton jobs.
+//! forwarded to the replica holding an agent, the fan-out of committed events, and singleton jobs.
 //!
 //! There is no consensus of our own: the database is the only shared state. A replica records each
 //! agent session it holds as a lease (renewed in bulk, released when the session ends, taken over by
@@ -7,7 +7,7 @@
 //! and its id sent with `NOTIFY` on the holder's channel; the holder runs it and answers the same
 //! way. Committed event ids go out on one channel every replica listens to. Jobs that must run once
 //! per cluster hold a PostgreSQL advisory lock. On SQLite (one hub) none of this runs: leases are not
-//! written, nothing is relayed, jobs simply run.
+//! written, nothing is forwarded, jobs simply run.
 //!
 //! Channels: `banhub_r_<tag>` per replica (`run:<id>`, `done:<id>`, `drop:<server>:<generation>:<0|1>`),
 //! `banhub_events` (`<tag> <id ranges>`), `banhub_cluster` (`revoke <serial>`).
@@ -15,6 +15,7 @@
 mod bus;
 pub mod jobs;
 mod leases;
+mod subscriber;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,10 +27,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ClusterConfig;
 use crate::domain::{AgentId, ServerId};
-use crate::store::cluster::{JobRuns, Lease, LeaseGrant, RelayedOutcome, ReplicaRow};
+use crate::store::cluster::{ForwardedOutcome, JobRuns, Lease, LeaseGrant, ReplicaRow};
 use crate::store::{Store, StoreError};
 
-pub use bus::spawn_background;
+pub use subscriber::Subscriber;
 
 /// The channel every replica listens to for committed events.
 const EVENTS_CHANNEL: &str = "banhub_events";
@@ -39,13 +40,13 @@ const CLUSTER_CHANNEL: &str = "banhub_cluster";
 const SETTINGS_NOTICE: &str = "settings";
 /// PostgreSQL refuses payloads of 8000 bytes or more; event id lists are split below this.
 const MAX_PAYLOAD: usize = 7000;
-/// Extra time a relayed command is waited for beyond its own deadline (two notifications and a few
+/// Extra time a forwarded command is waited for beyond its own deadline (two notifications and a few
 /// statements).
-const RELAY_MARGIN: Duration = Duration::from_secs(2);
+const FORWARD_MARGIN: Duration = Duration::from_secs(2);
 
-/// Why a relayed command brought no answer.
+/// Why a forwarded command brought no answer.
 #[derive(Debug, thiserror::Error)]
-pub enum RelayError {
+pub enum ForwardError {
     #[error("the replica holding the agent did not answer in time")]
     Timeout,
     #[error(transparent)]
@@ -60,7 +61,7 @@ struct Inner {
     shared: bool,
     lease_ttl: Duration,
     sweep_interval: Duration,
-    /// Relayed commands this replica waits for, by row id.
+    /// Forwarded commands this replica waits for answers to, by row id.
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
     /// Ids of events committed here, for the announcer task.
     announce: mpsc::UnboundedSender<Vec<i64>>,
@@ -160,6 +161,7 @@ impl Cluster {
 
     /// Registers this replica: forgets leases an earlier run with the same id left behind, and
     /// checks that every replica uses the same CA (`ca_fingerprint`). Call once before serving.
+    #[tracing::instrument(skip_all, fields(replica = %self.0.replica), err)]
     pub async fn join(&self, ca_fingerprint: &str) -> Result<(), JoinError> {
         if !self.0.shared {
             return Ok(());
@@ -292,32 +294,33 @@ impl Cluster {
         }
     }
 
-    // ----- relayed commands -----
+    // ----- forwarded commands -----
 
     /// Sends an encoded command to `target` (the replica holding `server`'s agent) and waits up to
     /// `timeout` (plus a small margin) for its encoded answer.
-    pub async fn relay(
+    #[tracing::instrument(skip_all, fields(%server, target), err(level = "warn"))]
+    pub async fn forward(
         &self,
         target: &str,
         server: ServerId,
         command: Vec<u8>,
         timeout: Duration,
-    ) -> Result<RelayedOutcome, RelayError> {
+    ) -> Result<ForwardedOutcome, ForwardError> {
         let id = uuid::Uuid::now_v7().to_string();
         let wake = Arc::new(Notify::new());
         lock(&self.0.waiters).insert(id.clone(), wake.clone());
         let outcome = self
-            .relay_inner(&id, target, server, command, timeout, &wake)
+            .forward_inner(&id, target, server, command, timeout, &wake)
             .await;
         lock(&self.0.waiters).remove(&id);
         if outcome.is_err() {
             // Whatever happens to it now, nobody reads the answer.
-            let _ = self.0.store.delete_relayed_command(&id).await;
+            let _ = self.0.store.delete_forwarded_command(&id).await;
         }
         outcome
     }
 
-    async fn relay_inner(
+    async fn forward_inner(
         &self,
         id: &str,
         target: &str,
@@ -325,59 +328,59 @@ impl Cluster {
         command: Vec<u8>,
         timeout: Duration,
         wake: &Notify,
-    ) -> Result<RelayedOutcome, RelayError> {
+    ) -> Result<ForwardedOutcome, ForwardError> {
         let deadline_ms = Utc::now().timestamp_millis()
             + i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX / 2);
         let store = &self.0.store;
         store
-            .insert_relayed_command(id, server, &self.0.replica, target, command, deadline_ms)
+            .insert_forwarded_command(id, server, &self.0.replica, target, command, deadline_ms)
             .await?;
         store
             .notify(&channel_of(target), &format!("run:{id}"))
             .await?;
-        let give_up = tokio::time::Instant::now() + timeout + RELAY_MARGIN;
+        let give_up = tokio::time::Instant::now() + timeout + FORWARD_MARGIN;
         loop {
             if tokio::time::timeout_at(give_up, wake.notified())
                 .await
                 .is_err()
             {
-                return Err(RelayError::Timeout);
+                return Err(ForwardError::Timeout);
             }
             // A wake-up after lost notifications may come before the answer: then wait on.
-            if let Some(outcome) = store.take_relayed_outcome(id).await? {
+            if let Some(outcome) = store.take_forwarded_outcome(id).await? {
                 return Ok(outcome);
             }
         }
     }
 
-    /// Claims a command relayed to this replica; `None` when somebody else has it or it is gone.
+    /// Claims a command forwarded to this replica; `None` when somebody else has it or it is gone.
     pub async fn claim(
         &self,
         id: &str,
     ) -> Result<Option<(crate::store::cluster::ClaimedCommand, String)>, StoreError> {
         self.0
             .store
-            .claim_relayed_command(id, &self.0.replica)
+            .claim_forwarded_command(id, &self.0.replica)
             .await
     }
 
-    /// Writes the answer to a relayed command and wakes the replica that asked.
-    pub async fn answer(&self, id: &str, origin: &str, outcome: RelayedOutcome) {
+    /// Writes the answer to a forwarded command and wakes the replica that asked.
+    pub async fn answer(&self, id: &str, origin: &str, outcome: ForwardedOutcome) {
         let store = &self.0.store;
-        match store.finish_relayed_command(id, outcome).await {
+        match store.finish_forwarded_command(id, outcome).await {
             Ok(true) => {
                 if let Err(e) = store
                     .notify(&channel_of(origin), &format!("done:{id}"))
                     .await
                 {
-                    tracing::warn!(command = %id, error = %e, "could not wake the replica waiting for a relayed command");
+                    tracing::warn!(command = %id, error = %e, "could not wake the replica waiting for a forwarded command");
                 }
             }
             Ok(false) => {
-                tracing::debug!(command = %id, "the asking replica gave up on this relayed command")
+                tracing::debug!(command = %id, "the asking replica gave up on this forwarded command")
             }
             Err(e) => {
-                tracing::warn!(command = %id, error = %e, "could not store the answer to a relayed command")
+                tracing::warn!(command = %id, error = %e, "could not store the answer to a forwarded command")
             }
         }
     }

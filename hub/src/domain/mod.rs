@@ -1,12 +1,19 @@
-//! Domain types and rules that know nothing of HTTP, gRPC or SQL: identifiers and validated names.
+//! Domain types and rules that know nothing of HTTP, gRPC or SQL: identifiers, validated names, and
+//! the models the store keeps and returns (events, alert digests, sessions and tokens, settings).
 
+mod agent_cert;
+pub mod alerts;
+pub mod auth;
 pub mod events;
 mod guards;
 mod names;
 mod server;
+mod settings;
 
+pub use agent_cert::{SignedAgentCert, sha256_hex};
 pub use guards::{GuardViolation, Guards, PrefixLimits};
 pub use names::{NameError, ServerName};
 pub use server::{
     AgentFacts, AgentId, IdError, LabelError, Labels, NewServer, Server, ServerId, ServerStatus,
 };
+pub use settings::StoredSettings;

@@ -5,10 +5,13 @@
 //! the store first and are published to the live feed after, so a subscriber never sees an event the
 //! database does not have.
 
+mod batch;
 pub mod callback;
 mod live;
 mod retention;
 mod stats;
+
+pub use batch::EventBatch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +28,7 @@ use crate::domain::events::{
 };
 use crate::domain::{AgentId, Server, ServerId};
 use crate::pki::{random_secret, sha256_hex};
-use crate::store::events::{IngestOutcome, PreparedBatch};
+use crate::store::events::IngestOutcome;
 use crate::store::{Store, StoreError};
 
 pub use retention::PruneReport;
@@ -38,8 +41,7 @@ pub const MAX_PAGE: usize = 1000;
 /// Largest number of entries per insights list.
 pub const MAX_TOP: usize = 100;
 /// Events added to the text index per transaction while ingest is busy: small, so ingest waits
-/// little for the write lock (indexing runs at ≈ 10,000–20,000 events/s on two cores, so 500 hold
-/// it for tens of ms).
+/// little for the write lock (500 events hold it for tens of milliseconds).
 const TEXT_INDEX_BATCH: usize = 500;
 /// … and while ingest is quiet: larger transactions cost less per event (fewer FTS5 segments to
 /// write and merge) and hold up nobody.
@@ -148,20 +150,6 @@ impl Events {
             .store()
             .ingest_batch(server, agent, epoch, events)
             .await?;
-        Ok(self.committed(outcome))
-    }
-
-    /// An empty batch of `agent`'s spool `epoch`, to which an agent's session adds events as they
-    /// arrive (building their rows while its previous batch commits), then stores with
-    /// [`Events::ingest_prepared`].
-    pub fn prepare_batch(&self, server: ServerId, agent: AgentId, epoch: u64) -> PreparedBatch {
-        self.store().prepare_batch(server, agent, epoch)
-    }
-
-    /// [`Events::ingest_batch`] of a prepared batch.
-    #[tracing::instrument(skip_all, fields(epoch = batch.epoch(), events = batch.len()), err)]
-    pub async fn ingest_prepared(&self, batch: PreparedBatch) -> Result<u64, EventsError> {
-        let outcome = self.store().ingest_prepared(batch).await?;
         Ok(self.committed(outcome))
     }
 

@@ -3,7 +3,7 @@
 //! read stays small however many events there are.
 //!
 //! What is read for days before today is kept in a [`DayCache`]: over 90 days that is tens of
-//! thousands of rollup rows per request (≈ 100 ms over a large fleet), and those days change only
+//! thousands of rollup rows per request (see `bench/README.md`), and those days change only
 //! when an event of a past day arrives late (an agent's spool replayed), which empties the cache,
 //! or retention drops them. Today's part is always read.
 
@@ -19,10 +19,10 @@ use crate::domain::events::{
     Counts, Insights, InsightsQuery, JailName, SeriesPoint, Stats, StatsQuery,
 };
 use crate::store::Store;
-use crate::store::events::{CountRow, Grain};
+use crate::store::events::{
+    CountRow, DAY_MS, Grain, HOUR_MS, bucket_ceil as ceil, bucket_floor as floor,
+};
 
-const HOUR_MS: i64 = 3_600_000;
-const DAY_MS: i64 = 24 * HOUR_MS;
 /// Bucket sizes for the series, smallest first; the first that gives at most [`MAX_POINTS`] wins.
 const BUCKETS_MS: [i64; 7] = [
     HOUR_MS,
@@ -273,15 +273,6 @@ struct Plan {
     from: i64,
     to: i64,
     bucket: i64,
-}
-
-fn floor(ms: i64, step: i64) -> i64 {
-    ms.div_euclid(step) * step
-}
-
-fn ceil(ms: i64, step: i64) -> i64 {
-    let f = floor(ms, step);
-    if f == ms { ms } else { f + step }
 }
 
 /// Picks the bucket size for `[from, to)` and widens the range to whole buckets.

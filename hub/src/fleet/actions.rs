@@ -14,7 +14,7 @@ use chrono::Utc;
 
 use super::{Fleet, FleetError};
 use crate::domain::{Server, ServerId};
-use crate::store::cluster::{FleetActionRecord, NewFleetAction, TargetOutcome, TargetWork};
+use crate::store::fleet_actions::{FleetActionRecord, NewFleetAction, TargetOutcome, TargetWork};
 
 /// Which servers an action applies to.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -216,17 +216,12 @@ impl Fleet {
     }
 }
 
-/// Starts the fleet's own background tasks: the delivery pass below and the "last seen" writer.
-pub fn spawn_background(fleet: Fleet) {
-    let shutdown = fleet.0.sessions.shutdown_token();
-    tokio::spawn(super::gateway::write_seen(fleet.clone(), shutdown.clone()));
-    spawn_delivery(fleet, shutdown);
-}
-
-/// Delivers queued targets of servers whose agents hold a session here, every sweep interval:
-/// covers an agent that came back while its target was being handled elsewhere.
-fn spawn_delivery(fleet: Fleet, shutdown: tokio_util::sync::CancellationToken) {
-    tokio::spawn(async move {
+impl Fleet {
+    /// Delivers queued targets of servers whose agents hold a session here, every sweep interval,
+    /// until shutdown: covers an agent that came back while its target was being handled elsewhere.
+    pub async fn run_queued_delivery(self) {
+        let fleet = self;
+        let shutdown = fleet.0.sessions.shutdown_token();
         let cluster = fleet.cluster().clone();
         let mut ticker = tokio::time::interval(cluster.sweep_interval());
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -248,7 +243,7 @@ fn spawn_delivery(fleet: Fleet, shutdown: tokio_util::sync::CancellationToken) {
                 .collect();
             futures::future::join_all(here.into_iter().map(|w| fleet.deliver(w))).await;
         }
-    });
+    }
 }
 
 #[cfg(test)]

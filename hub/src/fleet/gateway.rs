@@ -34,13 +34,13 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-use super::sessions::{Registration, SessionInfo};
+use super::sessions::{Registration, SessionEnd, SessionInfo};
 use super::{Fleet, ingest};
 use crate::domain::{AgentFacts, AgentId, Server};
-use crate::events::EventsError;
+use crate::events::{EventBatch, EventsError};
+use crate::metrics::SessionEndLabels;
 use crate::pki::agent_from_cert;
 use crate::store::StoreError;
-use crate::store::events::PreparedBatch;
 
 /// How long an agent may take to send its hello after the stream opens.
 const HELLO_DEADLINE: Duration = Duration::from_secs(10);
@@ -71,7 +71,7 @@ const STOP_COMMIT_WAIT: Duration = Duration::from_secs(2);
 enum Queued {
     /// Events of one spool epoch for one transaction, rows built as they arrived; `last_seq` is the
     /// highest sequence number received (refused events included), acknowledged with them.
-    Events { batch: PreparedBatch, last_seq: u64 },
+    Events { batch: EventBatch, last_seq: u64 },
     /// Another frame, handled once everything before it is committed and acknowledged.
     Frame(Option<agent_frame::Body>),
 }
@@ -333,6 +333,19 @@ async fn read_hello(inbound: &mut Streaming<AgentFrame>) -> Result<Hello, Status
     }
 }
 
+/// How a session ended: the kind, and the words for the log line.
+struct Ended {
+    end: SessionEnd,
+    detail: String,
+}
+
+fn ended(end: SessionEnd, detail: impl Into<String>) -> Ended {
+    Ended {
+        end,
+        detail: detail.into(),
+    }
+}
+
 struct SessionTask {
     fleet: Fleet,
     agent: AgentId,
@@ -363,11 +376,18 @@ impl SessionTask {
         if let Err(e) = self.fleet.store().mark_seen(self.server.id, None).await {
             tracing::warn!(error = %e, "could not record when the agent was last seen");
         }
-        tracing::info!(reason = %end, "agent session ended");
+        self.fleet
+            .metrics()
+            .agent_sessions_ended
+            .get_or_create(&SessionEndLabels {
+                reason: end.end.as_str(),
+            })
+            .inc();
+        tracing::info!(reason = %end.end, detail = %end.detail, "agent session ended");
     }
 
     /// Runs the session until it ends; returns why.
-    async fn serve(&mut self) -> String {
+    async fn serve(&mut self) -> Ended {
         let interval = Duration::from_millis(u64::from(self.fleet.heartbeat_interval_ms()));
         let silence_limit = interval * 3;
         let mut ticker = tokio::time::interval(interval);
@@ -392,7 +412,7 @@ impl SessionTask {
                     let frame = hub_frame::Body::Drain(Drain { reason: drain.reason.clone(), reconnect: drain.reconnect });
                     // Best effort: the agent may already be gone.
                     let _ = tokio::time::timeout(Duration::from_secs(1), self.send(frame)).await;
-                    return drain.reason;
+                    return ended(drain.end, drain.reason);
                 }
                 done = pipeline.committed() => {
                     let Some(flight) = pipeline.in_flight.take() else {
@@ -424,10 +444,10 @@ impl SessionTask {
                         }
                     }
                     Ok(None) => {
-                        return self.finish(pipeline, &mut pending, "the agent closed the session".to_owned()).await;
+                        return self.finish(pipeline, &mut pending, ended(SessionEnd::AgentClosed, "the agent closed the session")).await;
                     }
                     Err(status) => {
-                        let reason = format!("the stream failed: {}", status.message());
+                        let reason = ended(SessionEnd::StreamFailed, format!("the stream failed: {}", status.message()));
                         return self.finish(pipeline, &mut pending, reason).await;
                     }
                 },
@@ -435,19 +455,19 @@ impl SessionTask {
                     let id = outgoing.command.id.clone();
                     pending.insert(id, outgoing.reply);
                     if !self.send(hub_frame::Body::Command(outgoing.command)).await {
-                        return "the agent stopped reading".to_owned();
+                        return ended(SessionEnd::AgentStalled, "the agent stopped reading");
                     }
                 }
                 _ = ticker.tick() => {
                     if last_heard.elapsed() > silence_limit {
-                        return format!("the agent was silent for more than {silence_limit:?}");
+                        return ended(SessionEnd::Timeout, format!("the agent was silent for more than {silence_limit:?}"));
                     }
                     // Results that will never come must not pile up.
                     pending.retain(|_, reply| !reply.is_closed());
                     heartbeat_seq += 1;
                     let beat = Heartbeat { seq: heartbeat_seq, sent_at_unix_ms: chrono::Utc::now().timestamp_millis() };
                     if !self.send(hub_frame::Body::Heartbeat(beat)).await {
-                        return "the agent stopped reading".to_owned();
+                        return ended(SessionEnd::AgentStalled, "the agent stopped reading");
                     }
                 }
             }
@@ -463,7 +483,7 @@ impl SessionTask {
         &self,
         body: Option<agent_frame::Body>,
         pipeline: &mut Pipeline,
-    ) -> Result<(), String> {
+    ) -> Result<(), Ended> {
         let Some(agent_frame::Body::Events(batch)) = body else {
             pipeline.queue.push_back(Queued::Frame(body));
             return Ok(());
@@ -475,10 +495,7 @@ impl SessionTask {
         );
         if !merge {
             pipeline.queue.push_back(Queued::Events {
-                batch: self
-                    .fleet
-                    .events()
-                    .prepare_batch(self.server.id, self.agent, epoch),
+                batch: self.fleet.events().batch(self.server.id, self.agent, epoch),
                 last_seq: 0,
             });
         }
@@ -487,15 +504,21 @@ impl SessionTask {
             last_seq,
         }) = pipeline.queue.back_mut()
         else {
-            return Err("the session's queue lost a batch".to_owned());
+            return Err(ended(
+                SessionEnd::Internal,
+                "the session's queue lost a batch",
+            ));
         };
         let before = prepared.len();
         for event in batch.events {
             *last_seq = (*last_seq).max(event.seq);
             match ingest::to_new_event(event) {
-                Ok((seq, event)) => prepared
-                    .add(seq, event)
-                    .map_err(|e| format!("could not store an event batch: {e}"))?,
+                Ok((seq, event)) => prepared.add(seq, event).map_err(|e| {
+                    ended(
+                        SessionEnd::StoreFailed,
+                        format!("could not store an event batch: {e}"),
+                    )
+                })?,
                 Err(reason) => {
                     self.fleet.metrics().events_rejected.inc();
                     tracing::warn!(epoch, %reason, "an event from the agent breaks the rules; dropped");
@@ -514,7 +537,7 @@ impl SessionTask {
         &mut self,
         pipeline: &mut Pipeline,
         pending: &mut HashMap<String, oneshot::Sender<CommandResult>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Ended> {
         self.advance_with(pipeline, pending, true).await
     }
 
@@ -524,7 +547,7 @@ impl SessionTask {
         pipeline: &mut Pipeline,
         pending: &mut HashMap<String, oneshot::Sender<CommandResult>>,
         linger: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), Ended> {
         while pipeline.in_flight.is_none() {
             let waits = match pipeline.queue.front() {
                 Some(Queued::Events { batch, .. }) => {
@@ -550,10 +573,7 @@ impl SessionTask {
                         continue;
                     }
                     pipeline.linger_until = None;
-                    let service = self.fleet.events().clone();
-                    let task = tokio::spawn(
-                        async move { service.ingest_prepared(batch).await }.in_current_span(),
-                    );
+                    let task = tokio::spawn(async move { batch.commit().await }.in_current_span());
                     pipeline.in_flight = Some(InFlight {
                         task,
                         epoch,
@@ -572,8 +592,8 @@ impl SessionTask {
         &mut self,
         mut pipeline: Pipeline,
         pending: &mut HashMap<String, oneshot::Sender<CommandResult>>,
-        reason: String,
-    ) -> String {
+        reason: Ended,
+    ) -> Ended {
         loop {
             if let Err(reason) = self.advance_with(&mut pipeline, pending, false).await {
                 return reason;
@@ -596,7 +616,7 @@ impl SessionTask {
         &self,
         body: Option<agent_frame::Body>,
         pending: &mut HashMap<String, oneshot::Sender<CommandResult>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Ended> {
         match body {
             Some(agent_frame::Body::Heartbeat(_)) => {}
             Some(agent_frame::Body::Result(result)) => match pending.remove(&result.id) {
@@ -608,12 +628,23 @@ impl SessionTask {
                 }
             },
             Some(agent_frame::Body::Hello(_)) => {
-                return Err("protocol error: a second hello".to_owned());
+                return Err(ended(
+                    SessionEnd::ProtocolError,
+                    "protocol error: a second hello",
+                ));
             }
             Some(agent_frame::Body::Events(_)) => {
-                return Err("an event batch bypassed the session's queue".to_owned());
+                return Err(ended(
+                    SessionEnd::Internal,
+                    "an event batch bypassed the session's queue",
+                ));
             }
-            None => return Err("protocol error: an empty frame".to_owned()),
+            None => {
+                return Err(ended(
+                    SessionEnd::ProtocolError,
+                    "protocol error: an empty frame",
+                ));
+            }
         }
         Ok(())
     }
@@ -627,11 +658,21 @@ impl SessionTask {
         last_seq: u64,
         events: usize,
         done: Result<Result<u64, EventsError>, tokio::task::JoinError>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Ended> {
         let committed = match done {
             Ok(Ok(committed)) => committed,
-            Ok(Err(e)) => return Err(format!("could not store an event batch: {e}")),
-            Err(e) => return Err(format!("the task storing an event batch failed: {e}")),
+            Ok(Err(e)) => {
+                return Err(ended(
+                    SessionEnd::StoreFailed,
+                    format!("could not store an event batch: {e}"),
+                ));
+            }
+            Err(e) => {
+                return Err(ended(
+                    SessionEnd::Internal,
+                    format!("the task storing an event batch failed: {e}"),
+                ));
+            }
         };
         self.fleet.metrics().events_ingested.inc_by(events as u64);
         if self
@@ -643,7 +684,7 @@ impl SessionTask {
         {
             Ok(())
         } else {
-            Err("the agent stopped reading".to_owned())
+            Err(ended(SessionEnd::AgentStalled, "the agent stopped reading"))
         }
     }
 
@@ -661,7 +702,15 @@ impl SessionTask {
 /// Refreshes the "last seen" time of every server with a live session here, a few statements every
 /// [`SEEN_WRITE_INTERVAL`] for the whole fleet rather than one write per session: with thousands of
 /// agents, per-session writes would keep the database busy for nothing.
-pub(super) async fn write_seen(fleet: Fleet, shutdown: tokio_util::sync::CancellationToken) {
+impl Fleet {
+    /// Runs the "last seen" writer until shutdown.
+    pub async fn run_seen_writer(self) {
+        let shutdown = self.0.sessions.shutdown_token();
+        write_seen(self, shutdown).await;
+    }
+}
+
+async fn write_seen(fleet: Fleet, shutdown: tokio_util::sync::CancellationToken) {
     let mut ticker = tokio::time::interval(SEEN_WRITE_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;

@@ -9,11 +9,11 @@ mod defaults;
 mod direct_callbacks;
 mod enrollment;
 mod filter_tests;
+mod forward;
 mod gateway;
 mod ingest;
 mod listener;
 mod probe;
-mod relay;
 mod sessions;
 
 use std::sync::Arc;
@@ -36,7 +36,7 @@ use crate::pki::{Ca, RevocationList, random_secret};
 use crate::settings::SettingsService;
 use crate::store::{Store, StoreError};
 
-pub use actions::{ActionError, FleetBan, Selector, spawn_background};
+pub use actions::{ActionError, FleetBan, Selector};
 pub use control::*;
 pub use defaults::{DefaultsPush, DefaultsPushResult, DefaultsTargets, PushDefaultsError};
 pub use direct_callbacks::{DirectCallbackError, RecordedCallback, UnreadBody};
@@ -46,7 +46,7 @@ pub use probe::{
     DeliveryReport, JailDelivery, ProbeFailure, ProbeFailureCode, ProbeResult, ProbeStepTiming,
     RelayDiagnostics, SpoolDiagnostics,
 };
-pub use sessions::{DrainReason, SessionInfo};
+pub use sessions::{DrainReason, SessionEnd, SessionInfo};
 use sessions::{SendError, Sessions};
 
 /// A server with what the fleet knows about its agent right now.

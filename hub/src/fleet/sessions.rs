@@ -24,9 +24,62 @@ pub struct SessionInfo {
     pub capabilities: Vec<String>,
 }
 
+/// Why an agent session ended: the `reason` of its log line and the label of
+/// `banhub_agent_sessions_ended_total`, so both can be grouped. The words go with it as a detail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionEnd {
+    /// A newer session of the same server started, here or on another replica.
+    Superseded,
+    /// The server was removed from the hub, or another agent enrolled for it.
+    Revoked,
+    /// The hub is shutting down.
+    Shutdown,
+    /// The agent closed the stream.
+    AgentClosed,
+    /// The stream failed under the session (connection reset, TLS or HTTP/2 error).
+    StreamFailed,
+    /// The agent sent nothing for three heartbeat intervals.
+    Timeout,
+    /// The agent stopped reading what the hub sent.
+    AgentStalled,
+    /// The agent broke the protocol (a second hello, an empty frame).
+    ProtocolError,
+    /// An event batch could not be stored; the agent sends it again.
+    StoreFailed,
+    /// Something failed inside the hub.
+    Internal,
+}
+
+impl SessionEnd {
+    /// The stable snake_case name, for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Superseded => "superseded",
+            Self::Revoked => "revoked",
+            Self::Shutdown => "shutdown",
+            Self::AgentClosed => "agent_closed",
+            Self::StreamFailed => "stream_failed",
+            Self::Timeout => "timeout",
+            Self::AgentStalled => "agent_stalled",
+            Self::ProtocolError => "protocol_error",
+            Self::StoreFailed => "store_failed",
+            Self::Internal => "internal",
+        }
+    }
+}
+
+impl std::fmt::Display for SessionEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Why a session is being closed, told to the agent in a `Drain` frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DrainReason {
+    /// The kind of ending, for the hub's log and metrics.
+    pub end: SessionEnd,
+    /// The words the agent is told.
     pub reason: String,
     /// Whether the agent should reconnect (false once it was removed from the hub).
     pub reconnect: bool,
@@ -54,6 +107,7 @@ impl Registration {
     /// Why the session was told to stop; a hub shutdown when nobody said otherwise.
     pub fn drain_reason(&self) -> DrainReason {
         lock(&self.drain).clone().unwrap_or(DrainReason {
+            end: SessionEnd::Shutdown,
             reason: "the hub is shutting down".to_owned(),
             reconnect: true,
         })
@@ -85,6 +139,7 @@ pub struct LocalLease {
 
 fn replaced_elsewhere() -> DrainReason {
     DrainReason {
+        end: SessionEnd::Superseded,
         reason: "replaced by a newer session of this agent on another hub replica".to_owned(),
         reconnect: true,
     }
@@ -149,6 +204,7 @@ impl Sessions {
         if let Some(older) = lock(&self.live).insert(server, live) {
             tracing::info!(%server, older = older.session_id, newer = session_id, "a newer session replaces the older one");
             older.stop(DrainReason {
+                end: SessionEnd::Superseded,
                 reason: "replaced by a newer session of this agent".to_owned(),
                 reconnect: true,
             });
@@ -210,6 +266,7 @@ impl Sessions {
                 replaced_elsewhere()
             } else {
                 DrainReason {
+                    end: SessionEnd::Revoked,
                     reason: "this server was removed from the hub or enrolled again".to_owned(),
                     reconnect: false,
                 }
@@ -385,12 +442,35 @@ mod tests {
     }
 
     #[test]
+    fn every_stop_names_the_kind_of_ending() {
+        let shutdown = CancellationToken::new();
+        let sessions = Sessions::new(shutdown.clone());
+        let server = ServerId::new();
+        let first = sessions.register(server, info());
+        let second = sessions.register(server, info());
+        assert_eq!(first.drain_reason().end, SessionEnd::Superseded);
+        sessions.set_generation(server, second.session_id, 3);
+        assert!(sessions.drop_older(server, 4, true));
+        assert_eq!(second.drain_reason().end, SessionEnd::Superseded);
+        let third = sessions.register(server, info());
+        assert!(sessions.drop_older(server, 1, false));
+        assert_eq!(third.drain_reason().end, SessionEnd::Revoked);
+        let fourth = sessions.register(server, info());
+        shutdown.cancel();
+        assert!(fourth.stop.is_cancelled());
+        assert_eq!(fourth.drain_reason().end, SessionEnd::Shutdown);
+        assert_eq!(SessionEnd::AgentClosed.as_str(), "agent_closed");
+        assert_eq!(SessionEnd::Timeout.to_string(), "timeout");
+    }
+
+    #[test]
     fn disconnect_unless_keeps_the_named_agent() {
         let sessions = Sessions::new(CancellationToken::new());
         let server = ServerId::new();
         let reg = sessions.register(server, info());
         let agent = sessions.info(server).expect("live").agent_id;
         let reason = DrainReason {
+            end: SessionEnd::Revoked,
             reason: "enrolled again".to_owned(),
             reconnect: false,
         };
@@ -406,6 +486,7 @@ mod tests {
         let server = ServerId::new();
         let reg = sessions.register(server, info());
         let reason = DrainReason {
+            end: SessionEnd::Revoked,
             reason: "removed".to_owned(),
             reconnect: false,
         };

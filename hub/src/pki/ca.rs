@@ -10,9 +10,8 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertificateSigningRequestParams, DistinguishedName,
     DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
 };
-use sha2::{Digest, Sha256};
 
-use crate::domain::AgentId;
+use crate::domain::{AgentId, SignedAgentCert, sha256_hex};
 
 /// Why a CA operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -44,22 +43,6 @@ impl std::fmt::Debug for Ca {
             .field("fingerprint", &self.fingerprint)
             .finish_non_exhaustive()
     }
-}
-
-/// An agent certificate the CA just issued.
-#[derive(Debug, Clone)]
-pub struct SignedAgentCert {
-    pub pem: String,
-    /// Lower-case hex of the serial number.
-    pub serial: String,
-    /// SHA-256 of the certificate DER, lower-case hex.
-    pub fingerprint: String,
-    pub not_after: chrono::DateTime<chrono::Utc>,
-}
-
-/// Lower-case hex SHA-256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 /// The fingerprint of a DER certificate, as written into enrollment tokens.

@@ -5,5 +5,6 @@
 mod ca;
 mod verifier;
 
-pub use ca::{Ca, PkiError, SignedAgentCert, fingerprint_hex, random_secret, sha256_hex};
+pub use crate::domain::{SignedAgentCert, sha256_hex};
+pub use ca::{Ca, PkiError, fingerprint_hex, random_secret};
 pub use verifier::{AgentPeer, RevocationList, agent_from_cert, server_tls_config};

@@ -4,7 +4,9 @@
 
 pub mod base_path;
 pub mod headers;
+pub mod problem;
 pub mod tls;
+pub mod trace;
 pub mod unread_body;
 
 use std::net::SocketAddr;
@@ -15,7 +17,7 @@ use axum::serve::ListenerExt as _;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-pub use base_path::{BasePath, BasePathError, mount};
+pub use base_path::mount;
 pub use tls::{TlsError, TlsListener, server_config};
 
 /// Serves `router` on `listener` until `shutdown`, then lets open requests finish. With `tls`, every

@@ -24,7 +24,7 @@ pub use model::{
     SmtpDocument, TlsMode, WebhookFormat,
 };
 
-use crate::domain::ServerId;
+use crate::domain::{ServerId, StoredSettings};
 use crate::store::{Store, StoreError};
 use model::{smtp_password_slot, webhook_token_slot, webhook_url_slot};
 
@@ -56,15 +56,6 @@ pub struct Snapshot {
     pub settings: Settings,
     /// Sealed secrets by slot.
     secrets: BTreeMap<String, String>,
-}
-
-/// The settings as stored: the canonical document (no secrets), and the sealed secrets.
-#[derive(Debug, Clone)]
-pub struct StoredSettings {
-    pub version: u64,
-    pub document: String,
-    pub secrets: String,
-    pub updated_at: Option<DateTime<Utc>>,
 }
 
 struct Inner {

@@ -1,18 +1,20 @@
 //! The alert worker's tables: its event cursor, digests and deliveries. Matching a batch of events
 //! and moving the cursor past it is one transaction, so after a restart no event is alerted on
-//! twice or never.
+//! twice or never. Through sea-orm's entities; the read of many addresses' ban counts is
+//! hand-written SQL (`sql::Sql`).
 
 use std::collections::HashMap;
 
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter,
-    QueryOrder, QuerySelect, Set, Statement, TransactionTrait,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, Set, TransactionTrait,
 };
 
 use super::entities::{alert_delivery, alert_digest, alert_state};
+use super::sql::Sql;
 use super::{Store, StoreError, to_time};
-use crate::alerts::model::{
+use crate::domain::alerts::{
     AttemptOutcome, Channel, Delivery, DeliveryFilter, DeliveryStatus, Digest, DigestSummary,
     NewDelivery, RuleMatches,
 };
@@ -397,23 +399,10 @@ impl Store {
         ips: &[String],
     ) -> Result<HashMap<String, u64>, StoreError> {
         let mut counts = HashMap::new();
-        let backend = self.db.get_database_backend();
         for chunk in ips.chunks(500) {
-            let placeholders: Vec<String> = (1..=chunk.len())
-                .map(|i| match backend {
-                    DbBackend::Postgres => format!("${i}"),
-                    _ => "?".to_owned(),
-                })
-                .collect();
-            let sql = format!(
-                "SELECT ip, bans FROM ip_stats WHERE ip IN ({})",
-                placeholders.join(", ")
-            );
-            let values: Vec<sea_orm::Value> = chunk.iter().map(|ip| ip.clone().into()).collect();
-            let rows = self
-                .db
-                .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
-                .await?;
+            let mut sql = Sql::new(self.backend(), "SELECT ip, bans FROM ip_stats WHERE ip IN ");
+            sql.tuple(chunk.iter().map(|ip| ip.clone().into()));
+            let rows = self.db.query_all_raw(sql.build()).await?;
             for row in rows {
                 let ip: String = row.try_get_by_index(0)?;
                 let bans: i64 = row.try_get_by_index(1)?;

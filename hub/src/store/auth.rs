@@ -1,5 +1,5 @@
 //! Repository functions of operator authentication: the local administrator's password hash,
-//! sessions, OIDC logins in progress, API tokens and the audit log.
+//! sessions, OIDC logins in progress, API tokens and the audit log. Through sea-orm's entities.
 
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
@@ -9,8 +9,9 @@ use sea_orm::{
 };
 
 use super::entities::{api_token, audit_entry, local_user, login_flow, session};
-use super::{Store, StoreError, is_unique_violation, now_ms, to_time};
-use crate::auth::model::{
+use super::servers::is_unique_violation;
+use super::{Store, StoreError, now_ms, to_time};
+use crate::domain::auth::{
     ApiTokenRecord, AuditQuery, AuditRecord, LoginFlow, Outcome, Role, SessionKind, SessionRecord,
 };
 

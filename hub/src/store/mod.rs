@@ -2,39 +2,38 @@
 //!
 //! SQLite (one WAL file in the data directory) is the embedded default; PostgreSQL is used when a
 //! `postgres://` URL is configured. The same migrations serve both.
+//!
+//! One module per concern: `servers` (with their enrollment and callback secrets), `events`
+//! (ingest, rollups, reads, retention), `fleet_actions`, `cluster` (replicas), `alerts`, `auth`,
+//! `settings`, `places`; `writer` (the heavy writers' connection and gate), `health` (recovering
+//! from failed writes), `sql` (the SQL builder). Each module's doc says how it talks to the
+//! database: sea-orm's entities for single rows by key, hand-written SQL through sea-orm's pool
+//! for multi-row and hot statements that both databases must plan well, and sqlx directly for
+//! SQLite's ingest, PostgreSQL's notifications and advisory locks.
 
 mod alerts;
 mod auth;
 pub mod cluster;
 mod entities;
-mod event_reads;
-mod event_text;
-mod event_text_pg;
 pub mod events;
+pub mod fleet_actions;
 mod health;
 mod migration;
 mod places;
+mod servers;
 mod settings;
-mod sqlite_ingest;
+mod sql;
 mod sqlite_memory;
+mod writer;
 
 pub use places::IpBans;
-pub use settings::{CallbackSecretRow, RotateOutcome};
+pub use servers::{CallbackSecretRow, EnrollOutcome, RotateOutcome, TokenRefusal};
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::Expr;
-use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectOptions, Database, DatabaseConnection, DbBackend,
-    EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait,
-};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend};
 use sea_orm_migration::MigratorTrait;
-use subtle::ConstantTimeEq;
-
-use crate::domain::{AgentFacts, AgentId, Labels, NewServer, Server, ServerId, ServerName};
-use crate::pki::{SignedAgentCert, sha256_hex};
-use entities::{agent_cert, enrollment_token, server};
 
 /// A store failure.
 #[derive(Debug, thiserror::Error)]
@@ -48,25 +47,6 @@ pub enum StoreError {
     /// The write check failed (see [`Store::writable`]).
     #[error("the database does not take writes: {0}")]
     Unwritable(String),
-}
-
-/// Why an enrollment token was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum TokenRefusal {
-    #[error("the enrollment token is unknown or its secret does not match")]
-    Invalid,
-    #[error("the enrollment token has already been used; create a new one on the hub")]
-    Used,
-    #[error("the enrollment token has expired; create a new one on the hub")]
-    Expired,
-}
-
-/// Outcome of an enrollment attempt.
-#[derive(Debug)]
-pub enum EnrollOutcome<E> {
-    Enrolled(Box<Server>, SignedAgentCert, AgentId),
-    Refused(TokenRefusal),
-    SignFailed(E),
 }
 
 /// A handle on the database; cheap to clone.
@@ -87,7 +67,7 @@ pub struct Store {
     write_gate: std::sync::Arc<tokio::sync::Mutex<()>>,
     /// This hub's ingest transactions: the text indexer keeps off the gate while ingest is busy
     /// (see [`Store::ingest_active_within`]).
-    ingest_activity: std::sync::Arc<events::IngestActivity>,
+    ingest_activity: std::sync::Arc<writer::IngestActivity>,
     /// PostgreSQL: set once the `pg_trgm` index of M0013 was seen to exist, so that text searches
     /// stop asking (see [`Store::pg_text_index_exists`]).
     pg_text_index_seen: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -152,7 +132,7 @@ impl Store {
                 .max_connections(1)
                 .min_connections(1)
                 .map_sqlx_sqlite_opts(|sqlite| {
-                    events::sqlite_writer_settings(sqlite_settings(sqlite))
+                    writer::sqlite_writer_settings(sqlite_settings(sqlite))
                 });
             Database::connect(options).await?
         } else {
@@ -201,339 +181,6 @@ impl Store {
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.db.ping().await.map_err(StoreError::from)
     }
-
-    pub async fn create_server(&self, new: NewServer) -> Result<Server, StoreError> {
-        let id = ServerId::new();
-        let model = server::ActiveModel {
-            id: Set(id.to_string()),
-            name: Set(new.name.as_str().to_owned()),
-            description: Set(new.description),
-            labels: Set(serde_json::to_string(new.labels.as_map())
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?),
-            created_at: Set(now_ms()),
-            agent_id: Set(None),
-            enrolled_at: Set(None),
-            last_seen_at: Set(None),
-            agent_version: Set(None),
-            fail2ban_version: Set(None),
-            hostname: Set(None),
-            last_address: Set(None),
-        };
-        if server::Entity::find()
-            .filter(server::Column::Name.eq(new.name.as_str()))
-            .one(&self.db)
-            .await?
-            .is_some()
-        {
-            return Err(StoreError::NameTaken(new.name.to_string()));
-        }
-        match model.insert(&self.db).await {
-            Ok(row) => to_server(row),
-            // A concurrent insert of the same name loses on the unique index.
-            Err(e) if is_unique_violation(&e) => Err(StoreError::NameTaken(new.name.to_string())),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    pub async fn list_servers(&self) -> Result<Vec<Server>, StoreError> {
-        server::Entity::find()
-            .order_by_asc(server::Column::Name)
-            .all(&self.db)
-            .await?
-            .into_iter()
-            .map(to_server)
-            .collect()
-    }
-
-    pub async fn get_server(&self, id: ServerId) -> Result<Option<Server>, StoreError> {
-        server::Entity::find_by_id(id.to_string())
-            .one(&self.db)
-            .await?
-            .map(to_server)
-            .transpose()
-    }
-
-    /// The server requests go to when they name none: the oldest one.
-    pub async fn default_server(&self) -> Result<Option<Server>, StoreError> {
-        server::Entity::find()
-            .order_by_asc(server::Column::CreatedAt)
-            .order_by_asc(server::Column::Id)
-            .one(&self.db)
-            .await?
-            .map(to_server)
-            .transpose()
-    }
-
-    /// The server named `name`, if any.
-    pub async fn server_by_name(&self, name: &ServerName) -> Result<Option<Server>, StoreError> {
-        server::Entity::find()
-            .filter(server::Column::Name.eq(name.as_str()))
-            .one(&self.db)
-            .await?
-            .map(to_server)
-            .transpose()
-    }
-
-    /// The server whose current agent is `agent`, if any.
-    pub async fn server_of_agent(&self, agent: AgentId) -> Result<Option<Server>, StoreError> {
-        server::Entity::find()
-            .filter(server::Column::AgentId.eq(agent.to_string()))
-            .one(&self.db)
-            .await?
-            .map(to_server)
-            .transpose()
-    }
-
-    /// Deletes a server with its tokens and revokes every certificate issued for it. Returns the
-    /// revoked serials, or `None` if there was no such server.
-    pub async fn delete_server(&self, id: ServerId) -> Result<Option<Vec<String>>, StoreError> {
-        let txn = self.db.begin().await?;
-        let now = now_ms();
-        // Write before reading (see `enroll`): revoking the certificates of a server that does not
-        // exist changes nothing, and the transaction then holds the write lock.
-        agent_cert::Entity::update_many()
-            .col_expr(agent_cert::Column::RevokedAt, Expr::value(now))
-            .filter(agent_cert::Column::ServerId.eq(id.to_string()))
-            .filter(agent_cert::Column::RevokedAt.is_null())
-            .exec(&txn)
-            .await?;
-        let Some(row) = server::Entity::find_by_id(id.to_string()).one(&txn).await? else {
-            return Ok(None);
-        };
-        let serials = agent_cert::Entity::find()
-            .filter(agent_cert::Column::ServerId.eq(row.id.clone()))
-            .all(&txn)
-            .await?
-            .into_iter()
-            .map(|c| c.serial)
-            .collect();
-        enrollment_token::Entity::delete_many()
-            .filter(enrollment_token::Column::ServerId.eq(row.id.clone()))
-            .exec(&txn)
-            .await?;
-        server::Entity::delete_by_id(row.id).exec(&txn).await?;
-        txn.commit().await?;
-        Ok(Some(serials))
-    }
-
-    /// Stores a new enrollment token for `server` with the hash of its secret.
-    pub async fn create_enrollment_token(
-        &self,
-        server: ServerId,
-        token_id: &str,
-        secret: &str,
-        expires_at: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        enrollment_token::ActiveModel {
-            id: Set(token_id.to_owned()),
-            server_id: Set(server.to_string()),
-            secret_hash: Set(sha256_hex(secret.as_bytes())),
-            created_at: Set(now_ms()),
-            expires_at: Set(expires_at.timestamp_millis()),
-            used_at: Set(None),
-        }
-        .insert(&self.db)
-        .await?;
-        Ok(())
-    }
-
-    /// Redeems a token and records the agent it enrolls, in one transaction: the token is marked used,
-    /// `sign` issues the certificate, the server points at the new agent, and older certificates of the
-    /// server are revoked (returned in the outcome through the revocation list the caller keeps).
-    pub async fn enroll<E>(
-        &self,
-        token_id: &str,
-        secret: &str,
-        facts: &AgentFacts,
-        sign: impl FnOnce(&Server, AgentId) -> Result<SignedAgentCert, E>,
-    ) -> Result<(EnrollOutcome<E>, Vec<String>), StoreError> {
-        let txn = self.db.begin().await?;
-        let now = now_ms();
-        // Claim the token with one write before reading anything: on SQLite a transaction that
-        // reads first and writes later fails with "database is locked" when another redemption
-        // races it, instead of waiting. Only one concurrent redemption can update the row.
-        let presented = sha256_hex(secret.as_bytes());
-        let claimed = enrollment_token::Entity::update_many()
-            .col_expr(enrollment_token::Column::UsedAt, Expr::value(now))
-            .filter(enrollment_token::Column::Id.eq(token_id.to_owned()))
-            .filter(enrollment_token::Column::SecretHash.eq(presented.clone()))
-            .filter(enrollment_token::Column::UsedAt.is_null())
-            .filter(enrollment_token::Column::ExpiresAt.gt(now))
-            .exec(&txn)
-            .await?;
-        if claimed.rows_affected != 1 {
-            // Say why, from the row as it is (the transaction changed nothing).
-            let token = enrollment_token::Entity::find_by_id(token_id.to_owned())
-                .one(&txn)
-                .await?;
-            let refusal = match token {
-                Some(token)
-                    if bool::from(presented.as_bytes().ct_eq(token.secret_hash.as_bytes())) =>
-                {
-                    if token.used_at.is_some() {
-                        TokenRefusal::Used
-                    } else {
-                        TokenRefusal::Expired
-                    }
-                }
-                _ => TokenRefusal::Invalid,
-            };
-            return Ok((EnrollOutcome::Refused(refusal), Vec::new()));
-        }
-        let token = enrollment_token::Entity::find_by_id(token_id.to_owned())
-            .one(&txn)
-            .await?
-            .ok_or_else(|| StoreError::Corrupt("a claimed token vanished".to_owned()))?;
-        let Some(server_row) = server::Entity::find_by_id(token.server_id.clone())
-            .one(&txn)
-            .await?
-        else {
-            return Ok((EnrollOutcome::Refused(TokenRefusal::Invalid), Vec::new()));
-        };
-        let server = to_server(server_row.clone())?;
-        let agent = AgentId::new();
-        let cert = match sign(&server, agent) {
-            Ok(cert) => cert,
-            Err(e) => return Ok((EnrollOutcome::SignFailed(e), Vec::new())),
-        };
-        // Older certificates of this server stop working: one agent per server.
-        let old: Vec<String> = agent_cert::Entity::find()
-            .filter(agent_cert::Column::ServerId.eq(server_row.id.clone()))
-            .filter(agent_cert::Column::RevokedAt.is_null())
-            .all(&txn)
-            .await?
-            .into_iter()
-            .map(|c| c.serial)
-            .collect();
-        agent_cert::Entity::update_many()
-            .col_expr(agent_cert::Column::RevokedAt, Expr::value(now))
-            .filter(agent_cert::Column::ServerId.eq(server_row.id.clone()))
-            .filter(agent_cert::Column::RevokedAt.is_null())
-            .exec(&txn)
-            .await?;
-        agent_cert::ActiveModel {
-            serial: Set(cert.serial.clone()),
-            agent_id: Set(agent.to_string()),
-            server_id: Set(server_row.id.clone()),
-            fingerprint: Set(cert.fingerprint.clone()),
-            issued_at: Set(now),
-            not_after: Set(cert.not_after.timestamp_millis()),
-            revoked_at: Set(None),
-        }
-        .insert(&txn)
-        .await?;
-        let mut active: server::ActiveModel = server_row.into();
-        active.agent_id = Set(Some(agent.to_string()));
-        active.enrolled_at = Set(Some(now));
-        active.agent_version = Set(non_empty(&facts.agent_version));
-        active.hostname = Set(non_empty(&facts.hostname));
-        active.last_address = Set(non_empty(&facts.address));
-        let updated = active.update(&txn).await?;
-        txn.commit().await?;
-        Ok((
-            EnrollOutcome::Enrolled(Box::new(to_server(updated)?), cert, agent),
-            old,
-        ))
-    }
-
-    /// Serials of every revoked certificate, for the handshake's revocation list.
-    pub async fn revoked_serials(&self) -> Result<Vec<String>, StoreError> {
-        Ok(agent_cert::Entity::find()
-            .filter(agent_cert::Column::RevokedAt.is_not_null())
-            .all(&self.db)
-            .await?
-            .into_iter()
-            .map(|c| c.serial)
-            .collect())
-    }
-
-    /// Whether `serial` was issued to `agent` and is still valid.
-    pub async fn cert_is_current(&self, agent: AgentId, serial: &str) -> Result<bool, StoreError> {
-        Ok(agent_cert::Entity::find_by_id(serial.to_owned())
-            .one(&self.db)
-            .await?
-            .is_some_and(|c| c.agent_id == agent.to_string() && c.revoked_at.is_none()))
-    }
-
-    /// Records a direct callback of a server that has no agent, so it shows as reporting; a
-    /// server with an agent is left alone (its `last_seen_at` is its agent's).
-    pub async fn mark_reported_directly(&self, id: ServerId) -> Result<(), StoreError> {
-        server::Entity::update_many()
-            .col_expr(server::Column::LastSeenAt, Expr::value(now_ms()))
-            .filter(server::Column::Id.eq(id.to_string()))
-            .filter(server::Column::AgentId.is_null())
-            .exec(&self.db)
-            .await?;
-        Ok(())
-    }
-
-    /// Records that the server's agent is alive, with what it reported.
-    pub async fn mark_seen(
-        &self,
-        id: ServerId,
-        facts: Option<&AgentFacts>,
-    ) -> Result<(), StoreError> {
-        let mut update = server::Entity::update_many()
-            .col_expr(server::Column::LastSeenAt, Expr::value(now_ms()))
-            .filter(server::Column::Id.eq(id.to_string()));
-        if let Some(facts) = facts {
-            update = update
-                .col_expr(
-                    server::Column::AgentVersion,
-                    Expr::value(non_empty(&facts.agent_version)),
-                )
-                .col_expr(
-                    server::Column::Fail2banVersion,
-                    Expr::value(non_empty(&facts.fail2ban_version)),
-                )
-                .col_expr(
-                    server::Column::Hostname,
-                    Expr::value(non_empty(&facts.hostname)),
-                )
-                .col_expr(
-                    server::Column::LastAddress,
-                    Expr::value(non_empty(&facts.address)),
-                );
-        }
-        update.exec(&self.db).await?;
-        Ok(())
-    }
-}
-
-fn non_empty(s: &str) -> Option<String> {
-    (!s.is_empty()).then(|| s.to_owned())
-}
-
-fn is_unique_violation(e: &sea_orm::DbErr) -> bool {
-    matches!(
-        e.sql_err(),
-        Some(sea_orm::SqlErr::UniqueConstraintViolation(_))
-    )
-}
-
-fn to_server(row: server::Model) -> Result<Server, StoreError> {
-    let corrupt = |what: &str| StoreError::Corrupt(format!("server {}: {what}", row.id));
-    let labels: std::collections::BTreeMap<String, String> =
-        serde_json::from_str(&row.labels).map_err(|_| corrupt("labels"))?;
-    Ok(Server {
-        id: ServerId::parse(&row.id).map_err(|_| corrupt("id"))?,
-        name: ServerName::parse(&row.name).map_err(|_| corrupt("name"))?,
-        description: row.description.clone(),
-        labels: Labels::parse(labels).map_err(|_| corrupt("labels"))?,
-        created_at: to_time(row.created_at),
-        agent_id: row
-            .agent_id
-            .as_deref()
-            .map(AgentId::parse)
-            .transpose()
-            .map_err(|_| corrupt("agent id"))?,
-        enrolled_at: row.enrolled_at.map(to_time),
-        last_seen_at: row.last_seen_at.map(to_time),
-        agent_version: row.agent_version,
-        fail2ban_version: row.fail2ban_version,
-        hostname: row.hostname,
-        last_address: row.last_address,
-    })
 }
 
 #[cfg(test)]
@@ -541,7 +188,7 @@ mod tests {
     use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 
     use super::Store;
-    use super::events::{SQLITE_WRITER_AUTOCHECKPOINT_PAGES, SQLITE_WRITER_CACHE_KIB};
+    use super::writer::{SQLITE_WRITER_AUTOCHECKPOINT_PAGES, SQLITE_WRITER_CACHE_KIB};
 
     async fn pragma(db: &DatabaseConnection, name: &str) -> i64 {
         let row = db

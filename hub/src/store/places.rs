@@ -1,10 +1,10 @@
 //! A keyset scan over the per-address, per-server ban counts (`ip_servers`), for tallies that
 //! need every address once (countries and networks in the insights), read in pages so that a
-//! history of millions of addresses never sits in memory as rows.
+//! history of millions of addresses never sits in memory as rows. Hand-written SQL (`sql::Sql`).
 
 use sea_orm::ConnectionTrait;
 
-use super::events::Sql;
+use super::sql::Sql;
 use super::{Store, StoreError};
 use crate::domain::ServerId;
 

@@ -49,7 +49,6 @@ const HUB: Layering = Layering {
         ("root", &["lib"]),
     ],
     sideways: &[
-        ("ui", "api"),
         ("ui", "serve"),
         ("api", "serve"),
         ("fleet", "events"),
@@ -60,73 +59,7 @@ const HUB: Layering = Layering {
         ("events", "cluster"),
         ("hub_addresses", "config"),
     ],
-    exceptions: &[
-        (
-            "api",
-            "app",
-            "handlers take `AppState`, which is defined beside start-up in `app`",
-        ),
-        (
-            "api",
-            "ui",
-            "the API's router takes `ui::fallback` as its fallback instead of `app` joining the two",
-        ),
-        (
-            "serve",
-            "api",
-            "the base path answers a request outside it with `api::problem`",
-        ),
-        (
-            "auth",
-            "api",
-            "auth answers with `ApiError` and reads the server header's name from `api::target`",
-        ),
-        (
-            "cluster",
-            "fleet",
-            "the bus and the leases call the fleet, and the bus starts its background tasks",
-        ),
-        (
-            "cluster",
-            "events",
-            "the bus hands committed event ids to `Events`",
-        ),
-        (
-            "cluster",
-            "settings",
-            "the bus reloads the settings another replica saved",
-        ),
-        (
-            "config",
-            "auth",
-            "the `auth` section's type `AuthConfig` is defined in `auth`",
-        ),
-        (
-            "config",
-            "serve",
-            "`http.base_path`'s type `BasePath` is defined in `serve`",
-        ),
-        (
-            "store",
-            "alerts",
-            "the store returns the alert models of `alerts::model`",
-        ),
-        (
-            "store",
-            "auth",
-            "the store returns the user, session and token models of `auth::model`",
-        ),
-        (
-            "store",
-            "settings",
-            "the store returns `settings::StoredSettings`",
-        ),
-        (
-            "store",
-            "pki",
-            "the store takes `pki::SignedAgentCert` and hashes with `pki::sha256_hex`",
-        ),
-    ],
+    exceptions: &[],
 };
 
 /// The agent: the binary, the session to the hub, what the session drives, the drivers of fail2ban's

@@ -90,8 +90,8 @@ const UP: &[&str] = &[
         last_jail VARCHAR(64) NOT NULL,
         last_server_id VARCHAR(36) NOT NULL
     ){clustered}",
-    // Ranking indexes only hold addresses banned often (see `store::events::HOT_*`): most addresses
-    // are banned once or twice, and their updates then touch no index page at all.
+    // Ranking indexes only hold addresses banned often (see `store::events::rollup_reads`): most
+    // addresses are banned once or twice, and their updates then touch no index page at all.
     "CREATE INDEX ip_stats_hot ON ip_stats (bans, ip) WHERE bans >= 8",
     "CREATE INDEX ip_stats_repeat ON ip_stats (servers, bans, ip) WHERE servers >= 2",
     // Bans per address and server.

@@ -1,5 +1,5 @@
-//! SQLite's ingest transaction, run on the writer connection through sqlx itself rather than
-//! sea-orm (see `Store::store_batch_sqlite` in `events`).
+//! SQLite's ingest path: the batch's transaction, run on the writer connection through sqlx
+//! itself rather than sea-orm ([`Store::store_batch_sqlite`] and [`IngestTxn`]).
 //!
 //! sea-orm hands a statement's values to sqlx by cloning them (every string of every row) and then
 //! converting each into sqlx's own argument, and an events insert of a batch carries most of the
@@ -18,17 +18,21 @@ use std::sync::{Arc, OnceLock};
 
 use sea_orm::sqlx::sqlite::{SqliteArguments, SqliteRow};
 use sea_orm::sqlx::{self, Arguments as _, Row as _, Sqlite};
-use sea_orm::{DbErr, RuntimeErr, Value};
+use sea_orm::{DbBackend, DbErr, RuntimeErr, Value};
 
-use super::StoreError;
-use super::events::{CHUNK_SIZES, EventRow, Sql};
+use super::super::sql::{CHUNK_SIZES, Sql, fixed_chunks, to_i64, to_u64};
+use super::super::{Store, StoreError};
+use super::flusher::hand_over;
+use super::ingest::{IngestOutcome, PreparedBatch, cursor_upsert, stored_events};
+use super::rollups::Rollups;
+use super::row::{EventRow, SQLITE_INSERT_EVENTS};
 
 /// Values bound per row: the id, the sequence number, the 14 of an [`EventRow`] and the 4 of
 /// [`Shared`].
 const ROW_VALUES: usize = 20;
 
 /// What the rows of a batch share.
-pub(super) struct Shared {
+struct Shared {
     pub server: Arc<str>,
     pub agent: Arc<str>,
     pub epoch: i64,
@@ -36,7 +40,7 @@ pub(super) struct Shared {
 }
 
 /// An ingest transaction on SQLite's writer connection; rolled back if dropped uncommitted.
-pub(super) struct IngestTxn(sqlx::Transaction<'static, Sqlite>);
+struct IngestTxn(sqlx::Transaction<'static, Sqlite>);
 
 fn db_error(e: sqlx::Error) -> StoreError {
     StoreError::Db(DbErr::Exec(RuntimeErr::SqlxError(e.into())))
@@ -83,11 +87,7 @@ fn insert_text(rows: usize) -> Result<&'static str, StoreError> {
 }
 
 fn build_insert_text(rows: usize) -> String {
-    let mut text = String::from(
-        "INSERT OR FAIL INTO events (id, seq, kind, source, ip, ip_key, jail, hostname, failures, \
-         logs, ban_time, ban_duration, ban_count, lost, detail, occurred_at, server_id, agent_id, \
-         epoch, stored_at) VALUES ",
-    );
+    let mut text = String::from(SQLITE_INSERT_EVENTS);
     for row in 0..rows {
         if row > 0 {
             text.push_str(", ");
@@ -103,11 +103,11 @@ fn build_insert_text(rows: usize) -> String {
 
 impl IngestTxn {
     /// Begins on `pool` (the writer's pool of one connection).
-    pub(super) async fn begin(pool: &sqlx::SqlitePool) -> Result<Self, StoreError> {
+    async fn begin(pool: &sqlx::SqlitePool) -> Result<Self, StoreError> {
         Ok(Self(pool.begin().await.map_err(db_error)?))
     }
 
-    pub(super) async fn execute(&mut self, sql: Sql) -> Result<(), StoreError> {
+    async fn execute(&mut self, sql: Sql) -> Result<(), StoreError> {
         let (text, values) = sql.into_parts();
         sqlx::query_with(sqlx::AssertSqlSafe(text), arguments(values)?)
             .execute(&mut *self.0)
@@ -117,7 +117,7 @@ impl IngestTxn {
     }
 
     /// The first column of every row `sql` returns.
-    pub(super) async fn column(&mut self, sql: Sql) -> Result<Vec<i64>, StoreError> {
+    async fn column(&mut self, sql: Sql) -> Result<Vec<i64>, StoreError> {
         let (text, values) = sql.into_parts();
         let rows: Vec<SqliteRow> = sqlx::query_with(sqlx::AssertSqlSafe(text), arguments(values)?)
             .fetch_all(&mut *self.0)
@@ -129,7 +129,7 @@ impl IngestTxn {
     }
 
     /// Inserts `rows` (`(id, seq, row)`, as many as one of [`CHUNK_SIZES`]) in one statement.
-    pub(super) async fn insert_events(
+    async fn insert_events(
         &mut self,
         shared: &Shared,
         rows: Vec<(i64, i64, EventRow)>,
@@ -146,7 +146,7 @@ impl IngestTxn {
         Ok(())
     }
 
-    pub(super) async fn commit(self) -> Result<(), StoreError> {
+    async fn commit(self) -> Result<(), StoreError> {
         self.0.commit().await.map_err(db_error)
     }
 }
@@ -180,6 +180,128 @@ fn add_row(
     args.add(shared.epoch)?;
     args.add(shared.stored_at)?;
     Ok(())
+}
+
+impl Store {
+    /// SQLite's [`Store::store_batch`], on the writer connection through sqlx (see the module
+    /// doc). The transaction holds SQLite's write lock, so nobody else inserts
+    /// meanwhile: the stored sequence numbers of the batch's range are read once, and the new
+    /// events get explicit ids following the table's highest id ever (AUTOINCREMENT's counter, so
+    /// ids are still never reused), without reading a row back per event. Should the check ever
+    /// miss one, the unique index on `(agent_id, epoch, seq)` fails the transaction instead of
+    /// storing it twice. The per-address rollups go to the pending ones once committed (see
+    /// [`DeferredRollups`]).
+    pub(super) async fn store_batch_sqlite(
+        &self,
+        batch: PreparedBatch,
+        rollups: bool,
+    ) -> Result<IngestOutcome, StoreError> {
+        let PreparedBatch {
+            server,
+            agent,
+            epoch,
+            server_text,
+            agent_text,
+            stored_at,
+            mut slots,
+            order,
+            rows,
+            build_rows: _,
+            seqs,
+        } = batch;
+        if rows.len() != order.len() {
+            return Err(StoreError::Corrupt(
+                "a batch prepared for PostgreSQL was stored on SQLite".to_owned(),
+            ));
+        }
+        let epoch_db = to_i64(epoch, "epoch")?;
+        let Some((min_seq, max_seq)) = seqs else {
+            return self.nothing_stored(agent, epoch).await;
+        };
+        let max_seq_db = to_i64(max_seq, "sequence number")?;
+        let backend = DbBackend::Sqlite;
+
+        let gate = self.write_gate().await;
+        let mut txn = IngestTxn::begin(self.writer.get_sqlite_connection_pool()).await?;
+        // The cursor first: the first statement writes, so SQLite takes its write lock at once
+        // (waiting out its busy timeout) rather than failing a read transaction that later wants
+        // to write.
+        let sql = cursor_upsert(backend, &agent_text, epoch_db, max_seq_db, stored_at);
+        let committed = txn
+            .column(sql)
+            .await?
+            .first()
+            .copied()
+            .unwrap_or(max_seq_db);
+
+        let mut sql = Sql::new(backend, "SELECT seq FROM events WHERE agent_id = ");
+        sql.bind(agent_text.clone())
+            .push(" AND epoch = ")
+            .bind(epoch_db)
+            .push(" AND seq BETWEEN ")
+            .bind(to_i64(min_seq, "sequence number")?)
+            .push(" AND ")
+            .bind(max_seq_db);
+        let existing: std::collections::HashSet<i64> = txn.column(sql).await?.into_iter().collect();
+        let mut new = Vec::with_capacity(order.len());
+        for (seq, row) in order.into_iter().zip(rows) {
+            let seq_db = to_i64(seq, "sequence number")?;
+            if !existing.contains(&seq_db) {
+                new.push((seq_db, row));
+            }
+        }
+        let mut inserted = Vec::with_capacity(new.len());
+        if !new.is_empty() {
+            let sql = Sql::new(
+                backend,
+                "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), \
+                 COALESCE((SELECT MAX(id) FROM events), 0))",
+            );
+            let mut id = txn.column(sql).await?.first().copied().unwrap_or(0);
+            let shared = Shared {
+                server: server_text.as_str().into(),
+                agent: agent_text.as_str().into(),
+                epoch: epoch_db,
+                stored_at,
+            };
+            let sizes: Vec<usize> = fixed_chunks(&new).map(<[_]>::len).collect();
+            let mut new = new.into_iter();
+            for size in sizes {
+                let mut chunk = Vec::with_capacity(size);
+                for (seq, row) in new.by_ref().take(size) {
+                    id += 1;
+                    inserted.push((id, to_u64(seq)));
+                    chunk.push((id, seq, row));
+                }
+                txn.insert_events(&shared, chunk).await?;
+            }
+        }
+        let stored = stored_events((server, agent, epoch), stored_at, &mut slots, inserted)?;
+        if !rollups {
+            txn.commit().await?;
+            return Ok(IngestOutcome {
+                committed_seq: to_u64(committed),
+                stored,
+            });
+        }
+        let deferred = self.deferred.as_ref().filter(|d| !d.rows).ok_or_else(|| {
+            StoreError::Corrupt("the SQLite store's pending rollups are not started".to_owned())
+        })?;
+        let mut counts = Rollups::of(&stored);
+        let addresses = Rollups {
+            ip_servers: std::mem::take(&mut counts.ip_servers),
+            upto: counts.upto,
+            ..Rollups::default()
+        };
+        for sql in counts.count_statements(backend) {
+            txn.execute(sql).await?;
+        }
+        hand_over(deferred, txn.commit(), gate, addresses).await?;
+        Ok(IngestOutcome {
+            committed_seq: to_u64(committed),
+            stored,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -21,9 +21,10 @@ use std::time::{Duration, Instant};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Statement, TransactionTrait};
 use tokio_util::sync::CancellationToken;
 
-use super::event_reads::{push_cursor, push_filter};
-use super::events::{EVENT_COLUMNS, Sql, get, read_events, to_u64};
-use super::{Store, StoreError};
+use super::super::sql::{Sql, get, to_u64};
+use super::super::{Store, StoreError};
+use super::query::{push_cursor, push_filter};
+use super::row::{EVENT_COLUMNS, read_events};
 use crate::domain::events::{Cursor, EventFilter, StoredEvent};
 
 /// The transaction-level advisory lock of the text indexer ("banhub_t"): one replica indexes at a
@@ -42,7 +43,7 @@ const BUSY: Duration = Duration::from_millis(10);
 /// Growth of the backlog (event ids per second) above which ingest counts as in a burst.
 const BURST_RATE: f64 = 1_000.0;
 /// How far behind (event ids pending) the indexer lets a burst of ingest get before it indexes
-/// anyway: a search scans the pending events (≈ 2 µs each), so this bounds what that costs.
+/// anyway: a search scans the pending events one by one, so this bounds what that costs.
 const BURST_BACKLOG: i64 = 50_000;
 /// Pause while ingest is in a burst.
 const BURST_WAIT: Duration = Duration::from_millis(500);
@@ -81,8 +82,7 @@ const MAX_WORDS: usize = 3;
 /// looked up (it would read the whole index). Each word is asked for as `%word%`, without the
 /// padded trigrams of the word's edges that the whole pattern would add: those (`"or "` of
 /// "backdoor", in every "… for …" line) are the common ones, and reading their long posting lists
-/// was most of a rare search (14.5 ms of GIN for "xz-backdoor-probe" over 10M events, 2.6 ms as
-/// words). Every event holding the text holds each word, so the candidates are a superset.
+/// would be most of a rare search. Every event holding the text holds each word, so the candidates are a superset.
 fn index_words(stored: &str) -> Vec<String> {
     let mut words: Vec<String> = Vec::new();
     for run in stored.split(|c: char| !c.is_ascii_alphanumeric()) {
@@ -137,7 +137,7 @@ impl Store {
     /// answer is kept: only a down migration removes the index, and every search asked (a round
     /// trip before each). Until then each call asks again, so an index that another replica's
     /// migration creates later is noticed.
-    pub(super) async fn pg_text_index_exists(&self) -> Result<bool, StoreError> {
+    pub(in crate::store) async fn pg_text_index_exists(&self) -> Result<bool, StoreError> {
         use std::sync::atomic::Ordering;
         if self.pg_text_index_seen.load(Ordering::Relaxed) {
             return Ok(true);
@@ -391,7 +391,7 @@ impl Store {
     /// The newest rows matching the other filters are read first, as on SQLite: a common text
     /// fills its page from them, exact. Otherwise one statement reads the candidates the index
     /// names and the events of the pending ranges, from one snapshot.
-    pub(super) async fn text_page_pg(
+    pub(in crate::store) async fn text_page_pg(
         &self,
         filter: &EventFilter,
         after: Option<Cursor>,
@@ -403,7 +403,7 @@ impl Store {
         let Some(text) = &filter.text else {
             return Ok(None);
         };
-        let words = index_words(&super::event_text::stored_form(text.as_str()));
+        let words = index_words(&super::text::stored_form(text.as_str()));
         if words.is_empty() || !self.pg_text_index_exists().await? {
             return Ok(None);
         }

@@ -8,8 +8,11 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
-use crate::auth::AuthConfig;
-use crate::serve::BasePath;
+pub mod auth;
+mod base_path;
+
+pub use auth::{AuthConfig, AuthMode, MAX_SESSION_SECS};
+pub use base_path::{BasePath, BasePathError};
 
 /// Longest allowed enrollment token lifetime: 30 days.
 pub const MAX_TOKEN_TTL_SECS: u64 = 30 * 24 * 3600;

@@ -1,5 +1,9 @@
-//! Start-up and the hub's two listeners: `App::build` opens the store and the CA and binds both
-//! sockets; `App::run` serves HTTP and gRPC until the shutdown token is cancelled.
+//! The composition root: `App::build` opens the store and the CA, puts the services together into
+//! one `AppState` and binds both sockets; `App::run` starts the background tasks (`tasks`, the one
+//! place that starts them), joins the API and the UI into one router, and serves HTTP and gRPC
+//! until the shutdown token is cancelled.
+
+mod tasks;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -11,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::alerts::Alerts;
 use crate::alerts::geoip::GeoIp;
+pub use crate::api::AppState;
 use crate::auth::{Auth, AuthError, Site};
-use crate::cluster::jobs::{self, run_singleton};
 use crate::cluster::{Cluster, JoinError};
 use crate::config::Config;
 use crate::domain::{Guards, PrefixLimits};
@@ -22,26 +26,6 @@ use crate::metrics::Metrics;
 use crate::pki::{Ca, PkiError, RevocationList, server_tls_config};
 use crate::settings::{SecretsKey, SettingsError, SettingsService};
 use crate::store::{Store, StoreError};
-
-/// What every HTTP handler can reach.
-#[derive(Debug, Clone)]
-pub struct AppState {
-    pub config: Arc<Config>,
-    pub store: Store,
-    pub fleet: Fleet,
-    pub events: Events,
-    /// This hub replica among the others on the same database.
-    pub cluster: Cluster,
-    pub metrics: Metrics,
-    /// The settings document (SMTP, alerts, retention, fail2ban defaults).
-    pub settings: SettingsService,
-    /// The alert worker's service: deliveries and digests.
-    pub alerts: Alerts,
-    /// Operator authentication (sessions, tokens, logins) and the audit log.
-    pub auth: Auth,
-    /// The guard rails of bans and allowlists.
-    pub guards: Arc<Guards>,
-}
 
 /// Why the hub could not start.
 #[derive(Debug, thiserror::Error)]
@@ -232,68 +216,27 @@ impl App {
         tracing::info!(http = %listening.http, grpc = %listening.grpc, "listening");
 
         // One token stops everything: the caller's, or a listener failing.
-        let forward = {
+        {
             let shutdown = shutdown.clone();
-            async move {
+            tasks::spawn("stop", async move {
                 stop.cancelled().await;
                 shutdown.cancel();
-            }
-        };
-        tokio::spawn(forward);
-
-        // Jobs that run on one replica at a time (retention, scheduled probes, the sweeper, alerts),
-        // the fleet's background tasks, and on PostgreSQL the replica's listener, announcer and
-        // lease keeper. Following the retention setting stays on every replica: it sets local state.
-        crate::cluster::spawn_background(
-            &state.cluster,
-            &state.fleet,
-            &state.events,
-            &state.settings,
-        );
-        {
-            let events = state.events.clone();
-            tokio::spawn(run_singleton(
-                state.cluster.clone(),
-                jobs::RETENTION,
-                move |_| events.clone().run_retention(),
-            ));
-            let fleet = state.fleet.clone();
-            let stop = shutdown.clone();
-            tokio::spawn(run_singleton(
-                state.cluster.clone(),
-                jobs::PROBES,
-                move |_| fleet.clone().run_probe_schedule(stop.clone()),
-            ));
+            });
         }
+        let alert_worker = tasks::spawn_all(&state, &shutdown);
         let cluster = state.cluster.clone();
-        tokio::spawn(state.events.clone().follow_retention(
-            state.settings.subscribe(),
-            |snapshot| snapshot.settings.retention_days,
-            state.config.events.retention_days,
-            std::time::Duration::from_secs(state.config.events.prune_interval_secs),
-            shutdown.clone(),
-        ));
-        // The alert worker reads committed events from the store, never from the ingest path; one
-        // replica at a time runs it.
-        let alert_worker = {
-            let alerts = state.alerts.clone();
-            tokio::spawn(run_singleton(
-                state.cluster.clone(),
-                jobs::ALERTS,
-                move |_| alerts.clone().run(),
-            ))
-        };
         let fleet = state.fleet.clone();
         let grpc_task = {
             let shutdown = shutdown.clone();
-            tokio::spawn(async move {
+            tasks::spawn("grpc", async move {
                 let result = fleet.serve_grpc(grpc, grpc_tls, shutdown.clone()).await;
                 shutdown.cancel();
                 result
             })
         };
         let base_path = state.config.http.base_path.clone();
-        let router = crate::serve::mount(crate::api::router(state), &base_path);
+        let ui = crate::ui::fallback(&base_path.home());
+        let router = crate::serve::mount(crate::api::router(state, ui), &base_path);
         let http_result = crate::serve::serve_http(http, router, http_tls, shutdown.clone()).await;
         shutdown.cancel();
         let grpc_result = grpc_task.await;

@@ -14,8 +14,9 @@ use std::collections::HashSet;
 
 use sea_orm::{ConnectionTrait, DbBackend};
 
-use super::events::{EVENT_COLUMNS, Sql, get, read_events, to_u64};
-use super::{Store, StoreError};
+use super::super::sql::{Sql, get, to_u64};
+use super::super::{Store, StoreError};
+use super::row::{EVENT_COLUMNS, read_events};
 use crate::domain::events::{EventFilter, StoredEvent};
 
 /// Newest rows (matching every other filter) a text search reads before it asks the index: a text
@@ -164,7 +165,7 @@ impl Store {
     /// or more events counts `cap`), in one statement: at most `cap` index entries read per
     /// trigram, however common it is. Entries of events retention removed are counted too: the
     /// figures only choose which trigrams to ask for, never what a search finds.
-    pub(super) async fn trigram_docs(
+    pub(in crate::store) async fn trigram_docs(
         &self,
         grams: &[String],
         cap: i64,
@@ -200,11 +201,11 @@ impl Store {
         if self.backend() == DbBackend::Sqlite {
             return Ok(Some("FTS5 trigram table event_text"));
         }
-        // PostgreSQL: M0013's index, off the ingest path (see `event_text_pg`).
+        // PostgreSQL: M0013's index, off the ingest path (see `text_pg`).
         Ok(self
             .pg_text_index_exists()
             .await?
-            .then_some(super::event_text_pg::INDEX_DESCRIPTION))
+            .then_some(super::text_pg::INDEX_DESCRIPTION))
     }
 
     /// The highest event id the text index covers; `None` where there is no index (PostgreSQL).
@@ -225,7 +226,7 @@ impl Store {
     /// Up to `wanted` events matching `filter` (its text included) and the cursor, newest first,
     /// found through the text index for ids up to `indexed_to` and by a scan of the rows after it.
     /// `push_rest` appends every filter and the cursor to a `WHERE`.
-    pub(super) async fn text_search_indexed(
+    pub(in crate::store) async fn text_search_indexed(
         &self,
         query: &str,
         indexed_to: i64,

@@ -1,7 +1,7 @@
-//! The fleet's side of hub replicas: commands for agents held by another replica go through
-//! [`Cluster::relay`] as encoded protocol messages, commands relayed here run on the local session,
-//! and what other replicas say (a newer session, a removed server, a revoked certificate) reaches the
-//! local sessions and revocation list.
+//! The fleet's side of hub replicas: commands for agents held by another replica are forwarded
+//! through [`Cluster::forward`] as encoded protocol messages, commands forwarded here run on the
+//! local session, and what other replicas say (a newer session, a removed server, a revoked
+//! certificate) reaches the local sessions and revocation list.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -10,13 +10,13 @@ use banhub_proto::v1::{Command, CommandResult};
 use chrono::Utc;
 use prost::Message as _;
 
-use super::sessions::{DrainReason, SendError};
+use super::sessions::{DrainReason, SendError, SessionEnd};
 use super::{Fleet, FleetError};
-use crate::cluster::{Cluster, RelayError};
+use crate::cluster::{Cluster, ForwardError};
 use crate::domain::{AgentId, ServerId};
-use crate::store::cluster::RelayedOutcome;
+use crate::store::cluster::ForwardedOutcome;
 
-/// How the holder says why a relayed command has no answer.
+/// How the holder says why a forwarded command has no answer.
 const OFFLINE: &str = "offline";
 const TIMEOUT: &str = "timeout";
 const SESSION_ENDED: &str = "session_ended";
@@ -38,51 +38,51 @@ impl Fleet {
             // Our own lease without a session here: the session just ended.
             return Err(FleetError::Offline);
         }
-        tracing::debug!(%server, holder = %lease.replica, command = %command.id, "relaying a command to the replica holding the agent");
+        tracing::debug!(%server, holder = %lease.replica, command = %command.id, "forwarding a command to the replica holding the agent");
         match cluster
-            .relay(&lease.replica, server, command.encode_to_vec(), timeout)
+            .forward(&lease.replica, server, command.encode_to_vec(), timeout)
             .await
         {
-            Ok(RelayedOutcome::Answered(bytes)) => CommandResult::decode(bytes.as_slice())
-                .map_err(|e| FleetError::Protocol(format!("a relayed answer: {e}"))),
-            Ok(RelayedOutcome::Failed(why)) => Err(match why.as_str() {
+            Ok(ForwardedOutcome::Answered(bytes)) => CommandResult::decode(bytes.as_slice())
+                .map_err(|e| FleetError::Protocol(format!("a forwarded answer: {e}"))),
+            Ok(ForwardedOutcome::Failed(why)) => Err(match why.as_str() {
                 OFFLINE => FleetError::Offline,
                 TIMEOUT => FleetError::Timeout(timeout),
                 SESSION_ENDED => FleetError::SessionEnded,
                 other => FleetError::Protocol(format!("the holding replica said: {other}")),
             }),
-            Err(RelayError::Timeout) => Err(FleetError::Timeout(timeout)),
-            Err(RelayError::Store(e)) => Err(FleetError::Store(e)),
+            Err(ForwardError::Timeout) => Err(FleetError::Timeout(timeout)),
+            Err(ForwardError::Store(e)) => Err(FleetError::Store(e)),
         }
     }
 
-    /// Runs a command another replica relayed here on the local session and answers it.
-    pub(crate) async fn run_relayed(&self, cluster: &Cluster, id: &str) {
+    /// Runs a command another replica forwarded here on the local session and answers it.
+    pub async fn run_forwarded(&self, cluster: &Cluster, id: &str) {
         let (claimed, origin) = match cluster.claim(id).await {
             Ok(Some(claimed)) => claimed,
             Ok(None) => return,
             Err(e) => {
-                tracing::warn!(command = %id, error = %e, "cannot claim a relayed command");
+                tracing::warn!(command = %id, error = %e, "cannot claim a forwarded command");
                 return;
             }
         };
         let outcome = match Command::decode(claimed.command.as_slice()) {
             Err(e) => {
-                tracing::warn!(command = %id, error = %e, "a relayed command does not decode");
-                RelayedOutcome::Failed(UNDECODABLE.to_owned())
+                tracing::warn!(command = %id, error = %e, "a forwarded command does not decode");
+                ForwardedOutcome::Failed(UNDECODABLE.to_owned())
             }
             Ok(command) => {
                 let left = claimed.deadline_ms - Utc::now().timestamp_millis();
                 let timeout = Duration::from_millis(u64::try_from(left).unwrap_or(0));
                 if timeout.is_zero() {
-                    RelayedOutcome::Failed(TIMEOUT.to_owned())
+                    ForwardedOutcome::Failed(TIMEOUT.to_owned())
                 } else {
                     match self.sessions().call(claimed.server, command, timeout).await {
-                        Ok(result) => RelayedOutcome::Answered(result.encode_to_vec()),
-                        Err(SendError::Offline) => RelayedOutcome::Failed(OFFLINE.to_owned()),
-                        Err(SendError::Timeout(_)) => RelayedOutcome::Failed(TIMEOUT.to_owned()),
+                        Ok(result) => ForwardedOutcome::Answered(result.encode_to_vec()),
+                        Err(SendError::Offline) => ForwardedOutcome::Failed(OFFLINE.to_owned()),
+                        Err(SendError::Timeout(_)) => ForwardedOutcome::Failed(TIMEOUT.to_owned()),
                         Err(SendError::SessionEnded) => {
-                            RelayedOutcome::Failed(SESSION_ENDED.to_owned())
+                            ForwardedOutcome::Failed(SESSION_ENDED.to_owned())
                         }
                     }
                 }
@@ -92,7 +92,7 @@ impl Fleet {
     }
 
     /// Another replica took the lease of `server` at `generation` (or removed the server).
-    pub(crate) fn drop_replaced(&self, server: ServerId, generation: i64, reconnect: bool) {
+    pub fn drop_replaced(&self, server: ServerId, generation: i64, reconnect: bool) {
         if self.sessions().drop_older(server, generation, reconnect) {
             tracing::info!(%server, generation, "the session here was replaced elsewhere; dropped it");
             self.metrics()
@@ -102,7 +102,7 @@ impl Fleet {
     }
 
     /// A certificate another replica revoked.
-    pub(crate) fn revoke_here(&self, serial: &str) {
+    pub fn revoke_here(&self, serial: &str) {
         self.revocations().revoke(serial);
     }
 
@@ -116,11 +116,13 @@ impl Fleet {
 
     /// Ends the session of `server` wherever it is held, unless its agent is `keep` (the agent just
     /// enrolled for it). The agent is told not to reconnect.
+    #[tracing::instrument(skip_all, fields(%server, reason))]
     pub(super) async fn cut_off(&self, server: ServerId, keep: Option<AgentId>, reason: &str) {
         self.sessions().disconnect_unless(
             server,
             keep,
             DrainReason {
+                end: SessionEnd::Revoked,
                 reason: reason.to_owned(),
                 reconnect: false,
             },
@@ -142,7 +144,7 @@ impl Fleet {
     /// Makes the local sessions and this replica's leases agree (the lease keeper's tick): a
     /// session whose lease another replica took ends, a session without a lease takes one, and a
     /// lease without a session is released.
-    pub(crate) async fn reconcile_leases(&self, cluster: &Cluster, held: &HashMap<ServerId, i64>) {
+    pub async fn reconcile_leases(&self, cluster: &Cluster, held: &HashMap<ServerId, i64>) {
         let local = self.sessions().local_leases();
         for lease in &local {
             if lease.generation.is_some() && lease.generation == held.get(&lease.server).copied() {

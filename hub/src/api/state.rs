@@ -1,0 +1,34 @@
+//! `AppState`: the services every HTTP handler can reach. `app` builds it at start-up.
+
+use std::sync::Arc;
+
+use crate::alerts::Alerts;
+use crate::auth::Auth;
+use crate::cluster::Cluster;
+use crate::config::Config;
+use crate::domain::Guards;
+use crate::events::Events;
+use crate::fleet::Fleet;
+use crate::metrics::Metrics;
+use crate::settings::SettingsService;
+use crate::store::Store;
+
+/// What every HTTP handler can reach.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub store: Store,
+    pub fleet: Fleet,
+    pub events: Events,
+    /// This hub replica among the others on the same database.
+    pub cluster: Cluster,
+    pub metrics: Metrics,
+    /// The settings document (SMTP, alerts, retention, fail2ban defaults).
+    pub settings: SettingsService,
+    /// The alert worker's service: deliveries and digests.
+    pub alerts: Alerts,
+    /// Operator authentication (sessions, tokens, logins) and the audit log.
+    pub auth: Auth,
+    /// The guard rails of bans and allowlists.
+    pub guards: Arc<Guards>,
+}
