@@ -15,9 +15,11 @@
 //!    backoff until `alerts.maxAttempts`, then reported failed.
 
 pub mod geoip;
+pub mod insights;
 pub mod mail;
 pub mod places;
 pub mod render;
+pub mod test_mail;
 pub mod webhook;
 
 mod matcher;

@@ -1,27 +1,23 @@
 //! `POST /api/ban` and `POST /api/unban`: fail2ban's action on a host without an agent reports to
 //! the hub directly. The server is the one whose callback secret comes in `X-Callback-Secret`
-//! (never the `serverId` of the body); the body is read leniently but checked strictly
-//! (`events::callback`).
+//! (never the `serverId` of the body); the body is read leniently but checked strictly. The use
+//! case is one fleet call, `Fleet::record_direct_callback`.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use chrono::Utc;
 use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::error::{ApiError, ApiJson, Problem, problem};
-use banhub_proto::jails::Verdict;
-
-use crate::domain::Server;
-use crate::domain::events::{EventBody, EventKind};
+use super::error::{ApiError, ApiJson, Problem};
+use crate::domain::events::EventKind;
 use crate::events::EventsError;
-use crate::events::callback::{self, CallbackError};
+use crate::events::callback::CallbackError;
+use crate::fleet::{DirectCallbackError, UnreadBody};
 
 /// The header that carries the server's callback secret.
 pub const SECRET_HEADER: &str = "x-callback-secret";
@@ -66,7 +62,7 @@ async fn ban(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
+) -> Result<ApiJson<CallbackAccepted>, ApiError> {
     accept(&state, EventKind::Ban, &headers, body).await
 }
 
@@ -86,7 +82,7 @@ async fn unban(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
+) -> Result<ApiJson<CallbackAccepted>, ApiError> {
     accept(&state, EventKind::Unban, &headers, body).await
 }
 
@@ -95,114 +91,132 @@ async fn accept(
     kind: EventKind,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    // The callback secret policy can turn direct callbacks off altogether (agents are unaffected).
-    if !state.settings.current().settings.callbacks.direct_enabled {
-        return problem(
-            StatusCode::FORBIDDEN,
-            "direct_callbacks_disabled",
-            "Direct callbacks are turned off",
-            "this hub accepts no direct callbacks (settings: callbacks.directEnabled); report \
-             through an agent, or have an admin turn them on"
-                .to_owned(),
-            None,
-        );
-    }
-    // The secret is checked first: a caller without one learns nothing about its body.
-    let server = match authenticate(state, headers).await {
-        Ok(Some(server)) => server,
-        Ok(None) => return unauthorized(),
-        Err(e) => return e.into_response(),
-    };
-    let result = async {
-        let body = body.map_err(|rejection| ApiError::Malformed {
-            status: rejection.status(),
-            detail: match rejection.status() {
-                StatusCode::PAYLOAD_TOO_LARGE => {
-                    format!("the callback body is larger than {MAX_BODY_BYTES} bytes")
-                }
-                _ => rejection.body_text(),
+) -> Result<ApiJson<CallbackAccepted>, ApiError> {
+    let secret = headers.get(SECRET_HEADER).and_then(|v| v.to_str().ok());
+    let body = body.as_deref().map_err(|rejection| UnreadBody {
+        too_large: rejection.status() == StatusCode::PAYLOAD_TOO_LARGE,
+        detail: match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => {
+                format!("the callback body is larger than {MAX_BODY_BYTES} bytes")
+            }
+            _ => rejection.body_text(),
+        },
+    });
+    let recorded = state
+        .fleet
+        .record_direct_callback(kind, secret, body)
+        .await?;
+    Ok(ApiJson(CallbackAccepted {
+        id: recorded.id,
+        server_id: recorded.server.to_string(),
+    }))
+}
+
+/// A direct callback's refusals as problem documents. A store that cannot take the event answers
+/// 503 with `Retry-After` whatever its error, so the sender keeps the event and sends it again.
+impl From<DirectCallbackError> for ApiError {
+    fn from(e: DirectCallbackError) -> Self {
+        match e {
+            DirectCallbackError::Off => ApiError::DirectCallbacksOff,
+            DirectCallbackError::UnknownSecret => ApiError::NoCallbackSecret,
+            DirectCallbackError::Unread(unread) => ApiError::Malformed {
+                status: if unread.too_large {
+                    StatusCode::PAYLOAD_TOO_LARGE
+                } else {
+                    StatusCode::BAD_REQUEST
+                },
+                detail: unread.detail,
             },
-        })?;
-        let event = callback::parse(kind, &body, Utc::now()).map_err(|e| match e {
-            CallbackError::NotJson(detail) => ApiError::Malformed {
+            DirectCallbackError::Body(CallbackError::NotJson(detail)) => ApiError::Malformed {
                 status: StatusCode::BAD_REQUEST,
                 detail: format!("the body is not a JSON object: {detail}"),
             },
-            CallbackError::Field { field, reason } => ApiError::invalid(field, reason),
-        })?;
-        if let EventBody::Ban(facts) | EventBody::Unban(facts) = &event.body
-            && state
-                .fleet
-                .callback_jail(server.id, facts.jail.as_str())
-                .await
-                == Verdict::Unknown
-        {
-            return Err(ApiError::invalid(
-                "jail",
-                format!(
-                    "the server's fail2ban runs no jail named {:?}; nothing was stored",
-                    facts.jail.as_str()
-                ),
-            ));
+            DirectCallbackError::Body(CallbackError::Field { field, reason }) => {
+                ApiError::invalid(field, reason)
+            }
+            DirectCallbackError::UnknownJail(_) => ApiError::invalid("jail", e),
+            DirectCallbackError::Events(EventsError::Store(e)) | DirectCallbackError::Store(e) => {
+                ApiError::StoreUnavailable(e)
+            }
+            DirectCallbackError::Events(other) => other.into(),
         }
-        // 200 only once the event is committed; a store that cannot take it answers 503, so the
-        // sender keeps the event and sends it again.
-        let stored = state
-            .events
-            .ingest_direct(server.id, event)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    /// The status and problem `code` a refusal of a direct callback answers with.
+    async fn answer(e: DirectCallbackError) -> (StatusCode, String, Option<String>) {
+        let response = axum::response::IntoResponse::into_response(ApiError::from(e));
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
             .await
-            .map_err(unstored)?;
-        Ok::<_, ApiError>(ApiJson(CallbackAccepted {
-            id: stored.id.0,
-            server_id: server.id.to_string(),
-        }))
-    };
-    match result.await {
-        Ok(accepted) => accepted.into_response(),
-        Err(e) => e.into_response(),
+            .expect("body");
+        let problem: serde_json::Value = serde_json::from_slice(&body).expect("problem+json");
+        let field = problem["field"].as_str().map(str::to_owned);
+        (
+            status,
+            problem["code"].as_str().unwrap_or("").to_owned(),
+            field,
+        )
     }
-}
 
-async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<Server>, ApiError> {
-    let Some(secret) = headers.get(SECRET_HEADER).and_then(|v| v.to_str().ok()) else {
-        return Ok(None);
-    };
-    let secret = secret.trim();
-    let server = match state
-        .events
-        .callback_server(secret)
-        .await
-        .map_err(unstored)?
-    {
-        Some(server) => Some(server),
-        // While a rotation's overlap lasts, the previous secret still counts.
-        None => state
-            .settings
-            .previous_callback_server(secret)
-            .await
-            .map_err(ApiError::StoreUnavailable)?,
-    };
-    if server.is_none() {
-        tracing::warn!("callback refused: unknown callback secret");
+    #[tokio::test]
+    async fn refusals_keep_their_statuses_and_codes() {
+        let check = async |e, status: StatusCode, code: &str| {
+            let (got_status, got_code, _) = answer(e).await;
+            assert_eq!((got_status, got_code.as_str()), (status, code));
+        };
+        check(
+            DirectCallbackError::Off,
+            StatusCode::FORBIDDEN,
+            "direct_callbacks_disabled",
+        )
+        .await;
+        check(
+            DirectCallbackError::UnknownSecret,
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        )
+        .await;
+        let unread = |too_large| {
+            DirectCallbackError::Unread(UnreadBody {
+                too_large,
+                detail: "x".to_owned(),
+            })
+        };
+        check(
+            unread(true),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+        )
+        .await;
+        check(unread(false), StatusCode::BAD_REQUEST, "bad_request").await;
+        check(
+            DirectCallbackError::Body(CallbackError::NotJson("eof".to_owned())),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        )
+        .await;
+        // Whatever the store's error, the sender is told to send the event again.
+        check(
+            DirectCallbackError::Store(StoreError::Corrupt("x".to_owned())),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+        )
+        .await;
+        let (status, code, field) =
+            answer(DirectCallbackError::UnknownJail("web".to_owned())).await;
+        assert_eq!(
+            (status, code.as_str(), field.as_deref()),
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_field",
+                Some("jail")
+            )
+        );
     }
-    Ok(server)
-}
-
-/// A callback the store could not take: 503 with `Retry-After`, whatever the store's error.
-fn unstored(e: EventsError) -> ApiError {
-    match e {
-        EventsError::Store(e) => ApiError::StoreUnavailable(e),
-        other => other.into(),
-    }
-}
-
-fn unauthorized() -> Response {
-    problem(
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
-        "Unauthorized",
-        "send the server's callback secret in the X-Callback-Secret header".to_owned(),
-        None,
-    )
 }

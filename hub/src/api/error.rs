@@ -9,6 +9,7 @@ use banhub_proto::problem::type_of;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::alerts::mail::MailError;
 use crate::auth::AuthError;
 use crate::domain::GuardViolation;
 use crate::fleet::{AgentErrorKind, FILTER_TEST_RETRY_AFTER_SECS, FleetError};
@@ -45,6 +46,22 @@ pub enum ApiError {
     /// was stored, and the same request sent again later may succeed.
     #[error(transparent)]
     StoreUnavailable(StoreError),
+    /// The settings were saved by someone else since they were read (409, with the version now
+    /// as `ETag`).
+    #[error("{message}")]
+    SettingsConflict { current: u64, message: String },
+    /// The mail server did not take the test e-mail (502; `code` says why).
+    #[error(transparent)]
+    Mail(#[from] MailError),
+    /// The hub takes no direct callbacks (403).
+    #[error(
+        "this hub accepts no direct callbacks (settings: callbacks.directEnabled); report through \
+         an agent, or have an admin turn them on"
+    )]
+    DirectCallbacksOff,
+    /// A direct callback without a known callback secret (401).
+    #[error("send the server's callback secret in the X-Callback-Secret header")]
+    NoCallbackSecret,
     #[error("{0}")]
     Internal(String),
 }
@@ -177,6 +194,22 @@ impl ApiError {
             },
             Self::Auth(e) => e.parts(),
             Self::StoreUnavailable(_) => STORE_UNAVAILABLE,
+            Self::SettingsConflict { .. } => (
+                StatusCode::CONFLICT,
+                "settings_conflict",
+                "The settings changed since they were read",
+            ),
+            Self::Mail(e) => (
+                StatusCode::BAD_GATEWAY,
+                e.code(),
+                "The test e-mail was not accepted",
+            ),
+            Self::DirectCallbacksOff => (
+                StatusCode::FORBIDDEN,
+                "direct_callbacks_disabled",
+                "Direct callbacks are turned off",
+            ),
+            Self::NoCallbackSecret => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
             Self::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -239,8 +272,15 @@ impl IntoResponse for ApiError {
             Self::Fleet(FleetError::FilterTestsBusy) => Some(FILTER_TEST_RETRY_AFTER_SECS),
             _ => None,
         };
+        let etag = match &self {
+            Self::SettingsConflict { current, .. } => {
+                HeaderValue::from_str(&format!("\"{current}\"")).ok()
+            }
+            _ => None,
+        };
         match self {
             Self::Invalid { field, .. } | Self::Guarded { field, .. } => body.field = Some(field),
+            Self::SettingsConflict { .. } => body.field = Some("version".to_owned()),
             Self::Fleet(FleetError::Agent {
                 details,
                 current_version,
@@ -256,6 +296,9 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let Some(etag) = etag {
+            response.headers_mut().insert(header::ETAG, etag);
         }
         response
     }

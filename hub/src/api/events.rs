@@ -20,10 +20,11 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::error::{ApiError, ApiJson, Problem};
 use super::{schemas, target};
+use crate::alerts::insights::LocatedInsights;
 use crate::auth::Viewer;
 use crate::domain::ServerId;
 use crate::domain::events::{
-    Counts, Cursor, EventBody, EventFilter, EventId, EventKind, EventPage, EventSource, Insights,
+    Counts, Cursor, EventBody, EventFilter, EventId, EventKind, EventPage, EventSource,
     InsightsQuery, IpOrCidr, IpSummary, JailName, SearchText, Stats, StatsQuery, StoredEvent,
 };
 use crate::events::{EventsError, MAX_PAGE};
@@ -518,19 +519,6 @@ pub struct IpDto {
     country: Option<String>,
 }
 
-impl IpDto {
-    /// Fills in `country` from the settings' GeoIP database.
-    fn locate(&mut self, alerts: &crate::alerts::Alerts) {
-        let addr = self.ip.parse::<std::net::IpAddr>().ok().or_else(|| {
-            self.ip
-                .parse::<ipnet::IpNet>()
-                .ok()
-                .map(|net| net.network())
-        });
-        self.country = addr.and_then(|a| alerts.country(a));
-    }
-}
-
 impl From<IpSummary> for IpDto {
     fn from(s: IpSummary) -> Self {
         Self {
@@ -880,67 +868,66 @@ async fn ban_insights(
         )?,
         ip: ip(p.ip.as_deref())?,
     };
-    let insights = state.events.insights(&insights_query, Utc::now()).await?;
-    let mut dto = insights_dto(insights, &server_names(&state).await?);
-    let (places, counted_at) = state.alerts.places(insights_query.server).await?;
-    let top = insights_query.limit;
-    dto.countries = places
-        .countries
-        .into_iter()
-        .take(top)
-        .map(|(country, c)| CountryCountDto {
-            country,
-            bans: c.bans,
-            ips: c.ips,
-        })
-        .collect();
-    dto.networks = places
-        .networks
-        .into_iter()
-        .take(top)
-        .map(|(network, c)| NetworkCountDto {
-            network,
-            bans: c.bans,
-            ips: c.ips,
-        })
-        .collect();
-    dto.places_counted_at = counted_at;
-    for ip in dto
-        .top_ips
-        .iter_mut()
-        .chain(dto.repeat_offenders.iter_mut())
-        .chain(dto.ip.iter_mut().map(|detail| &mut detail.summary))
-    {
-        ip.locate(&state.alerts);
-    }
-    Ok(ApiJson(dto))
+    let located = state.alerts.insights(&insights_query, Utc::now()).await?;
+    Ok(ApiJson(located.into()))
 }
 
-fn insights_dto(i: Insights, names: &HashMap<ServerId, String>) -> InsightsDto {
-    InsightsDto {
-        from: i.from,
-        to: i.to,
-        top_ips: i.top_ips.into_iter().map(IpDto::from).collect(),
-        repeat_offenders: i.repeat_offenders.into_iter().map(IpDto::from).collect(),
-        top_jails: jail_counts(i.top_jails),
-        top_servers: server_counts(i.top_servers, names),
-        distinct_ips: i.distinct_ips,
-        ip: i.ip.map(|(summary, servers)| IpDetailDto {
-            summary: summary.into(),
-            per_server: servers
+impl From<LocatedInsights> for InsightsDto {
+    fn from(located: LocatedInsights) -> Self {
+        let LocatedInsights {
+            insights: i,
+            server_names: names,
+            countries_of,
+            countries,
+            networks,
+            places_counted_at,
+        } = located;
+        let ip_dto = |summary: IpSummary| {
+            let country = countries_of.get(&summary.ip).cloned();
+            IpDto {
+                country,
+                ..IpDto::from(summary)
+            }
+        };
+        Self {
+            from: i.from,
+            to: i.to,
+            top_ips: i.top_ips.into_iter().map(ip_dto).collect(),
+            repeat_offenders: i.repeat_offenders.into_iter().map(ip_dto).collect(),
+            top_jails: jail_counts(i.top_jails),
+            top_servers: server_counts(i.top_servers, &names),
+            distinct_ips: i.distinct_ips,
+            ip: i.ip.map(|(summary, servers)| IpDetailDto {
+                summary: ip_dto(summary),
+                per_server: servers
+                    .into_iter()
+                    .map(|s| IpServerDto {
+                        server_name: names.get(&s.server).cloned(),
+                        server_id: s.server.to_string(),
+                        bans: s.bans,
+                        first_seen: s.first_seen,
+                        last_seen: s.last_seen,
+                    })
+                    .collect(),
+            }),
+            countries: countries
                 .into_iter()
-                .map(|s| IpServerDto {
-                    server_name: names.get(&s.server).cloned(),
-                    server_id: s.server.to_string(),
-                    bans: s.bans,
-                    first_seen: s.first_seen,
-                    last_seen: s.last_seen,
+                .map(|(country, c)| CountryCountDto {
+                    country,
+                    bans: c.bans,
+                    ips: c.ips,
                 })
                 .collect(),
-        }),
-        countries: Vec::new(),
-        networks: Vec::new(),
-        places_counted_at: None,
+            networks: networks
+                .into_iter()
+                .map(|(network, c)| NetworkCountDto {
+                    network,
+                    bans: c.bans,
+                    ips: c.ips,
+                })
+                .collect(),
+            places_counted_at,
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -14,12 +14,11 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::error::{ApiError, ApiJson, Problem, problem};
-use crate::alerts::mail::{self, Mail};
+use super::error::{ApiError, ApiJson, Problem, optional_json};
+use crate::alerts::test_mail::{TestMailError, TestMailRequest};
 use crate::auth::Admin;
-use crate::domain::{Server, ServerId, ServerName};
-use crate::fleet::DefaultsPushResult;
-use crate::settings::model::{DefaultsDocument, parse_address};
+use crate::fleet::{DefaultsPushResult, DefaultsTargets, PushDefaultsError};
+use crate::settings::model::DefaultsDocument;
 use crate::settings::{SettingsDocument, SettingsError, SmtpDocument};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -29,92 +28,76 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(push_defaults))
 }
 
-/// Why a settings request failed, as a problem document.
-#[derive(Debug)]
-enum Failure {
-    Api(ApiError),
-    Conflict { current: u64, message: String },
-    Mail(mail::MailError),
-}
-
-impl From<ApiError> for Failure {
-    fn from(e: ApiError) -> Self {
-        Self::Api(e)
-    }
-}
-
-impl From<SettingsError> for Failure {
+/// The settings service's refusals as problem documents.
+impl From<SettingsError> for ApiError {
     fn from(e: SettingsError) -> Self {
         match e {
-            SettingsError::Invalid(f) => Self::Api(ApiError::invalid(&f.field, f.reason)),
-            SettingsError::Conflict { current } => Self::Conflict {
+            SettingsError::Invalid(f) => ApiError::invalid(&f.field, f.reason),
+            SettingsError::Conflict { current } => ApiError::SettingsConflict {
                 current,
                 message: e.to_string(),
             },
-            SettingsError::Store(s) => Self::Api(s.into()),
-            other => Self::Api(ApiError::Internal(other.to_string())),
+            SettingsError::Store(s) => s.into(),
+            other => ApiError::Internal(other.to_string()),
         }
     }
 }
 
-impl IntoResponse for Failure {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Api(e) => e.into_response(),
-            Self::Conflict { current, message } => {
-                let mut response = problem(
-                    StatusCode::CONFLICT,
-                    "settings_conflict",
-                    "The settings changed since they were read",
-                    message,
-                    Some("version".to_owned()),
-                );
-                if let Ok(value) = HeaderValue::from_str(&etag(current)) {
-                    response.headers_mut().insert(header::ETAG, value);
-                }
-                response
+impl From<TestMailError> for ApiError {
+    fn from(e: TestMailError) -> Self {
+        match e {
+            TestMailError::Settings(e) => e.into(),
+            TestMailError::NoSmtp => ApiError::invalid("smtp", e),
+            TestMailError::Recipient(f) => ApiError::invalid(&f.field, f.reason),
+            TestMailError::NoRecipient => ApiError::invalid("to", e),
+            TestMailError::Mail(e) => ApiError::Mail(e),
+        }
+    }
+}
+
+impl From<PushDefaultsError> for ApiError {
+    fn from(e: PushDefaultsError) -> Self {
+        match e {
+            PushDefaultsError::NothingToPush => ApiError::invalid("fail2ban.defaults", e),
+            PushDefaultsError::NoSuchServer { index, .. } => {
+                ApiError::invalid(&format!("servers[{index}]"), e)
             }
-            Self::Mail(e) => problem(
-                StatusCode::BAD_GATEWAY,
-                e.code(),
-                "The test e-mail was not accepted",
-                e.to_string(),
-                None,
-            ),
+            PushDefaultsError::NoMatch => ApiError::invalid("labels", e),
+            PushDefaultsError::Store(e) => e.into(),
         }
     }
-}
-
-fn etag(version: u64) -> String {
-    format!("\"{version}\"")
 }
 
 fn with_etag(document: SettingsDocument) -> Response {
     let version = document.version.unwrap_or(0);
     let mut response = ApiJson(document).into_response();
-    if let Ok(value) = HeaderValue::from_str(&etag(version)) {
+    if let Ok(value) = HeaderValue::from_str(&format!("\"{version}\"")) {
         response.headers_mut().insert(header::ETAG, value);
     }
     response
 }
 
-/// Reads a JSON body into `T`; a value of the wrong type is a 422 naming its path.
-fn parse_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    let mut de = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if inner.is_syntax() || inner.is_eof() || path == "." {
-            ApiError::Malformed {
-                status: StatusCode::BAD_REQUEST,
-                detail: format!("the body is not a valid JSON document of this kind: {inner}"),
-            }
-        } else {
-            ApiError::invalid(&path, inner)
-        }
+/// The version an edit starts from: `version` of the body, else the `If-Match` header.
+fn expected_version(document: &SettingsDocument, headers: &HeaderMap) -> Result<u64, ApiError> {
+    let if_match = headers
+        .get(header::IF_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .map(|raw| {
+            raw.trim()
+                .trim_start_matches("W/")
+                .trim_matches('"')
+                .parse::<u64>()
+                .map_err(|_| {
+                    ApiError::invalid("If-Match", "must be the settings' ETag, e.g. \"3\"")
+                })
+        })
+        .transpose()?;
+    document.version.or(if_match).ok_or_else(|| {
+        ApiError::invalid(
+            "version",
+            "is required: send the version you read (GET /api/settings), so a concurrent edit is \
+             not overwritten",
+        )
     })
 }
 
@@ -141,29 +124,9 @@ async fn save_settings(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<Response, Failure> {
-    let document: SettingsDocument = parse_body(&body)?;
-    let if_match = headers
-        .get(header::IF_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .map(|raw| {
-            raw.trim()
-                .trim_start_matches("W/")
-                .trim_matches('"')
-                .parse::<u64>()
-                .map_err(|_| {
-                    ApiError::invalid("If-Match", "must be the settings' ETag, e.g. \"3\"")
-                })
-        })
-        .transpose()?;
-    let Some(expected) = document.version.or(if_match) else {
-        return Err(ApiError::invalid(
-            "version",
-            "is required: send the version you read (GET /api/settings), so a concurrent edit is \
-             not overwritten",
-        )
-        .into());
-    };
+) -> Result<Response, ApiError> {
+    let document: SettingsDocument = optional_json(&body)?;
+    let expected = expected_version(&document, &headers)?;
     let saved = state.settings.update(document, expected).await?;
     // The other replicas read them again (retention, alert rules, the callback policy apply there
     // too).
@@ -206,65 +169,19 @@ async fn test_email(
     _caller: Admin,
     State(state): State<AppState>,
     body: Bytes,
-) -> Result<ApiJson<TestEmailResult>, Failure> {
-    let body: TestEmailBody = parse_body(&body)?;
-    let (smtp, password) = match state.settings.smtp_for_test(body.smtp)? {
-        Some(found) => found,
-        None => {
-            return Err(ApiError::invalid(
-                "smtp",
-                "no SMTP server is configured: save one in the settings or send `smtp` with the test",
-            )
-            .into());
-        }
+) -> Result<ApiJson<TestEmailResult>, ApiError> {
+    let body: TestEmailBody = optional_json(&body)?;
+    let request = TestMailRequest {
+        to: body.to,
+        smtp: body.smtp,
     };
-    let mut to = Vec::new();
-    for (i, raw) in body.to.iter().enumerate() {
-        to.push(
-            parse_address(raw, &format!("to[{i}]"))
-                .map_err(|e| ApiError::invalid(&e.field, e.reason))?,
-        );
-    }
-    if to.is_empty() {
-        to = state.settings.current().settings.alerts.recipients.clone();
-    }
-    if to.is_empty() {
-        return Err(ApiError::invalid(
-            "to",
-            "no recipient: give `to` or save alerts.recipients in the settings",
-        )
-        .into());
-    }
-    let subject = "banhub test e-mail".to_owned();
-    let text = format!(
-        "This is a test e-mail from banhub (SMTP server {}:{}).\n\
-         If it arrived, alert e-mails will reach this address.\n",
-        smtp.host, smtp.port
-    );
-    let html = format!(
-        "<html><body><p>This is a test e-mail from banhub (SMTP server {}:{}).</p>\
-         <p>If it arrived, alert e-mails will reach this address.</p></body></html>",
-        smtp.host, smtp.port
-    );
-    let message = Mail {
-        to: to.clone(),
-        subject: subject.clone(),
-        text,
-        html: Some(html),
-    };
-    let accepted = mail::send(&smtp, password.as_ref(), &message)
-        .await
-        .map_err(|e| {
-            tracing::info!(code = e.code(), error = %e, "test e-mail failed");
-            Failure::Mail(e)
-        })?;
-    tracing::info!(reply = %accepted.reply, recipients = to.len(), "test e-mail accepted");
+    let sent = state.alerts.send_test_mail(request).await?;
     Ok(ApiJson(TestEmailResult {
-        reply: accepted.reply,
-        to: to.iter().map(ToString::to_string).collect(),
-        from: smtp.from.to_string(),
-        subject,
-        took_ms: u64::try_from(accepted.took.as_millis()).unwrap_or(u64::MAX),
+        reply: sent.reply,
+        to: sent.to.iter().map(ToString::to_string).collect(),
+        from: sent.from,
+        subject: sent.subject,
+        took_ms: u64::try_from(sent.took.as_millis()).unwrap_or(u64::MAX),
     }))
 }
 
@@ -299,57 +216,43 @@ async fn push_defaults(
     caller: Admin,
     State(state): State<AppState>,
     body: Bytes,
-) -> Result<ApiJson<PushDefaultsResult>, Failure> {
-    let body: PushDefaultsBody = parse_body(&body)?;
-    let snapshot = state.settings.current();
-    let defaults = snapshot.settings.defaults.clone();
-    if defaults.is_empty() {
-        return Err(ApiError::invalid(
-            "fail2ban.defaults",
-            "nothing to push: save at least one default in the settings first",
-        )
-        .into());
-    }
-    let all = state.store.list_servers().await.map_err(ApiError::from)?;
-    let mut chosen: Vec<Server> = Vec::new();
-    for (i, raw) in body.servers.iter().enumerate() {
-        let found = match ServerId::parse(raw) {
-            Ok(id) => all.iter().find(|s| s.id == id),
-            Err(_) => ServerName::parse(raw)
-                .ok()
-                .and_then(|name| all.iter().find(|s| s.name == name)),
-        };
-        match found {
-            Some(server) if !chosen.iter().any(|c| c.id == server.id) => {
-                chosen.push(server.clone())
-            }
-            Some(_) => {}
-            None => {
-                return Err(ApiError::invalid(
-                    &format!("servers[{i}]"),
-                    format!("no server has the id or name {raw:?}"),
-                )
-                .into());
-            }
-        }
-    }
-    if body.servers.is_empty() {
-        chosen = all;
-    }
-    chosen.retain(|s| {
-        body.labels
-            .iter()
-            .all(|(k, v)| s.labels.as_map().get(k) == Some(v))
-    });
-    if chosen.is_empty() {
-        return Err(ApiError::invalid("labels", "no server matches").into());
-    }
-    let results = state
+) -> Result<ApiJson<PushDefaultsResult>, ApiError> {
+    let body: PushDefaultsBody = optional_json(&body)?;
+    let targets = DefaultsTargets {
+        servers: body.servers,
+        labels: body.labels,
+    };
+    let pushed = state
         .fleet
-        .push_defaults(chosen, &defaults, &caller.requested_by())
-        .await;
+        .push_saved_defaults(targets, &caller.requested_by())
+        .await?;
     Ok(ApiJson(PushDefaultsResult {
-        defaults: snapshot.document.fail2ban.defaults.clone(),
-        results,
+        defaults: pushed.defaults,
+        results: pushed.results,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::StatusCode;
+
+    #[tokio::test]
+    async fn a_stale_version_is_a_409_naming_the_version_with_the_current_etag() {
+        let response = ApiError::from(SettingsError::Conflict { current: 7 }).into_response();
+        assert_eq!(response.status(), StatusCode::CONFLICT);
+        assert_eq!(response.headers()[header::ETAG], "\"7\"");
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        let problem: serde_json::Value = serde_json::from_slice(&body).expect("problem+json");
+        assert_eq!(problem["code"], "settings_conflict");
+        assert_eq!(problem["field"], "version");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("version 7")),
+            "{problem}"
+        );
+    }
 }

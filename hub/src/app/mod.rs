@@ -152,6 +152,7 @@ impl App {
             advertise,
             shutdown: shutdown.clone(),
             events: events.clone(),
+            settings: settings.clone(),
             probe: config.probe.clone(),
             cluster: cluster.clone(),
         });

@@ -202,6 +202,31 @@ pub struct Server {
     pub last_address: Option<String>,
 }
 
+#[cfg(test)]
+impl Server {
+    /// A never-enrolled server named `name` carrying `labels`, for unit tests.
+    pub fn example(name: &str, labels: &[(&str, &str)]) -> Self {
+        let labels = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Self {
+            id: ServerId::new(),
+            name: super::ServerName::parse(name).expect("a valid name"),
+            description: String::new(),
+            labels: Labels::parse(labels).expect("valid labels"),
+            created_at: chrono::Utc::now(),
+            agent_id: None,
+            enrolled_at: None,
+            last_seen_at: None,
+            agent_version: None,
+            fail2ban_version: None,
+            hostname: None,
+            last_address: None,
+        }
+    }
+}
+
 /// What an operator supplies to register a server.
 #[derive(Debug, Clone)]
 pub struct NewServer {

@@ -249,29 +249,9 @@ impl Fleet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Labels, ServerName};
 
     fn server(labels: &[(&str, &str)]) -> Server {
-        Server {
-            id: ServerId::new(),
-            name: ServerName::parse("web-1").expect("name"),
-            description: String::new(),
-            labels: Labels::parse(
-                labels
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect(),
-            )
-            .expect("labels"),
-            created_at: Utc::now(),
-            agent_id: None,
-            enrolled_at: None,
-            last_seen_at: None,
-            agent_version: None,
-            fail2ban_version: None,
-            hostname: None,
-            last_address: None,
-        }
+        Server::example("web-1", labels)
     }
 
     #[test]

@@ -262,7 +262,7 @@ pub struct IgnoreListView {
     pub version: String,
 }
 
-fn unexpected(outcome: &Outcome) -> FleetError {
+pub(super) fn unexpected(outcome: &Outcome) -> FleetError {
     FleetError::Protocol(format!("an answer of the wrong kind: {outcome:?}"))
 }
 
@@ -281,18 +281,21 @@ fn config_file(file: Option<pb::ConfigFile>) -> Option<ConfigFile> {
     })
 }
 
-fn config_change(change: pb::ConfigChange) -> ConfigChange {
-    ConfigChange {
-        files: change
-            .files
-            .into_iter()
-            .map(|f| FileVersion {
-                path: f.path,
-                version: f.version,
-            })
-            .collect(),
-        failed_jails: change.failed_jails,
-        message: change.message,
+/// The agent's account of a change to fail2ban's files, as the fleet reports it.
+impl From<pb::ConfigChange> for ConfigChange {
+    fn from(change: pb::ConfigChange) -> Self {
+        Self {
+            files: change
+                .files
+                .into_iter()
+                .map(|f| FileVersion {
+                    path: f.path,
+                    version: f.version,
+                })
+                .collect(),
+            failed_jails: change.failed_jails,
+            message: change.message,
+        }
     }
 }
 
@@ -443,7 +446,7 @@ impl Fleet {
                 .collect(),
         });
         match self.call(server, kind, "set_jails_enabled", by).await? {
-            Outcome::ConfigChange(change) => Ok(config_change(change)),
+            Outcome::ConfigChange(change) => Ok(change.into()),
             other => Err(unexpected(&other)),
         }
     }
@@ -496,7 +499,7 @@ impl Fleet {
             filter_local: filter_local.map(edit),
         });
         match self.call(server, kind, "write_jail_config", by).await? {
-            Outcome::ConfigChange(change) => Ok(config_change(change)),
+            Outcome::ConfigChange(change) => Ok(change.into()),
             other => Err(unexpected(&other)),
         }
     }
@@ -643,7 +646,7 @@ impl Fleet {
             expected_version,
         });
         match self.call(server, kind, "set_ignore_list", by).await? {
-            Outcome::ConfigChange(change) => Ok(config_change(change)),
+            Outcome::ConfigChange(change) => Ok(change.into()),
             other => Err(unexpected(&other)),
         }
     }

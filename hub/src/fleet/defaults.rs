@@ -1,14 +1,49 @@
 //! Pushing fail2ban's defaults (`[DEFAULT]` bantime, findtime, maxretry, ignoreip,
-//! bantime.increment, bantime.maxtime) to servers through their agents' safe editor, one result per
-//! server.
+//! bantime.increment, bantime.maxtime) of the saved settings to servers through their agents' safe
+//! editor: choosing the servers (by id or name, and labels), then one result per server.
 
-use banhub_proto::v1::{self as pb, WriteDefaults, command, command_result::Outcome};
+use banhub_proto::v1::{WriteDefaults, command, command_result::Outcome};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::{ConfigChange, FileVersion, Fleet, FleetError};
-use crate::domain::{Server, ServerId};
+use std::collections::BTreeMap;
+
+use super::control::unexpected;
+use super::{ConfigChange, Fleet, FleetError, Selector};
+use crate::domain::{Server, ServerId, ServerName};
 use crate::settings::Fail2banDefaults;
+use crate::settings::model::DefaultsDocument;
+use crate::store::StoreError;
+
+/// The servers a push goes to.
+#[derive(Debug, Clone, Default)]
+pub struct DefaultsTargets {
+    /// Server ids or names as sent; empty: every server.
+    pub servers: Vec<String>,
+    /// Only servers carrying all of these labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A push of the saved defaults: what was pushed, and one result per server.
+#[derive(Debug, Clone)]
+pub struct DefaultsPush {
+    pub defaults: DefaultsDocument,
+    pub results: Vec<DefaultsPushResult>,
+}
+
+/// Why nothing was pushed.
+#[derive(Debug, thiserror::Error)]
+pub enum PushDefaultsError {
+    #[error("nothing to push: save at least one default in the settings first")]
+    NothingToPush,
+    /// `servers[index]` names no server.
+    #[error("no server has the id or name {raw:?}")]
+    NoSuchServer { index: usize, raw: String },
+    #[error("no server matches")]
+    NoMatch,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 /// What a push did on one server.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -46,11 +81,30 @@ impl Fleet {
             bantime_maxtime: defaults.bantime_maxtime,
         });
         match self.call(server, kind, "write_defaults", by).await? {
-            Outcome::ConfigChange(change) => Ok(config_change(change)),
-            other => Err(FleetError::Protocol(format!(
-                "an answer of the wrong kind: {other:?}"
-            ))),
+            Outcome::ConfigChange(change) => Ok(change.into()),
+            other => Err(unexpected(&other)),
         }
+    }
+
+    /// Pushes `fail2ban.defaults` of the saved settings to the servers `targets` chooses, all at
+    /// once.
+    pub async fn push_saved_defaults(
+        &self,
+        targets: DefaultsTargets,
+        by: &str,
+    ) -> Result<DefaultsPush, PushDefaultsError> {
+        let snapshot = self.0.settings.current();
+        let defaults = &snapshot.settings.defaults;
+        if defaults.is_empty() {
+            return Err(PushDefaultsError::NothingToPush);
+        }
+        let all = self.store().list_servers().await?;
+        let chosen = choose(all, &targets)?;
+        let results = self.push_defaults(chosen, defaults, by).await;
+        Ok(DefaultsPush {
+            defaults: snapshot.document.fail2ban.defaults.clone(),
+            results,
+        })
     }
 
     /// Writes `defaults` on every server of `servers` at once; one result per server.
@@ -82,17 +136,87 @@ impl Fleet {
     }
 }
 
-fn config_change(change: pb::ConfigChange) -> ConfigChange {
-    ConfigChange {
-        files: change
-            .files
-            .into_iter()
-            .map(|f| FileVersion {
-                path: f.path,
-                version: f.version,
-            })
-            .collect(),
-        failed_jails: change.failed_jails,
-        message: change.message,
+/// The servers of `all` that `targets` names (each once, in the order named; none named: all of
+/// them), keeping those that carry every label asked for.
+fn choose(all: Vec<Server>, targets: &DefaultsTargets) -> Result<Vec<Server>, PushDefaultsError> {
+    let mut chosen: Vec<Server> = Vec::new();
+    for (index, raw) in targets.servers.iter().enumerate() {
+        let found = match ServerId::parse(raw) {
+            Ok(id) => all.iter().find(|s| s.id == id),
+            Err(_) => ServerName::parse(raw)
+                .ok()
+                .and_then(|name| all.iter().find(|s| s.name == name)),
+        };
+        match found {
+            Some(server) if !chosen.iter().any(|c| c.id == server.id) => {
+                chosen.push(server.clone());
+            }
+            Some(_) => {}
+            None => {
+                return Err(PushDefaultsError::NoSuchServer {
+                    index,
+                    raw: raw.clone(),
+                });
+            }
+        }
+    }
+    if targets.servers.is_empty() {
+        chosen = all;
+    }
+    let labelled = Selector::Labels(targets.labels.clone());
+    chosen.retain(|s| labelled.matches(s));
+    if chosen.is_empty() {
+        return Err(PushDefaultsError::NoMatch);
+    }
+    Ok(chosen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(chosen: &[Server]) -> Vec<String> {
+        chosen.iter().map(|s| s.name.to_string()).collect()
+    }
+
+    fn targets(servers: &[&str], labels: &[(&str, &str)]) -> DefaultsTargets {
+        DefaultsTargets {
+            servers: servers.iter().map(|s| (*s).to_owned()).collect(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn servers_are_chosen_by_id_or_name_and_labels() {
+        let all = vec![
+            Server::example("web1", &[("role", "web")]),
+            Server::example("web2", &[("role", "web")]),
+            Server::example("db1", &[("role", "db")]),
+        ];
+        let db_id = all[2].id.to_string();
+        let choose = |t: DefaultsTargets| choose(all.clone(), &t);
+
+        let every = choose(targets(&[], &[])).expect("all");
+        assert_eq!(names(&every), ["web1", "web2", "db1"]);
+        let named = choose(targets(&[&db_id, "web2", "db1"], &[])).expect("named");
+        assert_eq!(
+            names(&named),
+            ["db1", "web2"],
+            "each once, in the order named"
+        );
+        let web = choose(targets(&[], &[("role", "web")])).expect("labelled");
+        assert_eq!(names(&web), ["web1", "web2"]);
+
+        assert!(matches!(
+            choose(targets(&["web1", "nope"], &[])),
+            Err(PushDefaultsError::NoSuchServer { index: 1, .. })
+        ));
+        assert!(matches!(
+            choose(targets(&["db1"], &[("role", "web")])),
+            Err(PushDefaultsError::NoMatch)
+        ));
     }
 }

@@ -1,7 +1,9 @@
-//! The gRPC listener's TLS accept loop. Handshakes run in their own tasks, bounded in time, so a slow
-//! or hostile client cannot hold up others; a refused certificate is logged with its reason, and its
-//! alert is given time to reach the agent before the connection closes.
+//! The TLS accept loop of both of the hub's listeners: the agents' gRPC listener here, and the
+//! HTTPS listener of `serve`. Handshakes run in their own tasks, bounded in time, so a slow or
+//! hostile client cannot hold up others; a refused handshake is logged with its reason, and its
+//! alert is given time to reach the client before the connection closes.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,33 +12,61 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
+/// A client that has not finished its handshake by then is dropped.
 const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
-/// How long a refused connection stays open after the alert, reading what the agent still sends.
+/// How long a refused connection stays open after the alert, reading what the client still sends.
 const LINGER: Duration = Duration::from_secs(2);
+/// Handshaken connections waiting for the server to pick them up.
+const BACKLOG: usize = 128;
+/// How long the loop waits after a failed `accept` (out of file descriptors and the like).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Accepted, handshaken connections for `tonic`'s `serve_with_incoming`.
-pub fn tls_incoming(
+/// Which listener a loop serves: it names the listener in the log, and sets how loudly a refused
+/// handshake is logged (an agent refused is news to an operator; a stray HTTPS client is not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsListenerKind {
+    /// The agents' gRPC listener (mutual TLS).
+    Agents,
+    /// The HTTP listener with `http.tls` set.
+    Https,
+}
+
+impl TlsListenerKind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Agents => "gRPC",
+            Self::Https => "HTTPS",
+        }
+    }
+}
+
+/// Accepts TCP connections on `listener` and hands out those whose TLS handshake succeeds, with
+/// the peer's address. The loop ends with `shutdown` or when the receiver is dropped.
+pub fn accept_tls(
     listener: TcpListener,
     config: Arc<rustls::ServerConfig>,
+    kind: TlsListenerKind,
     shutdown: CancellationToken,
-) -> ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>> {
-    let (tx, rx) = mpsc::channel(128);
+) -> mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)> {
+    let (tx, rx) = mpsc::channel(BACKLOG);
     let acceptor = TlsAcceptor::from(config);
     tokio::spawn(async move {
         loop {
             let accepted = tokio::select! {
                 () = shutdown.cancelled() => return,
+                () = tx.closed() => return,
                 accepted = listener.accept() => accepted,
             };
             let (tcp, peer) = match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(error = %e, "gRPC accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    // Back off instead of spinning on an error that lasts.
+                    tracing::warn!(listener = kind.name(), error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             };
@@ -47,24 +77,46 @@ pub fn tls_incoming(
                 let accept = acceptor.accept(tcp).into_fallible();
                 match tokio::time::timeout(HANDSHAKE_DEADLINE, accept).await {
                     Ok(Ok(stream)) => {
-                        let _ = tx.send(Ok(stream)).await;
+                        let _ = tx.send((stream, peer)).await;
                     }
                     Ok(Err((e, tcp))) => {
-                        tracing::info!(%peer, error = %e, "TLS handshake with an agent refused");
+                        match kind {
+                            TlsListenerKind::Agents => tracing::info!(
+                                %peer, error = %e, "TLS handshake with an agent refused"
+                            ),
+                            TlsListenerKind::Https => {
+                                tracing::debug!(%peer, error = %e, "HTTPS handshake failed")
+                            }
+                        }
                         linger(tcp).await;
                     }
-                    Err(_) => tracing::info!(%peer, "TLS handshake timed out"),
+                    Err(_) => match kind {
+                        TlsListenerKind::Agents => tracing::info!(%peer, "TLS handshake timed out"),
+                        TlsListenerKind::Https => {
+                            tracing::debug!(%peer, "HTTPS handshake timed out")
+                        }
+                    },
                 }
             });
         }
     });
-    ReceiverStream::new(rx)
+    rx
 }
 
-/// Closes a refused connection so that its alert arrives. Under TLS 1.3 the agent has finished its
+/// Accepted, handshaken agent connections for `tonic`'s `serve_with_incoming`.
+pub fn tls_incoming(
+    listener: TcpListener,
+    config: Arc<rustls::ServerConfig>,
+    shutdown: CancellationToken,
+) -> impl tokio_stream::Stream<Item = Result<TlsStream<TcpStream>, std::io::Error>> {
+    let accepted = accept_tls(listener, config, TlsListenerKind::Agents, shutdown);
+    ReceiverStream::new(accepted).map(|(stream, _)| Ok(stream))
+}
+
+/// Closes a refused connection so that its alert arrives. Under TLS 1.3 the client has finished its
 /// side of the handshake and sent its first request before the hub judged its certificate; closing a
 /// socket with that request unread sends a reset, which can overtake the alert (and an agent told
-/// only "connection reset" cannot know it was revoked). So: end our side, read until the agent
+/// only "connection reset" cannot know it was revoked). So: end our side, read until the client
 /// closes or [`LINGER`] passes, then close.
 async fn linger(mut tcp: TcpStream) {
     let _ = tcp.shutdown().await;

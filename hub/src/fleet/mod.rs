@@ -6,6 +6,7 @@ mod actions;
 mod callback_jails;
 mod control;
 mod defaults;
+mod direct_callbacks;
 mod enrollment;
 mod filter_tests;
 mod forward;
@@ -32,12 +33,15 @@ use crate::domain::{NewServer, Server, ServerId, ServerStatus};
 use crate::events::Events;
 use crate::metrics::{CommandLabels, Metrics};
 use crate::pki::{Ca, RevocationList, random_secret};
+use crate::settings::SettingsService;
 use crate::store::{Store, StoreError};
 
 pub use actions::{ActionError, FleetBan, Selector};
 pub use control::*;
-pub use defaults::DefaultsPushResult;
+pub use defaults::{DefaultsPush, DefaultsPushResult, DefaultsTargets, PushDefaultsError};
+pub use direct_callbacks::{DirectCallbackError, RecordedCallback, UnreadBody};
 pub use filter_tests::RETRY_AFTER_SECS as FILTER_TEST_RETRY_AFTER_SECS;
+pub use listener::{TlsListenerKind, accept_tls};
 pub use probe::{
     DeliveryReport, JailDelivery, ProbeFailure, ProbeFailureCode, ProbeResult, ProbeStepTiming,
     RelayDiagnostics, SpoolDiagnostics,
@@ -148,6 +152,8 @@ struct Inner {
     /// `host:port` written into enrollment tokens.
     advertise: String,
     events: Events,
+    /// The saved settings: the callback policy and fail2ban's defaults.
+    settings: SettingsService,
     cluster: Cluster,
     /// The delivery probe's settings and last results.
     probe: probe::ProbeState,
@@ -183,6 +189,8 @@ pub struct FleetParts {
     pub shutdown: CancellationToken,
     /// Where agents' event batches are stored.
     pub events: Events,
+    /// The saved settings the fleet acts on (the callback policy, fail2ban's defaults).
+    pub settings: SettingsService,
     /// The other hub replicas on the same database (if any).
     pub cluster: Cluster,
     pub probe: ProbeConfig,
@@ -200,6 +208,7 @@ impl Fleet {
             token_ttl: parts.token_ttl,
             advertise: parts.advertise,
             events: parts.events,
+            settings: parts.settings,
             cluster: parts.cluster,
             probe: probe::ProbeState::new(parts.probe),
             callback_jails: callback_jails::CallbackJails::default(),

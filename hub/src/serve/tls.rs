@@ -1,23 +1,18 @@
 //! HTTPS for the HTTP listener when `http.tls.cert_path` and `key_path` are set: the rustls server
-//! configuration read from PEM files, and an axum [`Listener`] whose handshakes run in their own
-//! tasks, bounded in time, so a slow or hostile client cannot hold up the others.
+//! configuration read from PEM files, and an axum [`Listener`] over the hub's one TLS accept loop
+//! ([`accept_tls`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::serve::Listener;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 
-/// A client that has not finished its handshake by then is dropped.
-const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
-/// Handshaken connections waiting for axum to pick them up.
-const BACKLOG: usize = 128;
+use crate::fleet::{TlsListenerKind, accept_tls};
 
 /// Why the certificate or key could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -88,45 +83,15 @@ pub struct TlsListener {
 }
 
 impl TlsListener {
-    /// Starts accepting on `listener`; the accept loop ends with `shutdown`.
+    /// Starts accepting on `listener` (the accept loop of [`accept_tls`]); the loop ends with
+    /// `shutdown`.
     pub fn new(
         listener: TcpListener,
         config: Arc<rustls::ServerConfig>,
         shutdown: CancellationToken,
     ) -> std::io::Result<Self> {
         let local = listener.local_addr()?;
-        let (tx, accepted) = mpsc::channel(BACKLOG);
-        let acceptor = TlsAcceptor::from(config);
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    () = tx.closed() => return,
-                    accepted = listener.accept() => accepted,
-                };
-                let (tcp, peer) = match accepted {
-                    Ok(pair) => pair,
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off instead of spinning.
-                        tracing::warn!(error = %e, "HTTPS accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                let _ = tcp.set_nodelay(true);
-                let acceptor = acceptor.clone();
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(tcp)).await {
-                        Ok(Ok(stream)) => {
-                            let _ = tx.send((stream, peer)).await;
-                        }
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "HTTPS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "HTTPS handshake timed out"),
-                    }
-                });
-            }
-        });
+        let accepted = accept_tls(listener, config, TlsListenerKind::Https, shutdown);
         Ok(Self { local, accepted })
     }
 }
