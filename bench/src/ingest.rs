@@ -65,7 +65,7 @@ pub struct IngestArgs {
 }
 
 /// The PostgreSQL text indexer's advisory lock ("banhub_t", `TEXT_INDEXER_LOCK` in
-/// `hub/src/store/event_text_pg.rs`). The run checks that nothing was indexed while it held it.
+/// `hub/src/store/events/text_pg.rs`). The run checks that nothing was indexed while it held it.
 const TEXT_INDEXER_LOCK: i64 = 0x6261_6e68_7562_5f74;
 
 /// `(pending ranges, events indexed)` of PostgreSQL's text index.
@@ -80,10 +80,9 @@ async fn text_index_state(db: &DatabaseConnection) -> anyhow::Result<(i64, i64)>
     Ok((row.try_get_by_index(0)?, row.try_get_by_index(1)?))
 }
 
-/// What the agent sends per batch (`agent::link::delivery::BATCH_EVENTS`; kept in step by hand:
-/// the bench does not link the agent).
+/// What the agent sends per batch.
 const fn banhub_agent_batch() -> usize {
-    1000
+    banhub_proto::pipeline::BATCH_EVENTS
 }
 
 /// How long the measured run may take before it is called failed.

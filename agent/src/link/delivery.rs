@@ -6,6 +6,7 @@
 
 use std::collections::VecDeque;
 
+use banhub_proto::pipeline;
 use banhub_proto::v1::{
     self as pb, AgentFrame, EventBatch, EventKind, EventSource, SpoolHead, agent_frame,
 };
@@ -13,10 +14,8 @@ use tokio::sync::watch;
 
 use crate::spool::{BanEvent, Event, Record, Source, Spool, SpoolError};
 
-/// Most events per batch. A batch carries what the spool holds, up to this: one event when
-/// callbacks trickle in (no waiting to fill a batch), 1000 under a backlog, where the hub's
-/// per-transaction cost and the per-batch ack are spread over more events.
-pub const BATCH_EVENTS: usize = 1000;
+/// Most events per batch (see [`pipeline::BATCH_EVENTS`]).
+pub const BATCH_EVENTS: usize = pipeline::BATCH_EVENTS;
 /// Most bytes of log lines (plus [`EVENT_OVERHEAD`] per event) per batch, to stay well under
 /// gRPC's 4 MiB message limit whatever the events hold (an event's logs are capped at 16 KiB).
 pub const BATCH_BYTES: usize = 2 << 20;
