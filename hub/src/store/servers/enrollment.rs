@@ -1,6 +1,7 @@
 //! Enrolling an agent: enrollment tokens stored by the hash of their secret, a token redeemed and
 //! the agent's certificate recorded in one transaction, the revocation list, and the purge of
-//! expired tokens and certificates. Through sea-orm's entities; the purge is hand-written SQL.
+//! expired tokens and certificates. Through sea-orm's entities: single rows by key and simple
+//! filtered updates and deletes, which need no SQL of their own.
 
 use sea_orm::sea_query::Expr;
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set, TransactionTrait};
@@ -174,18 +175,17 @@ impl Store {
     /// Deletes enrollment tokens that expired before `before_ms`, and revoked certificates that
     /// expired before it (the TLS handshake refuses an expired certificate by itself).
     pub async fn purge_expired_enrollment(&self, before_ms: i64) -> Result<u64, StoreError> {
-        let tokens = self
-            .exec(
-                "DELETE FROM enrollment_tokens WHERE expires_at < $1",
-                vec![before_ms.into()],
-            )
-            .await?;
-        let certs = self
-            .exec(
-                "DELETE FROM agent_certs WHERE revoked_at IS NOT NULL AND not_after < $1",
-                vec![before_ms.into()],
-            )
-            .await?;
+        let tokens = enrollment_token::Entity::delete_many()
+            .filter(enrollment_token::Column::ExpiresAt.lt(before_ms))
+            .exec(&self.db)
+            .await?
+            .rows_affected;
+        let certs = agent_cert::Entity::delete_many()
+            .filter(agent_cert::Column::RevokedAt.is_not_null())
+            .filter(agent_cert::Column::NotAfter.lt(before_ms))
+            .exec(&self.db)
+            .await?
+            .rows_affected;
         Ok(tokens + certs)
     }
 }

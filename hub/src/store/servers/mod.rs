@@ -1,7 +1,7 @@
 //! Servers: created, listed, found by id, name or agent, deleted with their tokens (revoking their
 //! certificates), their labels, and when their agents or direct callbacks were last seen. Their
 //! enrollment is in `enrollment`, their callback secrets in `callback_secrets`. Through sea-orm's
-//! entities, except the updates of many rows at once (hand-written SQL, see `cluster`).
+//! entities: single rows by key and simple filtered updates, which need no SQL of their own.
 
 mod callback_secrets;
 mod enrollment;
@@ -12,7 +12,6 @@ pub use enrollment::{EnrollOutcome, TokenRefusal};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait,
-    Value,
 };
 
 use super::entities::{agent_cert, enrollment_token, server};
@@ -183,17 +182,12 @@ impl Store {
         if servers.is_empty() {
             return Ok(0);
         }
-        let placeholders: Vec<String> = (2..servers.len() + 2).map(|i| format!("${i}")).collect();
-        let mut values: Vec<Value> = vec![now_ms().into()];
-        values.extend(servers.iter().map(|s| Value::from(s.to_string())));
-        self.exec(
-            &format!(
-                "UPDATE servers SET last_seen_at = $1 WHERE id IN ({})",
-                placeholders.join(", ")
-            ),
-            values,
-        )
-        .await
+        Ok(server::Entity::update_many()
+            .col_expr(server::Column::LastSeenAt, Expr::value(now_ms()))
+            .filter(server::Column::Id.is_in(servers.iter().map(ServerId::to_string)))
+            .exec(&self.db)
+            .await?
+            .rows_affected)
     }
 
     /// Replaces the labels of `server`; the updated server, or `None` if there is none.
@@ -205,12 +199,12 @@ impl Store {
         use sea_orm::EntityTrait as _;
         let json = serde_json::to_string(labels.as_map())
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let changed = self
-            .exec(
-                "UPDATE servers SET labels = $1 WHERE id = $2",
-                vec![json.into(), server.to_string().into()],
-            )
-            .await?;
+        let changed = server::Entity::update_many()
+            .col_expr(server::Column::Labels, Expr::value(json))
+            .filter(server::Column::Id.eq(server.to_string()))
+            .exec(&self.db)
+            .await?
+            .rows_affected;
         if changed == 0 {
             return Ok(None);
         }
