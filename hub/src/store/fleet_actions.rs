@@ -1,13 +1,15 @@
 //! Fleet actions: a ban or unban over the servers a selector chose, with one target row per server
-//! that the holder of its agent's session claims, runs and settles. Hand-written SQL with `$n`
-//! placeholders through the pool (see `cluster`).
+//! that the holder of its agent's session claims, runs and settles. Hand-written SQL built with
+//! the store's SQL builder (`sql::Sql`) and run on sea-orm's pool, like `cluster`'s: multi-row
+//! inserts, conditional state changes and joins that sea-orm's entities do not express.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ConnectionTrait, QueryResult, Statement, Value};
+use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Value};
 
 use super::cluster::{get, server_id, to_u64};
+use super::sql::Sql;
 use super::{Store, StoreError, now_ms, to_time};
 use crate::domain::ServerId;
 
@@ -127,56 +129,50 @@ impl Store {
     pub async fn create_fleet_action(&self, action: &NewFleetAction) -> Result<(), StoreError> {
         use sea_orm::TransactionTrait as _;
         let now = now_ms();
-        let backend = self.db.get_database_backend();
+        let backend = self.backend();
         let deadline = action.deadline.timestamp_millis();
         let txn = self.db.begin().await?;
-        txn.execute_raw(Statement::from_sql_and_values(
+        let mut insert = Sql::new(
             backend,
             "INSERT INTO fleet_actions (id, kind, ip, jail, selector, requested_by, created_at, deadline) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            vec![
-                action.id.clone().into(),
-                if action.ban { "ban" } else { "unban" }.into(),
-                action.ip.clone().into(),
-                action.jail.clone().into(),
-                action.selector.clone().into(),
-                action.requested_by.clone().into(),
-                now.into(),
-                deadline.into(),
-            ],
-        ))
-        .await?;
+             VALUES ",
+        );
+        insert.tuple([
+            action.id.clone().into(),
+            if action.ban { "ban" } else { "unban" }.into(),
+            action.ip.clone().into(),
+            action.jail.clone().into(),
+            action.selector.clone().into(),
+            action.requested_by.clone().into(),
+            now.into(),
+            deadline.into(),
+        ]);
+        txn.execute_raw(insert.build()).await?;
         for chunk in action.targets.chunks(500) {
-            let mut sql = String::from(
+            let mut sql = Sql::new(
+                backend,
                 "INSERT INTO fleet_action_targets (action_id, server_id, server_name, state, \
                  command_id, deadline, attempts, updated_at) VALUES ",
             );
-            let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 5);
             for (i, (server, name, command_id)) in chunk.iter().enumerate() {
                 if i > 0 {
-                    sql.push_str(", ");
+                    sql.push(", ");
                 }
-                let n = values.len();
-                sql.push_str(&format!(
-                    "(${}, ${}, ${}, 'queued', ${}, ${}, 0, ${})",
-                    n + 1,
-                    n + 2,
-                    n + 3,
-                    n + 4,
-                    n + 5,
-                    n + 6
-                ));
-                values.extend([
-                    action.id.clone().into(),
-                    server.to_string().into(),
-                    name.clone().into(),
-                    command_id.clone().into(),
-                    deadline.into(),
-                    now.into(),
-                ]);
+                sql.push("(")
+                    .bind(action.id.clone())
+                    .push(", ")
+                    .bind(server.to_string())
+                    .push(", ")
+                    .bind(name.clone())
+                    .push(", 'queued', ")
+                    .bind(command_id.clone())
+                    .push(", ")
+                    .bind(deadline)
+                    .push(", 0, ")
+                    .bind(now)
+                    .push(")");
             }
-            txn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
-                .await?;
+            txn.execute_raw(sql.build()).await?;
         }
         txn.commit().await?;
         Ok(())
@@ -186,28 +182,38 @@ impl Store {
     /// delivers it, or it expired) or its deadline passed.
     pub async fn claim_target(&self, action: &str, server: ServerId) -> Result<bool, StoreError> {
         let now = now_ms();
-        Ok(self
-            .exec(
-                "UPDATE fleet_action_targets SET state = 'delivered', attempts = attempts + 1, \
-                   updated_at = $3, delivered_at = $3 \
-                 WHERE action_id = $1 AND server_id = $2 AND state = 'queued' AND deadline > $3",
-                vec![action.into(), server.to_string().into(), now.into()],
-            )
-            .await?
-            == 1)
+        let mut sql = self.sql(
+            "UPDATE fleet_action_targets SET state = 'delivered', attempts = attempts + 1, \
+             updated_at = ",
+        );
+        sql.bind(now)
+            .push(", delivered_at = ")
+            .bind(now)
+            .push(" WHERE action_id = ")
+            .bind(action)
+            .push(" AND server_id = ")
+            .bind(server.to_string())
+            .push(" AND state = 'queued' AND deadline > ")
+            .bind(now);
+        Ok(self.exec(sql).await? == 1)
     }
 
     /// Marks every queued target of `action` delivered at once (its first delivery); returns how
     /// many.
     pub async fn claim_all_targets(&self, action: &str) -> Result<u64, StoreError> {
         let now = now_ms();
-        self.exec(
+        let mut sql = self.sql(
             "UPDATE fleet_action_targets SET state = 'delivered', attempts = attempts + 1, \
-               updated_at = $2, delivered_at = $2 \
-             WHERE action_id = $1 AND state = 'queued' AND deadline > $2",
-            vec![action.into(), now.into()],
-        )
-        .await
+             updated_at = ",
+        );
+        sql.bind(now)
+            .push(", delivered_at = ")
+            .bind(now)
+            .push(" WHERE action_id = ")
+            .bind(action)
+            .push(" AND state = 'queued' AND deadline > ")
+            .bind(now);
+        self.exec(sql).await
     }
 
     /// Records how many delivered targets of one action ended, in one transaction: `None` puts a
@@ -218,15 +224,14 @@ impl Store {
         outcomes: &[(ServerId, Option<TargetOutcome>)],
     ) -> Result<(), StoreError> {
         use sea_orm::TransactionTrait as _;
-        let backend = self.db.get_database_backend();
+        let backend = self.backend();
         let txn = self.db.begin().await?;
         for (server, outcome) in outcomes {
-            let (sql, values) = match outcome {
-                Some(outcome) => finish_statement(action, *server, outcome)?,
-                None => requeue_statement(action, *server),
+            let sql = match outcome {
+                Some(outcome) => finish_statement(backend, action, *server, outcome)?,
+                None => requeue_statement(backend, action, *server),
             };
-            txn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
-                .await?;
+            txn.execute_raw(sql.build()).await?;
         }
         txn.commit().await?;
         Ok(())
@@ -234,8 +239,8 @@ impl Store {
 
     /// Puts a delivered target back in the queue (the agent went away before answering).
     pub async fn requeue_target(&self, action: &str, server: ServerId) -> Result<(), StoreError> {
-        let (sql, values) = requeue_statement(action, server);
-        self.exec(sql, values).await?;
+        self.exec(requeue_statement(self.backend(), action, server))
+            .await?;
         Ok(())
     }
 
@@ -246,8 +251,8 @@ impl Store {
         server: ServerId,
         outcome: &TargetOutcome,
     ) -> Result<(), StoreError> {
-        let (sql, values) = finish_statement(action, server, outcome)?;
-        self.exec(sql, values).await?;
+        self.exec(finish_statement(self.backend(), action, server, outcome)?)
+            .await?;
         Ok(())
     }
 
@@ -256,18 +261,17 @@ impl Store {
         &self,
         server: Option<ServerId>,
     ) -> Result<Vec<TargetWork>, StoreError> {
-        let mut sql = String::from(
+        let mut sql = self.sql(
             "SELECT t.action_id, t.server_id, t.command_id, a.kind, a.ip, a.jail, a.requested_by, t.deadline \
              FROM fleet_action_targets t JOIN fleet_actions a ON a.id = t.action_id \
-             WHERE t.state = 'queued' AND t.deadline > $1",
+             WHERE t.state = 'queued' AND t.deadline > ",
         );
-        let mut values: Vec<Value> = vec![now_ms().into()];
+        sql.bind(now_ms());
         if let Some(server) = server {
-            sql.push_str(" AND t.server_id = $2");
-            values.push(server.to_string().into());
+            sql.push(" AND t.server_id = ").bind(server.to_string());
         }
-        sql.push_str(" ORDER BY a.created_at, t.action_id");
-        self.rows(&sql, values)
+        sql.push(" ORDER BY a.created_at, t.action_id");
+        self.rows(sql)
             .await?
             .iter()
             .map(|row| {
@@ -288,18 +292,21 @@ impl Store {
     /// Marks queued targets past their deadline expired; returns how many.
     pub async fn expire_targets(&self) -> Result<u64, StoreError> {
         let now = now_ms();
-        self.exec(
-            "UPDATE fleet_action_targets SET state = 'expired', updated_at = $1, finished_at = $1 \
-             WHERE state = 'queued' AND deadline <= $1",
-            vec![now.into()],
-        )
-        .await
+        let mut sql = self.sql("UPDATE fleet_action_targets SET state = 'expired', updated_at = ");
+        sql.bind(now)
+            .push(", finished_at = ")
+            .bind(now)
+            .push(" WHERE state = 'queued' AND deadline <= ")
+            .bind(now);
+        self.exec(sql).await
     }
 
     /// One fleet action with all its targets.
     pub async fn fleet_action(&self, id: &str) -> Result<Option<FleetActionRecord>, StoreError> {
+        let mut sql = self.sql(ACTION_SELECT);
+        sql.push(" WHERE a.id = ").bind(id);
         let Some(mut action) = self
-            .rows(&format!("{ACTION_SELECT} WHERE a.id = $1"), vec![id.into()])
+            .rows(sql)
             .await?
             .iter()
             .map(to_action)
@@ -308,13 +315,14 @@ impl Store {
         else {
             return Ok(None);
         };
+        let mut sql = self.sql(
+            "SELECT server_id, server_name, state, command_id, changed, jails, error, attempts, \
+               updated_at, delivered_at, finished_at \
+             FROM fleet_action_targets WHERE action_id = ",
+        );
+        sql.bind(id).push(" ORDER BY server_name");
         action.targets = self
-            .rows(
-                "SELECT server_id, server_name, state, command_id, changed, jails, error, attempts, \
-                   updated_at, delivered_at, finished_at \
-                 FROM fleet_action_targets WHERE action_id = $1 ORDER BY server_name",
-                vec![id.into()],
-            )
+            .rows(sql)
             .await?
             .iter()
             .map(to_target)
@@ -331,21 +339,18 @@ impl Store {
         limit: u64,
         before: Option<&str>,
     ) -> Result<Vec<FleetActionRecord>, StoreError> {
-        let mut sql = String::from(ACTION_SELECT);
-        let mut values: Vec<Value> = Vec::new();
+        let mut sql = self.sql(ACTION_SELECT);
         if let Some(before) = before {
-            sql.push_str(
-                " WHERE (a.created_at, a.id) < (SELECT b.created_at, b.id FROM fleet_actions b WHERE b.id = $1)",
-            );
-            values.push(before.into());
+            sql.push(
+                " WHERE (a.created_at, a.id) < (SELECT b.created_at, b.id FROM fleet_actions b WHERE b.id = ",
+            )
+            .bind(before)
+            .push(")");
         }
-        values.push(i64::try_from(limit).unwrap_or(i64::MAX).into());
-        sql.push_str(&format!(
-            " ORDER BY a.created_at DESC, a.id DESC LIMIT ${}",
-            values.len()
-        ));
+        sql.push(" ORDER BY a.created_at DESC, a.id DESC LIMIT ")
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX));
         let mut actions: Vec<FleetActionRecord> = self
-            .rows(&sql, values)
+            .rows(sql)
             .await?
             .iter()
             .map(to_action)
@@ -353,17 +358,11 @@ impl Store {
         if actions.is_empty() {
             return Ok(actions);
         }
-        let placeholders: Vec<String> = (1..=actions.len()).map(|i| format!("${i}")).collect();
-        let counts = self
-            .rows(
-                &format!(
-                    "SELECT action_id, state, COUNT(*) FROM fleet_action_targets \
-                     WHERE action_id IN ({}) GROUP BY action_id, state",
-                    placeholders.join(", ")
-                ),
-                actions.iter().map(|a| a.id.clone().into()).collect(),
-            )
-            .await?;
+        let mut sql = self
+            .sql("SELECT action_id, state, COUNT(*) FROM fleet_action_targets WHERE action_id IN ");
+        sql.tuple(actions.iter().map(|a| Value::from(a.id.clone())))
+            .push(" GROUP BY action_id, state");
+        let counts = self.rows(sql).await?;
         for row in &counts {
             let id: String = get(row, 0)?;
             let state = TargetState::parse(&get::<String>(row, 1)?)?;
@@ -375,19 +374,26 @@ impl Store {
     }
 }
 
-fn requeue_statement(action: &str, server: ServerId) -> (&'static str, Vec<Value>) {
-    (
-        "UPDATE fleet_action_targets SET state = 'queued', updated_at = $3 \
-         WHERE action_id = $1 AND server_id = $2 AND state = 'delivered'",
-        vec![action.into(), server.to_string().into(), now_ms().into()],
-    )
+fn requeue_statement(backend: DbBackend, action: &str, server: ServerId) -> Sql {
+    let mut sql = Sql::new(
+        backend,
+        "UPDATE fleet_action_targets SET state = 'queued', updated_at = ",
+    );
+    sql.bind(now_ms())
+        .push(" WHERE action_id = ")
+        .bind(action)
+        .push(" AND server_id = ")
+        .bind(server.to_string())
+        .push(" AND state = 'delivered'");
+    sql
 }
 
 fn finish_statement(
+    backend: DbBackend,
     action: &str,
     server: ServerId,
     outcome: &TargetOutcome,
-) -> Result<(&'static str, Vec<Value>), StoreError> {
+) -> Result<Sql, StoreError> {
     let (state, changed, jails, error): (&str, Option<bool>, Option<String>, Option<String>) =
         match outcome {
             TargetOutcome::Done { changed, jails } => (
@@ -398,20 +404,25 @@ fn finish_statement(
             ),
             TargetOutcome::Failed(why) => ("failed", None, None, Some(why.clone())),
         };
-    Ok((
-        "UPDATE fleet_action_targets SET state = $3, changed = $4, jails = $5, error = $6, \
-           updated_at = $7, finished_at = $7 \
-         WHERE action_id = $1 AND server_id = $2 AND state IN ('queued', 'delivered')",
-        vec![
-            action.into(),
-            server.to_string().into(),
-            state.into(),
-            changed.into(),
-            jails.into(),
-            error.into(),
-            now_ms().into(),
-        ],
-    ))
+    let now = now_ms();
+    let mut sql = Sql::new(backend, "UPDATE fleet_action_targets SET state = ");
+    sql.bind(state)
+        .push(", changed = ")
+        .bind(changed)
+        .push(", jails = ")
+        .bind(jails)
+        .push(", error = ")
+        .bind(error)
+        .push(", updated_at = ")
+        .bind(now)
+        .push(", finished_at = ")
+        .bind(now)
+        .push(" WHERE action_id = ")
+        .bind(action)
+        .push(" AND server_id = ")
+        .bind(server.to_string())
+        .push(" AND state IN ('queued', 'delivered')");
+    Ok(sql)
 }
 
 const ACTION_SELECT: &str = "SELECT a.id, a.kind, a.ip, a.jail, a.selector, a.requested_by, \

@@ -3,14 +3,16 @@
 //! fixed sizes, and reading a column of a raw row.
 //!
 //! Hand-written SQL is one of the store's ways to the database (beside sea-orm's entities): the
-//! hot and multi-row paths (ingest, rollups, reads of events, the replicas' tables) use it where
-//! the statement must be exactly what both databases accept and plan well.
+//! hot and multi-row paths (ingest, rollups, reads of events, fleet actions, the replicas' tables)
+//! use it where the statement must be exactly what both databases accept and plan well. Every
+//! hand-written statement is built here, so placeholders are never written by hand;
+//! [`Store::sql`], [`Store::exec`] and [`Store::rows`] run one on the pool.
 
 use std::fmt::Write as _;
 
-use sea_orm::{DbBackend, QueryResult, Statement, Value};
+use sea_orm::{ConnectionTrait as _, DbBackend, QueryResult, Statement, Value};
 
-use super::StoreError;
+use super::{Store, StoreError};
 
 /// Rows per multi-row statement. A batch is cut greedily into statements of these sizes, so each
 /// table is written by at most five distinct statement texts, which the driver prepares once per
@@ -74,6 +76,23 @@ impl Sql {
     /// The text and the values, for a driver other than sea-orm's (see `sqlite_ingest`).
     pub(super) fn into_parts(self) -> (String, Vec<Value>) {
         (self.text, self.values)
+    }
+}
+
+impl Store {
+    /// A statement for this store's backend, starting with `text`.
+    pub(super) fn sql(&self, text: &str) -> Sql {
+        Sql::new(self.backend(), text)
+    }
+
+    /// Runs `sql` on the pool; the rows it changed.
+    pub(super) async fn exec(&self, sql: Sql) -> Result<u64, StoreError> {
+        Ok(self.db.execute_raw(sql.build()).await?.rows_affected())
+    }
+
+    /// Runs `sql` on the pool; the rows it returned.
+    pub(super) async fn rows(&self, sql: Sql) -> Result<Vec<QueryResult>, StoreError> {
+        Ok(self.db.query_all_raw(sql.build()).await?)
     }
 }
 

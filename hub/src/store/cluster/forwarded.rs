@@ -34,20 +34,25 @@ impl Store {
         command: Vec<u8>,
         deadline_ms: i64,
     ) -> Result<(), StoreError> {
-        self.exec(
+        let mut sql = self.sql(
             "INSERT INTO cluster_commands (id, server_id, origin_replica, target_replica, command, \
-               deadline, created_at, state) VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending')",
-            vec![
-                id.into(),
-                server.to_string().into(),
-                origin.into(),
-                target.into(),
-                command.into(),
-                deadline_ms.into(),
-                now_ms().into(),
-            ],
-        )
-        .await?;
+               deadline, created_at, state) VALUES (",
+        );
+        sql.bind(id)
+            .push(", ")
+            .bind(server.to_string())
+            .push(", ")
+            .bind(origin)
+            .push(", ")
+            .bind(target)
+            .push(", ")
+            .bind(command)
+            .push(", ")
+            .bind(deadline_ms)
+            .push(", ")
+            .bind(now_ms())
+            .push(", 'pending')");
+        self.exec(sql).await?;
         Ok(())
     }
 
@@ -58,26 +63,29 @@ impl Store {
         id: &str,
         replica: &str,
     ) -> Result<Option<(ClaimedCommand, String)>, StoreError> {
-        self.rows(
-            "UPDATE cluster_commands SET state = 'running' \
-             WHERE id = $1 AND target_replica = $2 AND state = 'pending' \
-             RETURNING server_id, command, deadline, origin_replica",
-            vec![id.into(), replica.into()],
-        )
-        .await?
-        .iter()
-        .map(|row| {
-            Ok((
-                ClaimedCommand {
-                    server: server_id(&get::<String>(row, 0)?)?,
-                    command: get(row, 1)?,
-                    deadline_ms: get(row, 2)?,
-                },
-                get(row, 3)?,
-            ))
-        })
-        .next()
-        .transpose()
+        let mut sql = self.sql("UPDATE cluster_commands SET state = 'running' WHERE id = ");
+        sql.bind(id)
+            .push(" AND target_replica = ")
+            .bind(replica)
+            .push(
+                " AND state = 'pending' \
+                 RETURNING server_id, command, deadline, origin_replica",
+            );
+        self.rows(sql)
+            .await?
+            .iter()
+            .map(|row| {
+                Ok((
+                    ClaimedCommand {
+                        server: server_id(&get::<String>(row, 0)?)?,
+                        command: get(row, 1)?,
+                        deadline_ms: get(row, 2)?,
+                    },
+                    get(row, 3)?,
+                ))
+            })
+            .next()
+            .transpose()
     }
 
     /// Ids of the pending commands addressed to `replica` (after notifications were lost).
@@ -85,15 +93,15 @@ impl Store {
         &self,
         replica: &str,
     ) -> Result<Vec<String>, StoreError> {
-        self.rows(
-            "SELECT id FROM cluster_commands WHERE target_replica = $1 AND state = 'pending' \
-             AND deadline > $2",
-            vec![replica.into(), now_ms().into()],
-        )
-        .await?
-        .iter()
-        .map(|row| get(row, 0))
-        .collect()
+        let mut sql = self.sql("SELECT id FROM cluster_commands WHERE target_replica = ");
+        sql.bind(replica)
+            .push(" AND state = 'pending' AND deadline > ")
+            .bind(now_ms());
+        self.rows(sql)
+            .await?
+            .iter()
+            .map(|row| get(row, 0))
+            .collect()
     }
 
     /// Writes the outcome of a forwarded command. False when the asking replica gave up on it.
@@ -106,13 +114,13 @@ impl Store {
             ForwardedOutcome::Answered(bytes) => (Some(bytes), None),
             ForwardedOutcome::Failed(why) => (None, Some(why)),
         };
-        Ok(self
-            .exec(
-                "UPDATE cluster_commands SET state = 'done', result = $2, error = $3 WHERE id = $1",
-                vec![id.into(), result.into(), error.into()],
-            )
-            .await?
-            == 1)
+        let mut sql = self.sql("UPDATE cluster_commands SET state = 'done', result = ");
+        sql.bind(result)
+            .push(", error = ")
+            .bind(error)
+            .push(" WHERE id = ")
+            .bind(id);
+        Ok(self.exec(sql).await? == 1)
     }
 
     /// Takes (and deletes) the outcome of a forwarded command once it is there.
@@ -120,40 +128,36 @@ impl Store {
         &self,
         id: &str,
     ) -> Result<Option<ForwardedOutcome>, StoreError> {
-        self.rows(
-            "DELETE FROM cluster_commands WHERE id = $1 AND state = 'done' RETURNING result, error",
-            vec![id.into()],
-        )
-        .await?
-        .iter()
-        .map(|row| {
-            let result: Option<Vec<u8>> = get(row, 0)?;
-            let error: Option<String> = get(row, 1)?;
-            Ok(match (result, error) {
-                (Some(bytes), _) => ForwardedOutcome::Answered(bytes),
-                (None, why) => ForwardedOutcome::Failed(why.unwrap_or_default()),
+        let mut sql = self.sql("DELETE FROM cluster_commands WHERE id = ");
+        sql.bind(id)
+            .push(" AND state = 'done' RETURNING result, error");
+        self.rows(sql)
+            .await?
+            .iter()
+            .map(|row| {
+                let result: Option<Vec<u8>> = get(row, 0)?;
+                let error: Option<String> = get(row, 1)?;
+                Ok(match (result, error) {
+                    (Some(bytes), _) => ForwardedOutcome::Answered(bytes),
+                    (None, why) => ForwardedOutcome::Failed(why.unwrap_or_default()),
+                })
             })
-        })
-        .next()
-        .transpose()
+            .next()
+            .transpose()
     }
 
     /// Forgets a forwarded command (the asker gave up waiting).
     pub async fn delete_forwarded_command(&self, id: &str) -> Result<(), StoreError> {
-        self.exec(
-            "DELETE FROM cluster_commands WHERE id = $1",
-            vec![id.into()],
-        )
-        .await?;
+        let mut sql = self.sql("DELETE FROM cluster_commands WHERE id = ");
+        sql.bind(id);
+        self.exec(sql).await?;
         Ok(())
     }
 
     /// Deletes forwarded commands created before `before_ms` (whatever their state).
     pub async fn purge_forwarded_commands(&self, before_ms: i64) -> Result<u64, StoreError> {
-        self.exec(
-            "DELETE FROM cluster_commands WHERE created_at < $1",
-            vec![before_ms.into()],
-        )
-        .await
+        let mut sql = self.sql("DELETE FROM cluster_commands WHERE created_at < ");
+        sql.bind(before_ms);
+        self.exec(sql).await
     }
 }

@@ -41,30 +41,33 @@ impl Store {
             JobEvent::Leads => (1i64, 0i64),
             JobEvent::Pass => (0, 1),
         };
-        self.exec(
+        let mut sql = self.sql(
             "INSERT INTO cluster_jobs (name, replica_id, terms, runs, first_run_at, last_run_at) \
-             VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (name, replica_id) DO UPDATE SET \
+             VALUES ",
+        );
+        sql.tuple([
+            name.into(),
+            replica.into(),
+            terms.into(),
+            runs.into(),
+            now.into(),
+            now.into(),
+        ])
+        .push(
+            " ON CONFLICT (name, replica_id) DO UPDATE SET \
              terms = cluster_jobs.terms + excluded.terms, runs = cluster_jobs.runs + excluded.runs, \
              last_run_at = excluded.last_run_at",
-            vec![
-                name.into(),
-                replica.into(),
-                terms.into(),
-                runs.into(),
-                now.into(),
-            ],
-        )
-        .await?;
+        );
+        self.exec(sql).await?;
         Ok(())
     }
 
     /// Runs per job and replica.
     pub async fn job_runs(&self) -> Result<Vec<JobRuns>, StoreError> {
-        self.rows(
+        self.rows(self.sql(
             "SELECT name, replica_id, terms, runs, first_run_at, last_run_at FROM cluster_jobs \
              ORDER BY name, replica_id",
-            vec![],
-        )
+        ))
         .await?
         .iter()
         .map(|row| {
@@ -86,19 +89,18 @@ impl Store {
         name: &str,
         value: &str,
     ) -> Result<String, StoreError> {
-        self.exec(
-            "INSERT INTO cluster_settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-            vec![name.into(), value.into()],
-        )
-        .await?;
-        self.rows(
-            "SELECT value FROM cluster_settings WHERE name = $1",
-            vec![name.into()],
-        )
-        .await?
-        .first()
-        .map(|row| get(row, 0))
-        .transpose()?
-        .ok_or_else(|| StoreError::Corrupt(format!("cluster setting {name} vanished")))
+        let mut insert = self.sql("INSERT INTO cluster_settings (name, value) VALUES ");
+        insert
+            .tuple([name.into(), value.into()])
+            .push(" ON CONFLICT (name) DO NOTHING");
+        self.exec(insert).await?;
+        let mut select = self.sql("SELECT value FROM cluster_settings WHERE name = ");
+        select.bind(name);
+        self.rows(select)
+            .await?
+            .first()
+            .map(|row| get(row, 0))
+            .transpose()?
+            .ok_or_else(|| StoreError::Corrupt(format!("cluster setting {name} vanished")))
     }
 }

@@ -2,10 +2,9 @@
 //! purge of stale rows.
 
 use chrono::{DateTime, Utc};
-use sea_orm::QueryResult;
+use sea_orm::{ConnectionTrait, DbBackend, QueryResult};
 
-use sea_orm::{ConnectionTrait, DbBackend, Statement};
-
+use super::super::sql::Sql;
 use super::super::{Store, StoreError, now_ms, to_time};
 use super::{get, server_id, to_u64};
 use crate::domain::{AgentId, ServerId};
@@ -47,49 +46,51 @@ impl Store {
         replica: &str,
         started_at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        self.exec(
-            "INSERT INTO hub_replicas (replica_id, started_at, heartbeat_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (replica_id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, \
+        let mut sql =
+            self.sql("INSERT INTO hub_replicas (replica_id, started_at, heartbeat_at) VALUES ");
+        sql.tuple([
+            replica.into(),
+            started_at.timestamp_millis().into(),
+            now_ms().into(),
+        ])
+        .push(
+            " ON CONFLICT (replica_id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, \
              started_at = excluded.started_at",
-            vec![
-                replica.into(),
-                started_at.timestamp_millis().into(),
-                now_ms().into(),
-            ],
-        )
-        .await?;
+        );
+        self.exec(sql).await?;
         Ok(())
     }
 
     /// Every replica seen within `window_ms`, with the agents it holds.
     pub async fn replicas(&self, window_ms: i64) -> Result<Vec<ReplicaRow>, StoreError> {
         let now = now_ms();
-        self.rows(
+        let mut sql = self.sql(
             "SELECT r.replica_id, r.started_at, r.heartbeat_at, \
-               (SELECT COUNT(*) FROM agent_leases l WHERE l.replica_id = r.replica_id AND l.expires_at > $1) \
-             FROM hub_replicas r WHERE r.heartbeat_at > $2 ORDER BY r.replica_id",
-            vec![now.into(), (now - window_ms).into()],
-        )
-        .await?
-        .iter()
-        .map(|row| {
-            Ok(ReplicaRow {
-                id: get(row, 0)?,
-                started_at: to_time(get(row, 1)?),
-                heartbeat_at: to_time(get(row, 2)?),
-                agents: to_u64(get(row, 3)?),
+               (SELECT COUNT(*) FROM agent_leases l WHERE l.replica_id = r.replica_id AND l.expires_at > ",
+        );
+        sql.bind(now)
+            .push(") FROM hub_replicas r WHERE r.heartbeat_at > ")
+            .bind(now - window_ms)
+            .push(" ORDER BY r.replica_id");
+        self.rows(sql)
+            .await?
+            .iter()
+            .map(|row| {
+                Ok(ReplicaRow {
+                    id: get(row, 0)?,
+                    started_at: to_time(get(row, 1)?),
+                    heartbeat_at: to_time(get(row, 2)?),
+                    agents: to_u64(get(row, 3)?),
+                })
             })
-        })
-        .collect()
+            .collect()
     }
 
     /// Removes the leases `replica` held in an earlier life (same replica id, restarted).
     pub async fn clear_leases_of(&self, replica: &str) -> Result<u64, StoreError> {
-        self.exec(
-            "DELETE FROM agent_leases WHERE replica_id = $1",
-            vec![replica.into()],
-        )
-        .await
+        let mut sql = self.sql("DELETE FROM agent_leases WHERE replica_id = ");
+        sql.bind(replica);
+        self.exec(sql).await
     }
 
     /// Takes the lease of `server` for `replica`, whoever held it: the newest session wins.
@@ -103,45 +104,51 @@ impl Store {
         use sea_orm::TransactionTrait as _;
         let now = now_ms();
         let txn = self.db.begin().await?;
-        let backend = self.db.get_database_backend();
+        let backend = self.backend();
         // The old holder is read under a row lock, so two sessions of one server starting on two
         // replicas at once are ordered: the second sees the first as the holder it replaces.
         // (Leases are only used on PostgreSQL; SQLite has one hub.)
+        let mut holder = Sql::new(
+            backend,
+            "SELECT replica_id, expires_at FROM agent_leases WHERE server_id = ",
+        );
+        holder.bind(server.to_string());
+        if backend == DbBackend::Postgres {
+            holder.push(" FOR UPDATE");
+        }
         let previous = txn
-            .query_one_raw(Statement::from_sql_and_values(
-                backend,
-                match backend {
-                    DbBackend::Postgres => {
-                        "SELECT replica_id, expires_at FROM agent_leases WHERE server_id = $1 FOR UPDATE"
-                    }
-                    _ => "SELECT replica_id, expires_at FROM agent_leases WHERE server_id = $1",
-                },
-                vec![server.to_string().into()],
-            ))
+            .query_one_raw(holder.build())
             .await?
             .map(|row| Ok::<_, StoreError>((get::<String>(&row, 0)?, get::<i64>(&row, 1)?)))
             .transpose()?;
-        let generation: i64 = match txn
-            .query_one_raw(Statement::from_sql_and_values(
-                backend,
-                "INSERT INTO agent_leases (server_id, agent_id, replica_id, generation, connected_at, expires_at) \
-                 VALUES ($1, $2, $3, 1, $4, $5) \
-                 ON CONFLICT (server_id) DO UPDATE SET agent_id = excluded.agent_id, \
+        let mut upsert = Sql::new(
+            backend,
+            "INSERT INTO agent_leases (server_id, agent_id, replica_id, generation, connected_at, expires_at) \
+             VALUES (",
+        );
+        upsert
+            .bind(server.to_string())
+            .push(", ")
+            .bind(agent.to_string())
+            .push(", ")
+            .bind(replica)
+            .push(", 1, ")
+            .bind(now)
+            .push(", ")
+            .bind(now + ttl_ms)
+            .push(
+                ") ON CONFLICT (server_id) DO UPDATE SET agent_id = excluded.agent_id, \
                    replica_id = excluded.replica_id, generation = agent_leases.generation + 1, \
                    connected_at = excluded.connected_at, expires_at = excluded.expires_at \
                  RETURNING generation",
-                vec![
-                    server.to_string().into(),
-                    agent.to_string().into(),
-                    replica.into(),
-                    now.into(),
-                    (now + ttl_ms).into(),
-                ],
-            ))
-            .await?
-        {
+            );
+        let generation: i64 = match txn.query_one_raw(upsert.build()).await? {
             Some(row) => get(&row, 0)?,
-            None => return Err(StoreError::Corrupt("the lease upsert returned nothing".into())),
+            None => {
+                return Err(StoreError::Corrupt(
+                    "the lease upsert returned nothing".into(),
+                ));
+            }
         };
         txn.commit().await?;
         Ok(LeaseGrant {
@@ -154,11 +161,11 @@ impl Store {
 
     /// Extends every lease `replica` holds; returns how many.
     pub async fn renew_leases(&self, replica: &str, ttl_ms: i64) -> Result<u64, StoreError> {
-        self.exec(
-            "UPDATE agent_leases SET expires_at = $1 WHERE replica_id = $2",
-            vec![(now_ms() + ttl_ms).into(), replica.into()],
-        )
-        .await
+        let mut sql = self.sql("UPDATE agent_leases SET expires_at = ");
+        sql.bind(now_ms() + ttl_ms)
+            .push(" WHERE replica_id = ")
+            .bind(replica);
+        self.exec(sql).await
     }
 
     /// The leases `replica` holds, as server → generation.
@@ -166,14 +173,14 @@ impl Store {
         &self,
         replica: &str,
     ) -> Result<std::collections::HashMap<ServerId, i64>, StoreError> {
-        self.rows(
-            "SELECT server_id, generation FROM agent_leases WHERE replica_id = $1",
-            vec![replica.into()],
-        )
-        .await?
-        .iter()
-        .map(|row| Ok((server_id(&get::<String>(row, 0)?)?, get(row, 1)?)))
-        .collect()
+        let mut sql =
+            self.sql("SELECT server_id, generation FROM agent_leases WHERE replica_id = ");
+        sql.bind(replica);
+        self.rows(sql)
+            .await?
+            .iter()
+            .map(|row| Ok((server_id(&get::<String>(row, 0)?)?, get(row, 1)?)))
+            .collect()
     }
 
     /// Gives up the lease of `server` if `replica` still holds it at `generation`.
@@ -183,60 +190,52 @@ impl Store {
         replica: &str,
         generation: i64,
     ) -> Result<bool, StoreError> {
-        Ok(self
-            .exec(
-                "DELETE FROM agent_leases WHERE server_id = $1 AND replica_id = $2 AND generation = $3",
-                vec![server.to_string().into(), replica.into(), generation.into()],
-            )
-            .await?
-            == 1)
+        let mut sql = self.sql("DELETE FROM agent_leases WHERE server_id = ");
+        sql.bind(server.to_string())
+            .push(" AND replica_id = ")
+            .bind(replica)
+            .push(" AND generation = ")
+            .bind(generation);
+        Ok(self.exec(sql).await? == 1)
     }
 
     /// The lease of `server` if it has not expired.
     pub async fn lease(&self, server: ServerId) -> Result<Option<Lease>, StoreError> {
-        self.rows(
-            "SELECT server_id, agent_id, replica_id, generation, connected_at, expires_at \
-                 FROM agent_leases WHERE server_id = $1 AND expires_at > $2",
-            vec![server.to_string().into(), now_ms().into()],
-        )
-        .await?
-        .iter()
-        .map(to_lease)
-        .next()
-        .transpose()
+        let mut sql = self.sql(LEASE_SELECT);
+        sql.push(" WHERE server_id = ")
+            .bind(server.to_string())
+            .push(" AND expires_at > ")
+            .bind(now_ms());
+        self.rows(sql)
+            .await?
+            .iter()
+            .map(to_lease)
+            .next()
+            .transpose()
     }
 
     /// Every lease that has not expired.
     pub async fn leases(&self) -> Result<Vec<Lease>, StoreError> {
-        self.rows(
-            "SELECT server_id, agent_id, replica_id, generation, connected_at, expires_at \
-             FROM agent_leases WHERE expires_at > $1",
-            vec![now_ms().into()],
-        )
-        .await?
-        .iter()
-        .map(to_lease)
-        .collect()
+        let mut sql = self.sql(LEASE_SELECT);
+        sql.push(" WHERE expires_at > ").bind(now_ms());
+        self.rows(sql).await?.iter().map(to_lease).collect()
     }
 
     /// Deletes leases that expired more than `grace_ms` ago and replicas silent for as long.
     pub async fn purge_stale_cluster_rows(&self, grace_ms: i64) -> Result<u64, StoreError> {
         let before = now_ms() - grace_ms;
-        let leases = self
-            .exec(
-                "DELETE FROM agent_leases WHERE expires_at < $1",
-                vec![before.into()],
-            )
-            .await?;
-        let replicas = self
-            .exec(
-                "DELETE FROM hub_replicas WHERE heartbeat_at < $1",
-                vec![before.into()],
-            )
-            .await?;
+        let mut leases = self.sql("DELETE FROM agent_leases WHERE expires_at < ");
+        leases.bind(before);
+        let leases = self.exec(leases).await?;
+        let mut replicas = self.sql("DELETE FROM hub_replicas WHERE heartbeat_at < ");
+        replicas.bind(before);
+        let replicas = self.exec(replicas).await?;
         Ok(leases + replicas)
     }
 }
+
+const LEASE_SELECT: &str = "SELECT server_id, agent_id, replica_id, generation, connected_at, \
+    expires_at FROM agent_leases";
 
 fn to_lease(row: &QueryResult) -> Result<Lease, StoreError> {
     let agent: String = get(row, 1)?;

@@ -2,10 +2,10 @@
 //! forwarded between replicas (`forwarded`), singleton-job bookkeeping and the shared settings (`jobs`),
 //! and `LISTEN/NOTIFY` with advisory locks (`signals`, PostgreSQL only).
 //!
-//! Statements are hand-written SQL with `$n` placeholders, which PostgreSQL and (through sqlx)
-//! SQLite both accept, run through sea-orm's pool by [`Store::exec`] and [`Store::rows`] (the
-//! notifications and locks hold sqlx connections of their own). Everything that only makes sense
-//! with several replicas is only called on PostgreSQL.
+//! Statements are hand-written SQL built with the store's SQL builder (`sql::Sql`) and run on
+//! sea-orm's pool (`Store::exec`, `Store::rows`): upserts, conditional updates and row locks that
+//! sea-orm's entities do not express (the notifications and locks hold sqlx connections of their
+//! own). Everything that only makes sense with several replicas is only called on PostgreSQL.
 
 mod forwarded;
 mod jobs;
@@ -17,7 +17,7 @@ pub use jobs::{JobEvent, JobRuns};
 pub use leases::{Lease, LeaseGrant, ReplicaRow};
 pub use signals::{Listener, LockConnection, Notice};
 
-use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};
+use sea_orm::DbBackend;
 
 pub(super) use super::sql::{get, to_u64};
 use super::{Store, StoreError};
@@ -28,26 +28,6 @@ pub(super) fn server_id(raw: &str) -> Result<ServerId, StoreError> {
 }
 
 impl Store {
-    fn stmt(&self, sql: &str, values: Vec<Value>) -> Statement {
-        Statement::from_sql_and_values(self.db.get_database_backend(), sql, values)
-    }
-
-    pub(super) async fn exec(&self, sql: &str, values: Vec<Value>) -> Result<u64, StoreError> {
-        Ok(self
-            .db
-            .execute_raw(self.stmt(sql, values))
-            .await?
-            .rows_affected())
-    }
-
-    pub(super) async fn rows(
-        &self,
-        sql: &str,
-        values: Vec<Value>,
-    ) -> Result<Vec<QueryResult>, StoreError> {
-        Ok(self.db.query_all_raw(self.stmt(sql, values)).await?)
-    }
-
     /// Whether several replicas can share this database (PostgreSQL).
     pub fn is_shared(&self) -> bool {
         self.db.get_database_backend() == DbBackend::Postgres

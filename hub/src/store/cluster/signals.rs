@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use sea_orm::sqlx;
-use sea_orm::{ConnectionTrait, DbErr, RuntimeErr};
+use sea_orm::{DbErr, RuntimeErr};
 
 use super::super::{Store, StoreError};
 
@@ -82,12 +82,9 @@ fn sqlx_err(e: sqlx::Error) -> StoreError {
 impl Store {
     /// `pg_notify(channel, payload)`: delivered to every listener after this statement commits.
     pub async fn notify(&self, channel: &str, payload: &str) -> Result<(), StoreError> {
-        self.db
-            .execute_raw(self.stmt(
-                "SELECT pg_notify($1, $2)",
-                vec![channel.into(), payload.into()],
-            ))
-            .await?;
+        let mut sql = self.sql("SELECT pg_notify(");
+        sql.bind(channel).push(", ").bind(payload).push(")");
+        self.exec(sql).await?;
         Ok(())
     }
 
