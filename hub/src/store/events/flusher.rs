@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, TransactionTrait};
 
 use super::super::sql::{Sql, get, to_u64};
 use super::super::writer::WriteGuard;
@@ -105,19 +105,16 @@ impl DeferredRollups {
     async fn apply_pending_rows(&self, wait: bool) -> Result<(), StoreError> {
         loop {
             let txn = self.db.begin().await?;
-            let lock = if wait {
-                "SELECT true FROM pg_advisory_xact_lock($1)"
-            } else {
-                "SELECT pg_try_advisory_xact_lock($1)"
-            };
-            let locked: bool = match txn
-                .query_one_raw(Statement::from_sql_and_values(
-                    DbBackend::Postgres,
-                    lock,
-                    [ROLLUP_APPLIER_LOCK.into()],
-                ))
-                .await?
-            {
+            let mut lock = Sql::new(
+                DbBackend::Postgres,
+                if wait {
+                    "SELECT true FROM pg_advisory_xact_lock("
+                } else {
+                    "SELECT pg_try_advisory_xact_lock("
+                },
+            );
+            lock.bind(ROLLUP_APPLIER_LOCK).push(")");
+            let locked: bool = match txn.query_one_raw(lock.build()).await? {
                 Some(row) => get(&row, 0)?,
                 None => false,
             };

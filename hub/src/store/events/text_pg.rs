@@ -59,12 +59,12 @@ pub(super) async fn note_pending(
     first: i64,
     last: i64,
 ) -> Result<(), StoreError> {
-    txn.execute_raw(Statement::from_sql_and_values(
+    let mut sql = Sql::new(
         DbBackend::Postgres,
-        "INSERT INTO event_text_pending (first_id, last_id) VALUES ($1, $2)",
-        [first.into(), last.into()],
-    ))
-    .await?;
+        "INSERT INTO event_text_pending (first_id, last_id) VALUES ",
+    );
+    sql.tuple([first.into(), last.into()]);
+    txn.execute_raw(sql.build()).await?;
     Ok(())
 }
 
@@ -209,14 +209,9 @@ impl Store {
         }
         let copy = self.pg_text_index_exists().await?;
         let txn = self.db.begin().await?;
-        let locked = match txn
-            .query_one_raw(Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                "SELECT pg_try_advisory_xact_lock($1)",
-                [TEXT_INDEXER_LOCK.into()],
-            ))
-            .await?
-        {
+        let mut lock = Sql::new(DbBackend::Postgres, "SELECT pg_try_advisory_xact_lock(");
+        lock.bind(TEXT_INDEXER_LOCK).push(")");
+        let locked = match txn.query_one_raw(lock.build()).await? {
             Some(row) => get::<bool>(&row, 0)?,
             None => false,
         };
@@ -226,12 +221,13 @@ impl Store {
         }
         // Only committed rows are seen, and each one's events were committed with it: every
         // event of a range read here is visible to the copy below.
+        let mut pending = Sql::new(
+            DbBackend::Postgres,
+            "SELECT id, first_id, last_id FROM event_text_pending ORDER BY id LIMIT ",
+        );
+        pending.bind(PENDING_ROWS_PER_PASS + 1);
         let rows = txn
-            .query_all_raw(Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                "SELECT id, first_id, last_id FROM event_text_pending ORDER BY id LIMIT $1",
-                [(PENDING_ROWS_PER_PASS + 1).into()],
-            ))
+            .query_all_raw(pending.build())
             .await?
             .iter()
             .map(|row| {
@@ -282,12 +278,12 @@ impl Store {
             .await?;
         }
         if let Some((id, first)) = pass.shortened {
-            txn.execute_raw(Statement::from_sql_and_values(
+            let mut shorten = Sql::new(
                 DbBackend::Postgres,
-                "UPDATE event_text_pending SET first_id = $1 WHERE id = $2",
-                [first.into(), id.into()],
-            ))
-            .await?;
+                "UPDATE event_text_pending SET first_id = ",
+            );
+            shorten.bind(first).push(" WHERE id = ").bind(id);
+            txn.execute_raw(shorten.build()).await?;
         }
         txn.commit().await?;
         let more = pass.shortened.is_some() || rows.len() > pass.done.len();
@@ -303,12 +299,9 @@ impl Store {
             return Ok(0);
         }
         let txn = self.db.begin().await?;
-        txn.execute_raw(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            "SELECT pg_advisory_xact_lock($1)",
-            [TEXT_INDEXER_LOCK.into()],
-        ))
-        .await?;
+        let mut lock = Sql::new(DbBackend::Postgres, "SELECT pg_advisory_xact_lock(");
+        lock.bind(TEXT_INDEXER_LOCK).push(")");
+        txn.execute_raw(lock.build()).await?;
         txn.execute_unprepared("SET LOCAL maintenance_work_mem = '512MB'")
             .await?;
         txn.execute_unprepared(&format!("DROP INDEX {INDEX_NAME}"))
