@@ -2,7 +2,7 @@
 //! restart: a pooled connection that a failed commit left inside a transaction is closed rather
 //! than reused, connections opened before the database took writes again are replaced, and a
 //! small write, cached briefly, answers `/readyz`. All of it runs on the error path or beside
-//! ingest, never per event.
+//! ingest, never per event. Fixed statements without values, through sea-orm's connection.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};

@@ -7,9 +7,21 @@
 //! (ingest, rollups, reads, retention), `fleet_actions`, `cluster` (replicas), `alerts`, `auth`,
 //! `settings`, `places`; `writer` (the heavy writers' connection and gate), `health` (recovering
 //! from failed writes), `sql` (the SQL builder). Each module's doc says how it talks to the
-//! database: sea-orm's entities for single rows by key, hand-written SQL through sea-orm's pool
-//! for multi-row and hot statements that both databases must plan well, and sqlx directly for
-//! SQLite's ingest, PostgreSQL's notifications and advisory locks.
+//! database, one way per path: sea-orm's entities for single rows by key and simple filtered
+//! updates (`servers`, `auth`, `settings`, most of `alerts`); hand-written SQL built with
+//! `sql::Sql` (which writes every placeholder) and run through sea-orm's pool or the writer for
+//! multi-row, conditional and hot statements that both databases must plan well (`events`,
+//! `fleet_actions`, `cluster`, `places`, callback secrets); and sqlx directly only where sea-orm
+//! costs too much or cannot hold the connection: SQLite's ingest on the writer connection, and
+//! PostgreSQL's `LISTEN` and session-level advisory locks on connections of their own.
+//!
+//! `Store` is one type; its methods are grouped by file, one `impl Store` block per concern:
+//! servers, their enrollment and callback secrets in `servers/`; ingest, reads, text search,
+//! rollups, the deferred flusher and retention in `events/`; leases, forwarded commands, jobs and
+//! notifications in `cluster/`; fleet action targets in `fleet_actions`; users, sessions, tokens
+//! and audit in `auth`; alert state and deliveries in `alerts`; the settings row in `settings`;
+//! per-address ban counts in `places`; the health and write checks in `health`. Look for a
+//! method in the file of its concern.
 
 mod alerts;
 mod auth;

@@ -1,6 +1,7 @@
 //! `LISTEN/NOTIFY` and advisory locks (PostgreSQL): the notices the cluster's bus receives and
 //! the connection that holds the singleton jobs' locks. sqlx connections of their own, outside
-//! sea-orm's pool, since both live as long as the session they belong to.
+//! sea-orm's pool, since both live as long as the session they belong to; a notice is sent with
+//! one statement on the pool (`sql::Sql`).
 
 use std::sync::Arc;
 

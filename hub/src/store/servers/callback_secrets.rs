@@ -1,6 +1,7 @@
 //! The servers' callback secrets, stored as SHA-256 hex: set, rotated with an overlap during which
 //! the previous one still authenticates, cleared, and looked up by hash (compared in constant
-//! time). Hand-written SQL through sea-orm's pool.
+//! time). Hand-written SQL built with `sql::Sql` and run through sea-orm's pool: the rotation's
+//! conditional updates in one transaction are not what the entities express.
 
 use sea_orm::{ConnectionTrait, TransactionTrait};
 use subtle::ConstantTimeEq;
