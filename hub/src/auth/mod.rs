@@ -643,10 +643,39 @@ impl Auth {
         }
     }
 
-    /// A page of the audit log, newest first.
-    pub async fn audit_page(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>, AuthError> {
-        Ok(self.inner.store.audit_page(query).await?)
+    /// A page of the audit log, newest first, with the cursor of the next (older) page when there
+    /// is one.
+    pub async fn audit_page(&self, query: AuditQuery) -> Result<AuditPage, AuthError> {
+        let limit = query.limit;
+        // One more than asked tells whether there is a next page.
+        let mut records = self
+            .inner
+            .store
+            .audit_page(&AuditQuery {
+                limit: limit + 1,
+                ..query
+            })
+            .await?;
+        let more = records.len() as u64 > limit;
+        records.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        let next_cursor = if more {
+            records.last().map(|r| r.id)
+        } else {
+            None
+        };
+        Ok(AuditPage {
+            records,
+            next_cursor,
+        })
     }
+}
+
+/// A page of the audit log, newest first.
+#[derive(Debug, Clone)]
+pub struct AuditPage {
+    pub records: Vec<AuditRecord>,
+    /// The id to pass as `before` for the next (older) page; `None` on the last page.
+    pub next_cursor: Option<i64>,
 }
 
 /// The query of `/auth/callback`.
