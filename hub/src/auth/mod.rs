@@ -11,6 +11,7 @@ pub mod capability;
 mod cookie;
 mod error;
 mod local;
+mod logins;
 mod oidc;
 pub mod policy;
 mod ratelimit;
@@ -369,7 +370,7 @@ impl Auth {
     /// Local mode: checks the administrator's password, with rate limiting per client address and
     /// per user name.
     #[tracing::instrument(skip_all, fields(user = username))]
-    pub async fn login_local(
+    async fn open_local_session(
         &self,
         username: &str,
         password: &str,
@@ -483,7 +484,7 @@ impl Auth {
     /// and a login this hub started and has not finished; the code is redeemed and the ID token
     /// verified against the login's nonce. Returns the session and where to send the browser.
     #[tracing::instrument(skip_all)]
-    pub async fn finish_oidc(
+    async fn redeem_oidc_callback(
         &self,
         callback: &Callback,
         headers: &HeaderMap,
@@ -557,7 +558,7 @@ impl Auth {
 
     /// Ends the session of `principal` (if it is a session). Returns the provider's end-session URL
     /// when the session came from OIDC and the provider has one.
-    pub async fn logout(
+    async fn end_session(
         &self,
         principal: Option<&Principal>,
         external: Option<&External>,
