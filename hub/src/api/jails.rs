@@ -185,6 +185,27 @@ pub struct WriteConfig {
     filter_local: Option<FileEditBody>,
 }
 
+impl WriteConfig {
+    /// The jail's override and its filter's local file, each checked; at least one of them.
+    fn parse(self, jail: &JailName) -> Result<(Option<Edit>, Option<Edit>), ApiError> {
+        let jail_override = self
+            .jail_override
+            .map(|e| checked_edit("jailOverride", e, &[jail.as_str()]))
+            .transpose()?;
+        let filter_local = self
+            .filter_local
+            .map(|e| checked_edit("filterLocal", e, &["INCLUDES", "Definition", "Init"]))
+            .transpose()?;
+        if jail_override.is_none() && filter_local.is_none() {
+            return Err(ApiError::invalid(
+                "jailOverride",
+                "give jailOverride, filterLocal or both",
+            ));
+        }
+        Ok((jail_override, filter_local))
+    }
+}
+
 /// Checks an edited file: size, no NUL or other control characters, and only the allowed sections,
 /// so an edit of one jail cannot smuggle in settings for another jail or for every jail.
 fn checked_edit(
@@ -257,20 +278,7 @@ async fn write_config(
     ApiJson(body): ApiJson<WriteConfig>,
 ) -> Result<ApiJson<ConfigChange>, ApiError> {
     let jail = jail_name("jail", &jail)?;
-    let jail_override = body
-        .jail_override
-        .map(|e| checked_edit("jailOverride", e, &[jail.as_str()]))
-        .transpose()?;
-    let filter_local = body
-        .filter_local
-        .map(|e| checked_edit("filterLocal", e, &["INCLUDES", "Definition", "Init"]))
-        .transpose()?;
-    if jail_override.is_none() && filter_local.is_none() {
-        return Err(ApiError::invalid(
-            "jailOverride",
-            "give jailOverride, filterLocal or both",
-        ));
-    }
+    let (jail_override, filter_local) = body.parse(&jail)?;
     Ok(ApiJson(
         state
             .fleet
