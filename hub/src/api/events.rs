@@ -714,6 +714,13 @@ async fn csv_export(state: &AppState, params: &ListParams) -> Result<Response, A
     let pages = state
         .events
         .export(params.filter(server)?, params.cursor()?, limit)?;
+    Ok(csv_response(pages))
+}
+
+/// The pages of an export streamed as one CSV file, its header first.
+fn csv_response(
+    pages: impl Stream<Item = Result<Vec<StoredEvent>, EventsError>> + Send + 'static,
+) -> Response {
     let header = futures::stream::once(async { Ok(Bytes::from_static(CSV_HEADER.as_bytes())) });
     let rows = pages.map(|page| match page {
         Ok(events) => {
@@ -740,7 +747,7 @@ async fn csv_export(state: &AppState, params: &ListParams) -> Result<Response, A
         header::CONTENT_DISPOSITION,
         HeaderValue::from_static("attachment; filename=\"ban-events.csv\""),
     );
-    Ok(response)
+    response
 }
 
 const CSV_HEADER: &str = "id,occurredAt,kind,source,serverId,agentId,jail,ip,hostname,failures,\
