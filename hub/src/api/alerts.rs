@@ -72,29 +72,33 @@ async fn deliveries(
     State(state): State<AppState>,
     params: Result<Query<DeliveryParams>, QueryRejection>,
 ) -> Result<ApiJson<DeliveryPage>, ApiError> {
-    let params = query(params)?;
-    let status = params
-        .status
-        .as_deref()
-        .map(|raw| {
-            DeliveryStatus::parse(raw).ok_or_else(|| {
-                ApiError::invalid("status", "must be pending, sending, delivered or failed")
-            })
-        })
-        .transpose()?;
-    let limit = limit(params.limit)?;
-    let filter = DeliveryFilter {
-        status,
-        rule_id: params.rule_id,
-        digest_id: params.digest_id,
-        before: params.before,
-        limit,
-    };
+    let filter = query(params)?.parse()?;
     let deliveries = state.alerts.deliveries(&filter).await?;
-    let next = (deliveries.len() as u64 == limit)
+    let next = (deliveries.len() as u64 == filter.limit)
         .then(|| deliveries.last().map(|d| d.id))
         .flatten();
     Ok(ApiJson(DeliveryPage { deliveries, next }))
+}
+
+impl DeliveryParams {
+    fn parse(self) -> Result<DeliveryFilter, ApiError> {
+        let status = self
+            .status
+            .as_deref()
+            .map(|raw| {
+                DeliveryStatus::parse(raw).ok_or_else(|| {
+                    ApiError::invalid("status", "must be pending, sending, delivered or failed")
+                })
+            })
+            .transpose()?;
+        Ok(DeliveryFilter {
+            status,
+            rule_id: self.rule_id,
+            digest_id: self.digest_id,
+            before: self.before,
+            limit: limit(self.limit)?,
+        })
+    }
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

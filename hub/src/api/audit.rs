@@ -11,7 +11,8 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::error::{ApiError, ApiJson, Problem};
 use super::target;
-use crate::auth::{Admin, AuditQuery, AuditRecord, Outcome};
+use crate::auth::{Admin, AuditPage, AuditQuery, AuditRecord, Outcome};
+use crate::domain::ServerId;
 
 const DEFAULT_PAGE: u64 = 50;
 const MAX_PAGE: u64 = 500;
@@ -103,47 +104,64 @@ async fn list_audit(
     _admin: Admin,
     params: Result<Query<AuditParams>, QueryRejection>,
 ) -> Result<ApiJson<AuditPageDto>, ApiError> {
-    let params = super::events::query(params)?;
-    let limit = match params.limit.as_deref() {
-        None => DEFAULT_PAGE,
-        Some(text) => text
-            .parse::<u64>()
-            .ok()
-            .filter(|n| (1..=MAX_PAGE).contains(n))
-            .ok_or_else(|| ApiError::invalid("limit", format!("must be 1 to {MAX_PAGE}")))?,
-    };
-    let before = params
-        .cursor
-        .as_deref()
-        .map(|c| {
-            c.parse::<i64>()
+    let params = super::events::query(params)?.parse()?;
+    let server_id = target::filter(&state, params.server.as_deref()).await?;
+    let page = state.auth.audit_page(params.query(server_id)).await?;
+    Ok(ApiJson(page.into()))
+}
+
+/// [`AuditParams`] with their rules checked; the server is resolved against the store apart.
+struct ParsedAuditParams {
+    limit: u64,
+    before: Option<i64>,
+    actor: Option<String>,
+    server: Option<String>,
+}
+
+impl AuditParams {
+    fn parse(self) -> Result<ParsedAuditParams, ApiError> {
+        let limit = match self.limit.as_deref() {
+            None => DEFAULT_PAGE,
+            Some(text) => text
+                .parse::<u64>()
                 .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| ApiError::invalid("cursor", "must be a nextCursor of this API"))
-        })
-        .transpose()?;
-    let server_id = target::filter(&state, params.server_id.as_deref())
-        .await?
-        .map(|id| id.to_string());
-    // One more than asked tells whether there is a next page.
-    let mut records = state
-        .auth
-        .audit_page(&AuditQuery {
+                .filter(|n| (1..=MAX_PAGE).contains(n))
+                .ok_or_else(|| ApiError::invalid("limit", format!("must be 1 to {MAX_PAGE}")))?,
+        };
+        let before =
+            self.cursor
+                .as_deref()
+                .map(|c| {
+                    c.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        ApiError::invalid("cursor", "must be a nextCursor of this API")
+                    })
+                })
+                .transpose()?;
+        Ok(ParsedAuditParams {
+            limit,
             before,
-            limit: limit + 1,
-            actor: params.actor.filter(|a| !a.is_empty()),
-            server_id,
+            actor: self.actor.filter(|a| !a.is_empty()),
+            server: self.server_id,
         })
-        .await?;
-    let more = records.len() as u64 > limit;
-    records.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
-    let next_cursor = if more {
-        records.last().map(|r| r.id.to_string())
-    } else {
-        None
-    };
-    Ok(ApiJson(AuditPageDto {
-        entries: records.into_iter().map(AuditEntryDto::from).collect(),
-        next_cursor,
-    }))
+    }
+}
+
+impl ParsedAuditParams {
+    fn query(self, server_id: Option<ServerId>) -> AuditQuery {
+        AuditQuery {
+            before: self.before,
+            limit: self.limit,
+            actor: self.actor,
+            server_id: server_id.map(|id| id.to_string()),
+        }
+    }
+}
+
+impl From<AuditPage> for AuditPageDto {
+    fn from(page: AuditPage) -> Self {
+        Self {
+            entries: page.records.into_iter().map(AuditEntryDto::from).collect(),
+            next_cursor: page.next_cursor.map(|id| id.to_string()),
+        }
+    }
 }

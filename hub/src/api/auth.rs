@@ -23,8 +23,8 @@ use super::error::{ApiError, ApiJson, Problem};
 use super::events::query;
 use crate::auth::policy::check_same_origin_navigation;
 use crate::auth::{
-    Admin, ApiTokenRecord, AuditRecord, AuthError, AuthMode, Authn, Callback, Credential,
-    NewSession, Outcome, Principal, Role, SessionRecord,
+    Admin, ApiTokenRecord, AuthError, AuthMode, Authn, Callback, Credential, NewSession, Principal,
+    Role, SessionRecord,
 };
 
 const MAX_RETURN_TO: usize = 2048;
@@ -209,31 +209,6 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
     }
 }
 
-/// An audit entry for a login or logout; `actor` is (subject, name, kind).
-fn login_entry(
-    (actor, name, kind): (&str, &str, &str),
-    action: &str,
-    status: StatusCode,
-    outcome: Outcome,
-    client: Option<IpAddr>,
-    detail: serde_json::Map<String, serde_json::Value>,
-) -> AuditRecord {
-    AuditRecord {
-        id: 0,
-        at: Utc::now(),
-        actor: actor.to_owned(),
-        actor_name: name.to_owned(),
-        actor_kind: kind.to_owned(),
-        action: action.to_owned(),
-        path: format!("/auth/{action}"),
-        server_id: None,
-        status: status.as_u16(),
-        outcome,
-        detail,
-        client_addr: client.map(|ip| ip.to_string()),
-    }
-}
-
 fn session_response(session: NewSession, body: Option<UserDto>) -> Response {
     let mut response = match body {
         Some(user) => ApiJson(user).into_response(),
@@ -258,31 +233,10 @@ async fn login_local(
     ClientAddr(client): ClientAddr,
     ApiJson(body): ApiJson<LocalLogin>,
 ) -> Result<Response, ApiError> {
-    let result = match state
+    let session = state
         .auth
         .login_local(&body.username, &body.password, client)
-        .await
-    {
-        // Not a login attempt at all: nothing to record.
-        Err(e @ AuthError::WrongMode(_)) => return Err(e.into()),
-        other => other,
-    };
-    let (outcome, status, kind) = match &result {
-        Ok(_) => (Outcome::Ok, StatusCode::OK, "session"),
-        Err(e) => (Outcome::Denied, e.parts().0, "anonymous"),
-    };
-    state
-        .auth
-        .record(login_entry(
-            (&body.username, &body.username, kind),
-            "login",
-            status,
-            outcome,
-            client,
-            serde_json::Map::new(),
-        ))
-        .await;
-    let session = result?;
+        .await?;
     let user = UserDto::from(&session.principal);
     Ok(session_response(session, Some(user)))
 }
@@ -315,58 +269,35 @@ async fn callback(
         Ok(params) => params,
         Err(e) => return e.into_response(),
     };
-    let auth = &state.auth;
-    let result = auth.finish_oidc(&params, &headers).await;
-    let mut response = match result {
+    let mut response = match state.auth.finish_oidc(&params, &headers, client).await {
         Ok((session, target)) => {
-            let principal = session.principal.clone();
-            auth.record(login_entry(
-                (&principal.subject, &principal.name, "session"),
-                "login",
-                StatusCode::FOUND,
-                Outcome::Ok,
-                client,
-                serde_json::Map::from_iter([("role".to_owned(), principal.role.as_str().into())]),
-            ))
-            .await;
             let mut response = found(&target);
             response
                 .headers_mut()
                 .append(header::SET_COOKIE, session.set_cookie);
             response
         }
-        Err(e) => {
-            let status = e.parts().0;
-            tracing::warn!(error = %e, "OIDC login refused");
-            auth.record(login_entry(
-                ("anonymous", "anonymous", "anonymous"),
-                "login",
-                status,
-                Outcome::Denied,
-                client,
-                serde_json::Map::from_iter([("reason".to_owned(), e.to_string().into())]),
-            ))
-            .await;
-            if wants_html(&headers) {
-                // A person is looking at this: the login page says what went wrong, in words
-                // (internal failures by their title only).
-                let (status, _, title) = e.parts();
-                let message = if status.is_server_error() {
-                    title.to_owned()
-                } else {
-                    e.to_string()
-                };
-                found(&format!("/login?error={}", encode(&message)))
-            } else {
-                ApiError::from(e).into_response()
-            }
+        // A person is looking at this: the login page says what went wrong.
+        Err(e) if wants_html(&headers) => {
+            found(&format!("/login?error={}", encode(&refusal_words(&e))))
         }
+        Err(e) => ApiError::from(e).into_response(),
     };
     // The login cookie has done its work either way.
     response
         .headers_mut()
-        .append(header::SET_COOKIE, auth.clear_login_cookie());
+        .append(header::SET_COOKIE, state.auth.clear_login_cookie());
     response
+}
+
+/// A refused login in words for the login page: internal failures by their title only.
+fn refusal_words(e: &AuthError) -> String {
+    let (status, _, title) = e.parts();
+    if status.is_server_error() {
+        title.to_owned()
+    } else {
+        e.to_string()
+    }
 }
 
 async fn logout(
@@ -376,27 +307,13 @@ async fn logout(
     client: Option<IpAddr>,
 ) -> Result<Response, ApiError> {
     let auth = &state.auth;
-    let external = auth.external(headers);
     let provider = auth
-        .logout(authn.principal.as_ref(), external.as_ref())
-        .await?;
-    if let Some(
-        principal @ Principal {
-            credential: Credential::Session(_),
-            ..
-        },
-    ) = authn.principal.as_ref()
-    {
-        auth.record(login_entry(
-            (&principal.subject, &principal.name, "session"),
-            "logout",
-            StatusCode::FOUND,
-            Outcome::Ok,
+        .logout(
+            authn.principal.as_ref(),
+            auth.external(headers).as_ref(),
             client,
-            serde_json::Map::new(),
-        ))
-        .await;
-    }
+        )
+        .await?;
     let mut response = found(provider.as_ref().map_or("/", |u| u.as_str()));
     response
         .headers_mut()
@@ -518,38 +435,61 @@ async fn create_token(
     admin: Admin,
     ApiJson(body): ApiJson<CreateToken>,
 ) -> Result<(StatusCode, ApiJson<CreatedToken>), ApiError> {
-    let name = body.name.trim();
-    if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
-        return Err(ApiError::invalid(
-            "name",
-            "must be 1 to 64 characters without control characters",
-        ));
-    }
-    let expires_at = match body.expires_in_days {
-        None => None,
-        Some(days) if (1..=MAX_TOKEN_DAYS).contains(&days) => {
-            Some(Utc::now() + TimeDelta::days(i64::from(days)))
-        }
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "expiresInDays",
-                format!("must be between 1 and {MAX_TOKEN_DAYS}"),
-            ));
-        }
-    };
-    let (record, token) = state
+    let token = body.parse()?;
+    let (record, secret) = state
         .auth
-        .create_token(name, body.role, expires_at, &admin.principal().subject)
+        .create_token(
+            &token.name,
+            token.role,
+            token.expires_at,
+            &admin.principal().subject,
+        )
         .await?;
     admin.note("tokenId", record.id.clone());
-    admin.note("role", body.role.as_str());
+    admin.note("role", token.role.as_str());
     Ok((
         StatusCode::CREATED,
         ApiJson(CreatedToken {
-            token,
+            token: secret,
             details: record.into(),
         }),
     ))
+}
+
+/// A [`CreateToken`] whose name and lifetime keep their rules.
+struct NewToken {
+    name: String,
+    role: Role,
+    expires_at: Option<DateTime<Utc>>,
+}
+
+impl CreateToken {
+    fn parse(self) -> Result<NewToken, ApiError> {
+        let name = self.name.trim();
+        if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
+            return Err(ApiError::invalid(
+                "name",
+                "must be 1 to 64 characters without control characters",
+            ));
+        }
+        let expires_at = match self.expires_in_days {
+            None => None,
+            Some(days) if (1..=MAX_TOKEN_DAYS).contains(&days) => {
+                Some(Utc::now() + TimeDelta::days(i64::from(days)))
+            }
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "expiresInDays",
+                    format!("must be between 1 and {MAX_TOKEN_DAYS}"),
+                ));
+            }
+        };
+        Ok(NewToken {
+            name: name.to_owned(),
+            role: self.role,
+            expires_at,
+        })
+    }
 }
 
 /// Revokes an API token: requests with it are refused (401) from now on.

@@ -714,6 +714,13 @@ async fn csv_export(state: &AppState, params: &ListParams) -> Result<Response, A
     let pages = state
         .events
         .export(params.filter(server)?, params.cursor()?, limit)?;
+    Ok(csv_response(pages))
+}
+
+/// The pages of an export streamed as one CSV file, its header first.
+fn csv_response(
+    pages: impl Stream<Item = Result<Vec<StoredEvent>, EventsError>> + Send + 'static,
+) -> Response {
     let header = futures::stream::once(async { Ok(Bytes::from_static(CSV_HEADER.as_bytes())) });
     let rows = pages.map(|page| match page {
         Ok(events) => {
@@ -740,7 +747,7 @@ async fn csv_export(state: &AppState, params: &ListParams) -> Result<Response, A
         header::CONTENT_DISPOSITION,
         HeaderValue::from_static("attachment; filename=\"ban-events.csv\""),
     );
-    Ok(response)
+    response
 }
 
 const CSV_HEADER: &str = "id,occurredAt,kind,source,serverId,agentId,jail,ip,hostname,failures,\
@@ -955,23 +962,29 @@ async fn event_stream(
         None,
         None,
     )?;
-    let from_header = headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .map(|v| ("Last-Event-ID", v));
-    let last = from_header
-        .or(p.last_event_id.as_deref().map(|v| ("lastEventId", v)))
-        .map(|(field, raw)| {
-            raw.trim()
-                .parse::<i64>()
-                .map(EventId)
-                .map_err(|_| ApiError::invalid(field, "must be an event id"))
-        })
-        .transpose()?;
+    let last = resume_after(&headers, p.last_event_id.as_deref())?;
     let live = state.events.clone().live(filter, last).await?;
     let stream = live.map(|event| {
         let data = serde_json::to_string(&EventDto::from(event.as_ref())).unwrap_or_default();
         Ok(SseEvent::default().id(event.id.to_string()).data(data))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// The event a stream resumes after: the `Last-Event-ID` header of a reconnect, else the
+/// `lastEventId` parameter.
+fn resume_after(headers: &HeaderMap, param: Option<&str>) -> Result<Option<EventId>, ApiError> {
+    let from_header = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| ("Last-Event-ID", v));
+    from_header
+        .or(param.map(|v| ("lastEventId", v)))
+        .map(|(field, raw)| {
+            raw.trim()
+                .parse::<i64>()
+                .map(EventId)
+                .map_err(|_| ApiError::invalid(field, "must be an event id"))
+        })
+        .transpose()
 }

@@ -72,46 +72,54 @@ async fn test_filter(
     Target(server): Target,
     ApiJson(body): ApiJson<TestFilterBody>,
 ) -> Result<ApiJson<FilterTestResult>, ApiError> {
-    let source = match (body.filter, body.filter_text) {
-        (Some(name), None) => FilterSource::Named(
-            FilterName::parse(&name).map_err(|e| ApiError::invalid("filter", e))?,
-        ),
-        (None, Some(text)) => {
-            if text.len() > MAX_CONFIG_BYTES || text.contains('\0') {
-                return Err(ApiError::invalid(
-                    "filterText",
-                    format!("must be at most {MAX_CONFIG_BYTES} bytes of text"),
-                ));
-            }
-            FilterSource::Text(text)
-        }
-        _ => {
-            return Err(ApiError::invalid(
-                "filter",
-                "give exactly one of filter and filterText",
-            ));
-        }
-    };
-    if body.lines.is_empty() || body.lines.len() > MAX_LINES {
-        return Err(ApiError::invalid(
-            "lines",
-            format!("must hold between 1 and {MAX_LINES} lines"),
-        ));
-    }
-    if let Some(i) = body
-        .lines
-        .iter()
-        .position(|l| l.len() > MAX_LINE_BYTES || l.contains(['\n', '\r', '\0']))
-    {
-        return Err(ApiError::invalid(
-            &format!("lines[{i}]"),
-            format!("must be one line of at most {MAX_LINE_BYTES} bytes"),
-        ));
-    }
+    let (source, lines) = body.parse()?;
     Ok(ApiJson(
         state
             .fleet
-            .test_filter(server, source, body.lines, &caller.requested_by())
+            .test_filter(server, source, lines, &caller.requested_by())
             .await?,
     ))
+}
+
+impl TestFilterBody {
+    /// The filter to test and the lines to test it on, each within its limits.
+    fn parse(self) -> Result<(FilterSource, Vec<String>), ApiError> {
+        let source = match (self.filter, self.filter_text) {
+            (Some(name), None) => FilterSource::Named(
+                FilterName::parse(&name).map_err(|e| ApiError::invalid("filter", e))?,
+            ),
+            (None, Some(text)) => {
+                if text.len() > MAX_CONFIG_BYTES || text.contains('\0') {
+                    return Err(ApiError::invalid(
+                        "filterText",
+                        format!("must be at most {MAX_CONFIG_BYTES} bytes of text"),
+                    ));
+                }
+                FilterSource::Text(text)
+            }
+            _ => {
+                return Err(ApiError::invalid(
+                    "filter",
+                    "give exactly one of filter and filterText",
+                ));
+            }
+        };
+        if self.lines.is_empty() || self.lines.len() > MAX_LINES {
+            return Err(ApiError::invalid(
+                "lines",
+                format!("must hold between 1 and {MAX_LINES} lines"),
+            ));
+        }
+        if let Some(i) = self
+            .lines
+            .iter()
+            .position(|l| l.len() > MAX_LINE_BYTES || l.contains(['\n', '\r', '\0']))
+        {
+            return Err(ApiError::invalid(
+                &format!("lines[{i}]"),
+                format!("must be one line of at most {MAX_LINE_BYTES} bytes"),
+            ));
+        }
+        Ok((source, self.lines))
+    }
 }

@@ -21,6 +21,7 @@ use super::error::{ApiError, ApiJson, Problem};
 use super::guards;
 use super::target::ServerPath;
 use crate::auth::{Admin, Operator, Viewer};
+use crate::cluster::ClusterStatus;
 use crate::domain::Labels;
 use crate::fleet::{ActionError, FleetBan, FleetError, Selector};
 use crate::store::fleet_actions::{FleetActionRecord, TargetRecord, TargetState};
@@ -373,34 +374,39 @@ async fn cluster_view(
     _caller: Viewer,
     State(state): State<AppState>,
 ) -> Result<ApiJson<ClusterView>, ApiError> {
-    let cluster = &state.cluster;
-    let replicas = cluster.replicas().await?;
-    let jobs = cluster.job_runs().await?;
-    Ok(ApiJson(ClusterView {
-        replica: cluster.replica().to_owned(),
-        database: state.store.backend_name().to_owned(),
-        agents_here: u64::try_from(state.fleet.online_count()).unwrap_or(u64::MAX),
-        replicas: replicas
-            .into_iter()
-            .map(|r| ReplicaDto {
-                id: r.id,
-                started_at: r.started_at,
-                heartbeat_at: r.heartbeat_at,
-                agents: r.agents,
-            })
-            .collect(),
-        jobs: jobs
-            .into_iter()
-            .map(|j| JobRunsDto {
-                job: j.name,
-                replica: j.replica,
-                terms: j.terms,
-                runs: j.runs,
-                first_run_at: j.first_run_at,
-                last_run_at: j.last_run_at,
-            })
-            .collect(),
-    }))
+    Ok(ApiJson(state.fleet.cluster_status().await?.into()))
+}
+
+impl From<ClusterStatus> for ClusterView {
+    fn from(status: ClusterStatus) -> Self {
+        Self {
+            replica: status.replica,
+            database: status.database.to_owned(),
+            agents_here: status.agents_here,
+            replicas: status
+                .replicas
+                .into_iter()
+                .map(|r| ReplicaDto {
+                    id: r.id,
+                    started_at: r.started_at,
+                    heartbeat_at: r.heartbeat_at,
+                    agents: r.agents,
+                })
+                .collect(),
+            jobs: status
+                .jobs
+                .into_iter()
+                .map(|j| JobRunsDto {
+                    job: j.name,
+                    replica: j.replica,
+                    terms: j.terms,
+                    runs: j.runs,
+                    first_run_at: j.first_run_at,
+                    last_run_at: j.last_run_at,
+                })
+                .collect(),
+        }
+    }
 }
 
 #[cfg(test)]

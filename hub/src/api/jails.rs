@@ -185,6 +185,27 @@ pub struct WriteConfig {
     filter_local: Option<FileEditBody>,
 }
 
+impl WriteConfig {
+    /// The jail's override and its filter's local file, each checked; at least one of them.
+    fn parse(self, jail: &JailName) -> Result<(Option<Edit>, Option<Edit>), ApiError> {
+        let jail_override = self
+            .jail_override
+            .map(|e| checked_edit("jailOverride", e, &[jail.as_str()]))
+            .transpose()?;
+        let filter_local = self
+            .filter_local
+            .map(|e| checked_edit("filterLocal", e, &["INCLUDES", "Definition", "Init"]))
+            .transpose()?;
+        if jail_override.is_none() && filter_local.is_none() {
+            return Err(ApiError::invalid(
+                "jailOverride",
+                "give jailOverride, filterLocal or both",
+            ));
+        }
+        Ok((jail_override, filter_local))
+    }
+}
+
 /// Checks an edited file: size, no NUL or other control characters, and only the allowed sections,
 /// so an edit of one jail cannot smuggle in settings for another jail or for every jail.
 fn checked_edit(
@@ -257,20 +278,7 @@ async fn write_config(
     ApiJson(body): ApiJson<WriteConfig>,
 ) -> Result<ApiJson<ConfigChange>, ApiError> {
     let jail = jail_name("jail", &jail)?;
-    let jail_override = body
-        .jail_override
-        .map(|e| checked_edit("jailOverride", e, &[jail.as_str()]))
-        .transpose()?;
-    let filter_local = body
-        .filter_local
-        .map(|e| checked_edit("filterLocal", e, &["INCLUDES", "Definition", "Init"]))
-        .transpose()?;
-    if jail_override.is_none() && filter_local.is_none() {
-        return Err(ApiError::invalid(
-            "jailOverride",
-            "give jailOverride, filterLocal or both",
-        ));
-    }
+    let (jail_override, filter_local) = body.parse(&jail)?;
     Ok(ApiJson(
         state
             .fleet
@@ -390,37 +398,55 @@ async fn banned(
 ) -> Result<ApiJson<BannedPage>, ApiError> {
     let query = query(params)?;
     let jail = jail_name("jail", &jail)?;
-    let limit = query.limit.unwrap_or(50);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::invalid(
-            "limit",
-            format!("must be between 1 and {MAX_PAGE}"),
-        ));
-    }
-    if query.search.len() > 64
-        || !query
-            .search
-            .chars()
-            .all(|c| c.is_ascii_hexdigit() || matches!(c, '.' | ':' | '/'))
-    {
-        return Err(ApiError::invalid(
-            "search",
-            "must be part of an address: hex digits, '.', ':' and '/'",
-        ));
-    }
+    let page = query.parse()?;
     Ok(ApiJson(
         state
             .fleet
             .banned(
                 server,
                 &jail,
-                &query.search,
-                query.offset,
-                limit,
+                &page.search,
+                page.offset,
+                page.limit,
                 &caller.requested_by(),
             )
             .await?,
     ))
+}
+
+/// A [`BannedQuery`] whose limit and search pattern keep their rules.
+struct BannedPageRequest {
+    search: String,
+    offset: u32,
+    limit: u32,
+}
+
+impl BannedQuery {
+    fn parse(self) -> Result<BannedPageRequest, ApiError> {
+        let limit = self.limit.unwrap_or(50);
+        if !(1..=MAX_PAGE).contains(&limit) {
+            return Err(ApiError::invalid(
+                "limit",
+                format!("must be between 1 and {MAX_PAGE}"),
+            ));
+        }
+        if self.search.len() > 64
+            || !self
+                .search
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || matches!(c, '.' | ':' | '/'))
+        {
+            return Err(ApiError::invalid(
+                "search",
+                "must be part of an address: hex digits, '.', ':' and '/'",
+            ));
+        }
+        Ok(BannedPageRequest {
+            search: self.search,
+            offset: self.offset,
+            limit,
+        })
+    }
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -445,19 +471,27 @@ async fn logs(
 ) -> Result<ApiJson<LogTailResult>, ApiError> {
     let query = query(params)?;
     let jail = jail_name("jail", &jail)?;
-    let lines = query.lines.unwrap_or(200);
-    if !(1..=MAX_LOG_LINES).contains(&lines) {
-        return Err(ApiError::invalid(
-            "lines",
-            format!("must be between 1 and {MAX_LOG_LINES}"),
-        ));
-    }
+    let lines = query.lines()?;
     Ok(ApiJson(
         state
             .fleet
             .log_tail(server, Some(&jail), lines, &caller.requested_by())
             .await?,
     ))
+}
+
+impl LogQuery {
+    /// How many lines to read: the default, or the number asked within its bounds.
+    fn lines(self) -> Result<u32, ApiError> {
+        let lines = self.lines.unwrap_or(200);
+        if !(1..=MAX_LOG_LINES).contains(&lines) {
+            return Err(ApiError::invalid(
+                "lines",
+                format!("must be between 1 and {MAX_LOG_LINES}"),
+            ));
+        }
+        Ok(lines)
+    }
 }
 
 /// An allowlist to store, with the version it was edited from.

@@ -11,6 +11,7 @@ pub mod capability;
 mod cookie;
 mod error;
 mod local;
+mod logins;
 mod oidc;
 pub mod policy;
 mod ratelimit;
@@ -369,7 +370,7 @@ impl Auth {
     /// Local mode: checks the administrator's password, with rate limiting per client address and
     /// per user name.
     #[tracing::instrument(skip_all, fields(user = username))]
-    pub async fn login_local(
+    async fn open_local_session(
         &self,
         username: &str,
         password: &str,
@@ -483,7 +484,7 @@ impl Auth {
     /// and a login this hub started and has not finished; the code is redeemed and the ID token
     /// verified against the login's nonce. Returns the session and where to send the browser.
     #[tracing::instrument(skip_all)]
-    pub async fn finish_oidc(
+    async fn redeem_oidc_callback(
         &self,
         callback: &Callback,
         headers: &HeaderMap,
@@ -557,7 +558,7 @@ impl Auth {
 
     /// Ends the session of `principal` (if it is a session). Returns the provider's end-session URL
     /// when the session came from OIDC and the provider has one.
-    pub async fn logout(
+    async fn end_session(
         &self,
         principal: Option<&Principal>,
         external: Option<&External>,
@@ -643,10 +644,39 @@ impl Auth {
         }
     }
 
-    /// A page of the audit log, newest first.
-    pub async fn audit_page(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>, AuthError> {
-        Ok(self.inner.store.audit_page(query).await?)
+    /// A page of the audit log, newest first, with the cursor of the next (older) page when there
+    /// is one.
+    pub async fn audit_page(&self, query: AuditQuery) -> Result<AuditPage, AuthError> {
+        let limit = query.limit;
+        // One more than asked tells whether there is a next page.
+        let mut records = self
+            .inner
+            .store
+            .audit_page(&AuditQuery {
+                limit: limit + 1,
+                ..query
+            })
+            .await?;
+        let more = records.len() as u64 > limit;
+        records.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        let next_cursor = if more {
+            records.last().map(|r| r.id)
+        } else {
+            None
+        };
+        Ok(AuditPage {
+            records,
+            next_cursor,
+        })
     }
+}
+
+/// A page of the audit log, newest first.
+#[derive(Debug, Clone)]
+pub struct AuditPage {
+    pub records: Vec<AuditRecord>,
+    /// The id to pass as `before` for the next (older) page; `None` on the last page.
+    pub next_cursor: Option<i64>,
 }
 
 /// The query of `/auth/callback`.

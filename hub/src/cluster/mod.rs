@@ -426,6 +426,31 @@ impl Cluster {
     pub async fn job_runs(&self) -> Result<Vec<JobRuns>, StoreError> {
         self.0.store.job_runs().await
     }
+
+    /// The replicas sharing the database as this one sees them; `agents_here` is the number of
+    /// agents with a session on this replica, which the caller knows.
+    pub async fn status(&self, agents_here: u64) -> Result<ClusterStatus, StoreError> {
+        Ok(ClusterStatus {
+            replica: self.0.replica.clone(),
+            database: self.0.store.backend_name(),
+            agents_here,
+            replicas: self.replicas().await?,
+            jobs: self.job_runs().await?,
+        })
+    }
+}
+
+/// The replicas, the agents each holds, and which replica ran the singleton jobs.
+#[derive(Debug, Clone)]
+pub struct ClusterStatus {
+    /// The replica that answers.
+    pub replica: String,
+    /// `sqlite` (one hub) or `postgres` (replicas possible).
+    pub database: &'static str,
+    /// Agents with a session on the replica that answers.
+    pub agents_here: u64,
+    pub replicas: Vec<ReplicaRow>,
+    pub jobs: Vec<JobRuns>,
 }
 
 /// Why this replica cannot join the others.

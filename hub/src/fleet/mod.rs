@@ -27,7 +27,7 @@ use chrono::{DateTime, Utc};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, ClusterStatus};
 use crate::config::{AgentsConfig, ProbeConfig};
 use crate::domain::{NewServer, Server, ServerId, ServerStatus};
 use crate::events::Events;
@@ -260,6 +260,12 @@ impl Fleet {
     /// Number of agents with a live session.
     pub fn online_count(&self) -> usize {
         self.0.sessions.count()
+    }
+
+    /// The replicas sharing the database, with the agents whose session this one holds.
+    pub async fn cluster_status(&self) -> Result<ClusterStatus, StoreError> {
+        let agents_here = u64::try_from(self.online_count()).unwrap_or(u64::MAX);
+        self.0.cluster.status(agents_here).await
     }
 
     /// Serves enrollment and agent sessions on `listener` until `shutdown`.
