@@ -12,6 +12,7 @@ use futures::future::BoxFuture;
 use sea_orm::sqlx;
 use sea_orm::sqlx::pool::{PoolConnectionMetadata, PoolOptions};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, RuntimeErr, Statement};
+use tracing::Instrument as _;
 
 use super::{Store, StoreError};
 
@@ -237,21 +238,26 @@ impl Store {
     pub(super) fn spawn_health_checks(&self) {
         let health: Weak<StoreHealth> = Arc::downgrade(&self.health);
         let probe = self.write_probe();
-        tokio::spawn(async move {
-            loop {
-                let pause = match health.upgrade() {
-                    Some(health) if health.failing() => RECHECK_FAILING,
-                    Some(_) => RECHECK_HEALTHY,
-                    None => return,
-                };
-                tokio::time::sleep(pause).await;
-                let Some(health) = health.upgrade() else {
-                    return;
-                };
-                // The outcome is recorded (and logged on a change) by the check itself.
-                let _ = health.check(&probe).await;
+        // The store starts this loop itself: it lives exactly as long as the store.
+        let span = tracing::info_span!("task", task = "store_health");
+        tokio::spawn(
+            async move {
+                loop {
+                    let pause = match health.upgrade() {
+                        Some(health) if health.failing() => RECHECK_FAILING,
+                        Some(_) => RECHECK_HEALTHY,
+                        None => return,
+                    };
+                    tokio::time::sleep(pause).await;
+                    let Some(health) = health.upgrade() else {
+                        return;
+                    };
+                    // The outcome is recorded (and logged on a change) by the check itself.
+                    let _ = health.check(&probe).await;
+                }
             }
-        });
+            .instrument(span),
+        );
     }
 }
 

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, TransactionTrait};
+use tracing::Instrument as _;
 
 use super::super::sql::{Sql, get, to_u64};
 use super::super::writer::WriteGuard;
@@ -199,28 +200,33 @@ fn spawn_flusher(deferred: &Arc<DeferredRollups>) {
         SQLITE_FLUSH_EVERY
     };
     let weak = Arc::downgrade(deferred);
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(every).await;
-            let Some(deferred) = weak.upgrade() else {
-                return;
-            };
-            // On PostgreSQL a replica already applying does this replica's rows too.
-            let result = if deferred.rows {
-                deferred.apply_pending_rows(false).await
-            } else {
-                // In its own task, like every flush (see `Store::flush_rollups`).
-                let flushing = Arc::clone(&deferred);
-                tokio::spawn(async move { flushing.flush_pending().await })
-                    .await
-                    .map_err(|e| StoreError::Corrupt(format!("the rollup flush failed: {e}")))
-                    .and_then(|r| r)
-            };
-            if let Err(e) = result {
-                tracing::warn!(error = %e, "cannot write the deferred rollups; retrying");
+    // The store starts this loop itself: it lives exactly as long as the store.
+    let span = tracing::info_span!("task", task = "rollup_flusher");
+    tokio::spawn(
+        async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(deferred) = weak.upgrade() else {
+                    return;
+                };
+                // On PostgreSQL a replica already applying does this replica's rows too.
+                let result = if deferred.rows {
+                    deferred.apply_pending_rows(false).await
+                } else {
+                    // In its own task, like every flush (see `Store::flush_rollups`).
+                    let flushing = Arc::clone(&deferred);
+                    tokio::spawn(async move { flushing.flush_pending().await })
+                        .await
+                        .map_err(|e| StoreError::Corrupt(format!("the rollup flush failed: {e}")))
+                        .and_then(|r| r)
+                };
+                if let Err(e) = result {
+                    tracing::warn!(error = %e, "cannot write the deferred rollups; retrying");
+                }
             }
         }
-    });
+        .instrument(span),
+    );
 }
 
 /// Commits a SQLite ingest transaction (`commit`), releases the write gate and hands the batch's
