@@ -14,6 +14,11 @@ pub const MAX_NAME_LEN: usize = 64;
 /// delivery works; the hub keeps them out of lists, stats and insights unless asked for this jail.
 pub const PROBE_JAIL: &str = "banhub-probe";
 
+/// The jail `banhub-agent install-action` adds for shared bans (bans a sharing policy or a fleet
+/// recidive rule asks for on behalf of another host). Its events are never origins of new shared
+/// bans (no echo); the hub shows them as shared, with their origin.
+pub const SHARED_JAIL: &str = "banhub-shared";
+
 /// Whether `ip` is a single address of a documentation range (RFC 5737 TEST-NET-1/2/3, RFC 3849
 /// `2001:db8::/32`): the only addresses the probe may ban, since no real client has one.
 pub fn is_probe_address(ip: &IpOrCidr) -> bool {

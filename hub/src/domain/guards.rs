@@ -77,6 +77,12 @@ impl Guards {
         &self.hub_addresses
     }
 
+    /// The networks nothing in banhub bans, for the paths that subtract them (feeds): the hub's
+    /// own addresses, each as a host network.
+    pub fn protected_networks(&self) -> Vec<IpNet> {
+        self.hub_addresses.iter().map(|a| IpNet::from(*a)).collect()
+    }
+
     /// Checks a ban. A ban covering an address of the hub is refused even with `overridden`: a host
     /// that banned it could no longer reach the hub. Otherwise a network wider than the limits or
     /// the broadcast address needs the override. Returns the rail the override lifted, if any.

@@ -147,6 +147,7 @@ pub fn kind_name(command: &Command) -> &'static str {
         Some(Kind::WriteDefaults(_)) => "write_defaults",
         Some(Kind::GetDeliveryStatus(_)) => "get_delivery_status",
         Some(Kind::ProbeStep(_)) => "probe_step",
+        Some(Kind::SyncSharedBans(_)) => "sync_shared_bans",
         None => "unknown",
     }
 }
@@ -190,7 +191,7 @@ pub async fn execute(context: &Context, command: Command) -> CommandResult {
         Some(Kind::GetDeliveryStatus(_)) => diagnostics::delivery_status(context).await,
         Some(Kind::ProbeStep(request)) => diagnostics::probe_step(context, request).await,
         // prost leaves the oneof empty for a kind newer than this build.
-        None => Err(Failure::new(
+        Some(Kind::SyncSharedBans(_)) | None => Err(Failure::new(
             ErrorCode::Unsupported,
             format!(
                 "this agent (version {}) does not know this command; upgrade the agent",
