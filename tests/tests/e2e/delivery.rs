@@ -191,6 +191,7 @@ async fn delivery_status_shows_attachments_relay_spool_and_last_event() {
         attached,
         [
             ("banhub-probe".to_owned(), true),
+            ("banhub-shared".to_owned(), true),
             ("dummyjail".to_owned(), true),
             ("testauth".to_owned(), true)
         ]

@@ -155,9 +155,14 @@ async fn install_attaches_to_every_enabled_jail_bans_reach_the_hub_and_uninstall
         actions(&fleet.hosts[0], "banhub-probe").lines().last(),
         Some("banhub")
     );
+    // The shared-ban jail runs the host's own ban action, then banhub.
+    assert_eq!(
+        actions(&fleet.hosts[0], "banhub-shared").lines().last(),
+        Some("filelog, banhub")
+    );
     let status = fleet.hosts[0].sandbox.client(&["status"]).expect("status");
     assert!(
-        status.ends_with("banhub-probe, dummyjail, testauth"),
+        status.ends_with("banhub-probe, banhub-shared, dummyjail, testauth"),
         "the disabled jail stays off: {status}"
     );
     // The secret stays in the state dir; the action only names its file.
@@ -268,11 +273,11 @@ async fn install_while_fail2ban_is_stopped_takes_effect_when_it_starts() {
         .spawn()
         .expect("fail2ban-server starts (install it with .ci/install-deps)");
     let mut server = KillOnDrop(server);
-    wait_until(DEADLINE, "fail2ban to run the probe jail", || {
+    wait_until(DEADLINE, "fail2ban to run banhub's jails", || {
         fleet.hosts[0]
             .sandbox
             .client(&["status"])
-            .is_ok_and(|s| s.ends_with("banhub-probe, dummyjail, testauth"))
+            .is_ok_and(|s| s.ends_with("banhub-probe, banhub-shared, dummyjail, testauth"))
     })
     .unwrap_or_else(|e| panic!("{e}\n{}", fleet.hosts[0].sandbox.logs()));
     assert_eq!(
