@@ -145,6 +145,14 @@ impl Belief {
         state.dirty |= changed;
     }
 
+    /// Whether `ip` is believed banned in `jail`.
+    pub fn holds(&self, jail: &JailName, ip: &IpOrCidr) -> bool {
+        self.lock()
+            .bans
+            .get(jail.as_str())
+            .is_some_and(|ips| ips.contains(&ip.to_string()))
+    }
+
     /// The current belief.
     pub fn snapshot(&self) -> BTreeSet<Key> {
         self.lock()

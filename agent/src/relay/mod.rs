@@ -16,6 +16,12 @@
 //! | 422    | `unknown_jail`       | fail2ban runs no jail of that name (see [`jails`]); `field` is `jail` |
 //! | 503    | `spool_unavailable`  | the event could not be made durable; nothing was stored         |
 //! | 404/405| `not_found`/`method_not_allowed` | any other path or method                            |
+//!
+//! A callback of the shared-ban jail (`banhub-shared`) that repeats what the hub was already told
+//! (a ban of an address believed banned, or an unban of one believed not banned) is answered
+//! `200 {"duplicate":true}` and not stored: the agent puts its shared bans back after fail2ban
+//! restarted, and each shared ban is one ban and one unban event. Other jails' callbacks are
+//! always stored (their restored bans do not call the action: `norestored`).
 
 pub mod jails;
 pub mod payload;
@@ -30,6 +36,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use banhub_proto::problem::code;
+use banhub_proto::rules::SHARED_JAIL;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt as _, Full, LengthLimitError, Limited};
@@ -292,7 +299,11 @@ impl Relay {
     }
 
     /// Checks, parses and stores one callback.
-    async fn receive(&self, kind: Kind, request: Request<Incoming>) -> Result<Position, Problem> {
+    async fn receive(
+        &self,
+        kind: Kind,
+        request: Request<Incoming>,
+    ) -> Result<Option<Position>, Problem> {
         self.check_secret(request.headers())?;
         // A declared length over the cap is refused before anything is read.
         let declared = request
@@ -320,6 +331,12 @@ impl Relay {
         {
             return Err(Problem::unknown_jail(callback.jail.as_str()));
         }
+        if callback.jail.as_str() == SHARED_JAIL
+            && let Some(belief) = &self.belief
+            && belief.holds(&callback.jail, &callback.ip) == matches!(kind, Kind::Ban)
+        {
+            return Ok(None);
+        }
         // What the belief needs, taken before the event moves into the spool (cloning the whole
         // event, log lines and all, cost more than recording it).
         let recorded = self
@@ -337,7 +354,7 @@ impl Relay {
         if let Some((belief, jail, ip)) = recorded {
             belief.record_ban(matches!(kind, Kind::Ban), &jail, &ip);
         }
-        Ok(position)
+        Ok(Some(position))
     }
 
     fn check_secret(&self, headers: &HeaderMap) -> Result<(), Problem> {
@@ -373,13 +390,28 @@ impl Relay {
         }
     }
 
-    fn respond(&self, kind: Kind, result: Result<Position, Problem>) -> Response<Body> {
+    fn respond(&self, kind: Kind, result: Result<Option<Position>, Problem>) -> Response<Body> {
+        if result.is_ok() {
+            self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .last_accepted_at_ms
+                .store(crate::spool::now_ms(), Ordering::Relaxed);
+        }
         match result {
-            Ok(position) => {
-                self.stats.accepted.fetch_add(1, Ordering::Relaxed);
-                self.stats
-                    .last_accepted_at_ms
-                    .store(crate::spool::now_ms(), Ordering::Relaxed);
+            Ok(None) => {
+                tracing::debug!(
+                    kind = kind.as_str(),
+                    "a shared-ban callback repeats what was reported; not stored again"
+                );
+                let mut response =
+                    Response::new(Full::new(Bytes::from_static(br#"{"duplicate":true}"#)));
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                response
+            }
+            Ok(Some(position)) => {
                 tracing::debug!(
                     kind = kind.as_str(),
                     seq = position.seq,

@@ -22,6 +22,11 @@ struct Running {
 }
 
 async fn start() -> Running {
+    start_with(None).await
+}
+
+/// A relay that records into `belief` too, as while reconciliation runs.
+async fn start_with(belief: Option<crate::reconcile::Belief>) -> Running {
     let dir = TempDir::new().expect("tempdir");
     let spool = Spool::open(dir.path().join("spool"), SpoolConfig::default())
         .await
@@ -33,7 +38,10 @@ async fn start() -> Running {
         .await
         .expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
-    let relay = Relay::new(spool.clone(), secret.clone());
+    let mut relay = Relay::new(spool.clone(), secret.clone());
+    if let Some(belief) = belief {
+        relay = relay.with_belief(belief);
+    }
     let stats = relay.stats();
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(relay.serve(listener, shutdown.clone()));
@@ -104,6 +112,65 @@ fn callback() -> Value {
         "banDuration": 600,
         "banCount": 1
     })
+}
+
+/// The agent putting a shared ban back (fail2ban restarted) calls the action again; the hub was
+/// told already, so only the first ban and the first unban of each address are stored. Other
+/// jails store every callback.
+#[tokio::test]
+async fn a_shared_ban_is_one_ban_and_one_unban_event() {
+    let state = TempDir::new().expect("state");
+    let belief = crate::reconcile::Belief::load(state.path()).expect("belief");
+    let relay = start_with(Some(belief.clone())).await;
+    let shared = |ip: &str| {
+        let mut body = callback();
+        body["jail"] = json!(banhub_proto::rules::SHARED_JAIL);
+        body["ip"] = json!(ip);
+        body.to_string()
+    };
+    let post = |path: &'static str, body: String| {
+        let relay = &relay;
+        async move {
+            let (status, body) = relay.post(path, Some(&relay.secret), body).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            body
+        }
+    };
+    assert!(post("/api/ban", shared("198.51.100.1")).await["seq"].is_u64());
+    assert_eq!(
+        post("/api/ban", shared("198.51.100.1")).await,
+        json!({"duplicate": true})
+    );
+    assert!(post("/api/ban", shared("198.51.100.2")).await["seq"].is_u64());
+    assert!(post("/api/unban", shared("198.51.100.1")).await["seq"].is_u64());
+    assert_eq!(
+        post("/api/unban", shared("198.51.100.1")).await,
+        json!({"duplicate": true})
+    );
+    assert!(post("/api/ban", callback().to_string()).await["seq"].is_u64());
+    assert!(post("/api/ban", callback().to_string()).await["seq"].is_u64());
+    let stored: Vec<(String, String, &str)> = relay
+        .stored()
+        .await
+        .into_iter()
+        .map(|r| match r.event {
+            Event::Ban(b) => (b.jail.to_string(), b.ip.to_string(), "ban"),
+            Event::Unban(b) => (b.jail.to_string(), b.ip.to_string(), "unban"),
+            Event::Gap(_) => panic!("no gap expected"),
+        })
+        .collect();
+    let shared_jail = banhub_proto::rules::SHARED_JAIL.to_owned();
+    assert_eq!(
+        stored,
+        [
+            (shared_jail.clone(), "198.51.100.1".to_owned(), "ban"),
+            (shared_jail.clone(), "198.51.100.2".to_owned(), "ban"),
+            (shared_jail, "198.51.100.1".to_owned(), "unban"),
+            ("sshd".to_owned(), "203.0.113.7".to_owned(), "ban"),
+            ("sshd".to_owned(), "203.0.113.7".to_owned(), "ban"),
+        ]
+    );
+    assert_eq!(relay.stats.accepted(), 7);
 }
 
 #[tokio::test]

@@ -31,6 +31,9 @@ pub use state::{STATE_FILE, StateError};
 use crate::fail2ban::client::is_unknown_jail;
 use crate::fail2ban::{Fail2banError, Fail2banSocket};
 
+/// The wait before the next pass after one failed.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
+
 /// Why a sync or a pass did not complete. The file, once written, stays: the next pass applies it.
 #[derive(Debug, thiserror::Error)]
 pub enum SharedBanError {
@@ -200,15 +203,19 @@ impl SharedBans {
     pub async fn run(self, shutdown: CancellationToken) {
         let interval = self.inner.config.reconcile_interval;
         loop {
+            let mut wait = interval;
             match self.pass(crate::spool::now_ms()).await {
                 Ok(_) => {}
                 Err(SharedBanError::JailMissing) => {
                     tracing::debug!("the shared-ban jail is not running; checking again later");
                 }
-                Err(e) => tracing::warn!(error = %e, "shared-ban pass failed; retrying"),
+                Err(e) => {
+                    // fail2ban may be restarting: put the bans back as soon as it answers.
+                    tracing::warn!(error = %e, "shared-ban pass failed; retrying");
+                    wait = wait.min(RETRY_AFTER_FAILURE);
+                }
             }
             let next_expiry = self.inner.set.lock().await.set.next_expiry();
-            let mut wait = interval;
             if let Some(at) = next_expiry {
                 let until = at.saturating_sub(crate::spool::now_ms()).max(0);
                 wait = wait.min(Duration::from_millis(until.unsigned_abs()));

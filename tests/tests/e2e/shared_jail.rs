@@ -139,14 +139,27 @@ impl Host {
         });
     }
 
-    /// Stops the agent's parts (as a killed agent, nothing is handed over).
+    /// Stops the agent's parts; what the relay recorded is saved, as reconciliation saves it.
     async fn stop_agent(&mut self) {
         let agent = self.agent.take().expect("the agent runs");
         agent.shutdown.cancel();
         for task in agent.tasks {
             task.await.expect("agent task");
         }
+        agent.belief.save_if_dirty().await.expect("save the belief");
         agent.spool.close().await;
+    }
+
+    /// One reconciliation pass over the agent's spool and belief, as its loop runs them.
+    async fn reconcile(&self) -> PassOutcome {
+        let mut config = ReconcileConfig::new(self.sandbox.socket_path(), None);
+        config.confirm_delay = Duration::from_millis(200);
+        config.timeout = Duration::from_secs(10);
+        let agent = self.agent();
+        Reconciler::new(config, agent.spool.clone(), agent.belief.clone())
+            .pass()
+            .await
+            .expect("reconciliation pass")
     }
 
     fn agent(&self) -> &Agent {
@@ -470,15 +483,8 @@ async fn a_delta_sync_bans_and_a_later_one_lifts_with_one_event_each() {
     if let Err(e) = waited {
         panic!("{e}: {:?}", host.events().await);
     }
-    let mut config = ReconcileConfig::new(host.sandbox.socket_path(), None);
-    config.confirm_delay = Duration::from_millis(200);
-    let agent = host.agent();
-    let mut reconciler = Reconciler::new(config, agent.spool.clone(), agent.belief.clone());
-    reconciler.pass().await.expect("baseline pass");
-    assert_eq!(
-        reconciler.pass().await.expect("pass"),
-        PassOutcome::default()
-    );
+    assert!(host.reconcile().await.baseline);
+    assert_eq!(host.reconcile().await, PassOutcome::default());
     assert_eq!(host.events().await, want);
 }
 
@@ -509,6 +515,8 @@ async fn the_agent_lifts_a_ban_at_its_expiry_on_its_own() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn across_agent_and_fail2ban_restarts_a_valid_ban_comes_back_and_an_expired_one_does_not() {
     let mut host = Host::start("shared-restart").await;
+    // Reconciliation's first pass, as at the agent's first start: the baseline.
+    assert!(host.reconcile().await.baseline);
     let soon = now_ms() + 4_000;
     host.sync(false, &[("198.51.100.9", 0), ("198.51.100.10", soon)], &[])
         .await;
@@ -542,6 +550,26 @@ async fn across_agent_and_fail2ban_restarts_a_valid_ban_comes_back_and_an_expire
     )
     .await;
     assert_eq!(host.file(), host.set(&["198.51.100.9"]));
+
+    // Events: the ban put back after fail2ban's restart is not a second ban; the ban fail2ban
+    // lost while the agent was down is reported once, as observed by reconciliation.
+    let outcome = host.reconcile().await;
+    assert_eq!((outcome.bans, outcome.unbans), (0, 1), "{outcome:?}");
+    let mut counts: BTreeMap<(&str, String), usize> = BTreeMap::new();
+    for event in host.events().await {
+        *counts.entry(event).or_default() += 1;
+    }
+    let one = |kind: &'static str, ip: &str| ((kind, ip.to_owned()), 1);
+    assert_eq!(
+        counts,
+        BTreeMap::from([
+            one("ban", "198.51.100.9"),
+            one("ban", "198.51.100.10"),
+            one("unban", "198.51.100.10"),
+            one("ban", "198.51.100.11"),
+            one("unban", "198.51.100.11"),
+        ])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
