@@ -100,6 +100,9 @@ pub struct SharedBansSettings {
     pub action: String,
     /// Seconds between two comparisons of the jail's banned list with the agent's set.
     pub reconcile_interval_secs: u64,
+    /// Milliseconds a sync from the hub spends telling fail2ban before it answers (the rest
+    /// follows in the background); keep it below the hub's `agents.command_timeout_ms`.
+    pub budget_ms: u64,
 }
 
 impl Default for SharedBansSettings {
@@ -107,6 +110,7 @@ impl Default for SharedBansSettings {
         Self {
             action: String::new(),
             reconcile_interval_secs: 5,
+            budget_ms: 5_000,
         }
     }
 }
@@ -334,6 +338,12 @@ impl Settings {
             self.shared_bans.reconcile_interval_secs,
             1,
             3_600,
+        )?;
+        check_range(
+            "shared_bans.budget_ms",
+            self.shared_bans.budget_ms,
+            10,
+            600_000,
         )?;
         if self
             .shared_bans

@@ -67,6 +67,29 @@ pub struct SyncOutcome {
     pub added: u32,
     pub lifted: u32,
     pub expired: u32,
+    /// Bans and unbans left to the loop's passes when the budget ran out.
+    pub pending: u32,
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassOutcome {
+    /// Bans fail2ban lacked and was given.
+    pub banned: usize,
+    /// Bans fail2ban held beyond the set and lifted.
+    pub unbanned: usize,
+    /// Changes left to the next pass when the budget ran out.
+    pub pending: usize,
+}
+
+/// What fail2ban was told within a budget.
+struct Enforced {
+    /// Bans that were new to fail2ban.
+    added: u32,
+    /// Changes made.
+    done: usize,
+    /// Changes not made (the budget ran out).
+    pending: usize,
 }
 
 /// Where the set lives and how fail2ban is reached.
@@ -78,6 +101,9 @@ pub struct SharedBansConfig {
     pub timeout: Duration,
     /// Time between two comparisons of the jail with the file.
     pub reconcile_interval: Duration,
+    /// How long a sync or a pass tells fail2ban before it answers (or lets a sync in); the rest
+    /// follows in the next passes. Each ban runs the jail's actions, so a large set takes a while.
+    pub budget: Duration,
 }
 
 /// The set and its file; cloned handles share them.
@@ -133,12 +159,13 @@ impl SharedBans {
         locked.set = next;
         let held = u32::try_from(locked.set.len()).unwrap_or(u32::MAX);
         self.inner.changed.notify_one();
-        let added = self.enforce(&mut locked, &plan.ban, &plan.unban).await?;
+        let enforced = self.enforce(&mut locked, &plan.ban, &plan.unban).await?;
         Ok(SyncOutcome {
             held,
-            added,
+            added: enforced.added,
             lifted: plan.lifted,
             expired: plan.expired,
+            pending: u32::try_from(enforced.pending).unwrap_or(u32::MAX),
         })
     }
 
@@ -164,8 +191,8 @@ impl SharedBans {
     }
 
     /// One pass at `now_ms`: lifts what expired, then makes the jail's banned list equal to the
-    /// set. The number of bans and unbans it had to make.
-    pub async fn pass(&self, now_ms: i64) -> Result<(usize, usize), SharedBanError> {
+    /// set, as far as the budget goes.
+    pub async fn pass(&self, now_ms: i64) -> Result<PassOutcome, SharedBanError> {
         let mut locked = self.inner.set.lock().await;
         let mut next = locked.set.clone();
         let due = next.expire(now_ms);
@@ -195,8 +222,13 @@ impl SharedBans {
                 "the shared-ban jail differs from the agent's set; bringing it in line"
             );
         }
-        self.enforce(&mut locked, &missing, &extra).await?;
-        Ok((missing.len(), extra.len()))
+        let enforced = self.enforce(&mut locked, &missing, &extra).await?;
+        let unbanned = enforced.done.min(extra.len());
+        Ok(PassOutcome {
+            banned: enforced.done - unbanned,
+            unbanned,
+            pending: enforced.pending,
+        })
     }
 
     /// Passes at start, at each expiry and every `reconcile_interval`, until `shutdown`.
@@ -205,6 +237,8 @@ impl SharedBans {
         loop {
             let mut wait = interval;
             match self.pass(crate::spool::now_ms()).await {
+                // The rest at once, after a sync waiting for the set had its turn.
+                Ok(outcome) if outcome.pending > 0 => wait = Duration::ZERO,
                 Ok(_) => {}
                 Err(SharedBanError::JailMissing) => {
                     tracing::debug!("the shared-ban jail is not running; checking again later");
@@ -228,23 +262,42 @@ impl SharedBans {
         }
     }
 
-    /// fail2ban bans `ban` and lifts `unban` in the shared jail; how many of `ban` were new to it.
+    /// fail2ban lifts `unban`, then bans `ban`, in the shared jail, until the budget runs out.
     async fn enforce(
         &self,
         locked: &mut Locked,
         ban: &[IpOrCidr],
         unban: &[IpOrCidr],
-    ) -> Result<u32, SharedBanError> {
-        let mut added = 0;
-        for ip in unban {
-            self.call(locked, false, ip).await?;
-        }
-        for ip in ban {
-            if self.call(locked, true, ip).await? {
-                added += 1;
+    ) -> Result<Enforced, SharedBanError> {
+        let until = tokio::time::Instant::now() + self.inner.config.budget;
+        let mut enforced = Enforced {
+            added: 0,
+            done: 0,
+            pending: 0,
+        };
+        let changes = unban
+            .iter()
+            .map(|ip| (false, ip))
+            .chain(ban.iter().map(|ip| (true, ip)));
+        for (banning, ip) in changes {
+            if enforced.done > 0 && tokio::time::Instant::now() >= until {
+                enforced.pending += 1;
+                continue;
             }
+            let changed = self.call(locked, banning, ip).await?;
+            if banning && changed {
+                enforced.added += 1;
+            }
+            enforced.done += 1;
         }
-        Ok(added)
+        if enforced.pending > 0 {
+            tracing::info!(
+                done = enforced.done,
+                pending = enforced.pending,
+                "shared bans: the rest follows in the next passes"
+            );
+        }
+        Ok(enforced)
     }
 
     /// The jail's banned addresses (entries that are no client address are left out).

@@ -62,11 +62,16 @@ impl Host {
     async fn start(name: &str) -> Self {
         let mut host = Self::new(name);
         host.start_agent().await;
-        let report = action::install(&host.settings)
-            .await
-            .unwrap_or_else(|e| panic!("install-action: {e}\n{}", host.sandbox.logs()));
-        assert!(report.unattached().is_empty(), "{report:?}");
+        host.install().await;
         host
+    }
+
+    /// `install-action`, which needs the relay's address.
+    async fn install(&self) {
+        let report = action::install(&self.settings)
+            .await
+            .unwrap_or_else(|e| panic!("install-action: {e}\n{}", self.sandbox.logs()));
+        assert!(report.unattached().is_empty(), "{report:?}");
     }
 
     /// A sandbox and the agent's settings for it; nothing runs beside it yet.
@@ -642,4 +647,24 @@ async fn a_refused_entry_is_reported_and_nothing_else_changes() {
     }
     assert_eq!(host.file(), host.set(&["198.51.100.1"]));
     assert_eq!(host.banned(), host.set(&["198.51.100.1"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_sync_answers_within_its_budget_and_the_loop_bans_the_rest() {
+    let mut host = Host::new("shared-budget");
+    host.settings.shared_bans.budget_ms = 200;
+    host.start_agent().await;
+    host.install().await;
+    let ips: Vec<String> = (1..=20).map(|i| format!("198.51.100.{i}")).collect();
+    let bans: Vec<(&str, i64)> = ips.iter().map(|ip| (ip.as_str(), 0)).collect();
+    let report = host.sync(false, &bans, &[]).await;
+    assert_eq!(report.held, 20);
+    // Each ban runs the jail's two actions (a shell and the notifier), far over 5 ms apiece.
+    assert!(
+        (1..20).contains(&report.added),
+        "some bans within 200 ms, not all: {report:?}"
+    );
+    let all: Vec<&str> = ips.iter().map(String::as_str).collect();
+    host.wait_banned(&all, "the loop to ban the rest").await;
+    assert_eq!(host.file().len(), 20);
 }

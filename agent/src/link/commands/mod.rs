@@ -111,6 +111,7 @@ impl Context {
             reconcile_interval: std::time::Duration::from_secs(
                 settings.shared_bans.reconcile_interval_secs,
             ),
+            budget: std::time::Duration::from_millis(settings.shared_bans.budget_ms),
         })
         .map_err(|e| {
             tracing::error!(error = %e, "shared bans are not kept on this host");

@@ -64,6 +64,7 @@ pub async fn sync_shared_bans(context: &Context, request: SyncSharedBans) -> Rep
         added = outcome.added,
         lifted = outcome.lifted,
         expired = outcome.expired,
+        pending = outcome.pending,
         refused = refused.len(),
         "shared bans synced"
     );
