@@ -1,16 +1,24 @@
 //! Pushing fail2ban's defaults (`[DEFAULT]` bantime, findtime, maxretry, ignoreip,
 //! bantime.increment, bantime.maxtime) of the saved settings to servers through their agents' safe
 //! editor: choosing the servers (by id or name, and labels), then one result per server.
+//!
+//! Every `ignoreip` the hub writes carries the protected networks (the lockout guard), so fail2ban's
+//! own jails never ban them either: the saved list (or loopback when none is saved) plus each
+//! protected network it does not already cover. Loopback hub addresses are left out: fail2ban's
+//! `ignoreself` covers a host's own addresses.
 
 use banhub_proto::v1::{WriteDefaults, command, command_result::Outcome};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
 
 use super::control::unexpected;
 use super::{ConfigChange, Fleet, FleetError, Selector};
-use crate::domain::{Server, ServerId, ServerName};
+use crate::domain::{ProtectedEntry, ProtectionKind, Server, ServerId, ServerName};
 use crate::settings::Fail2banDefaults;
 use crate::settings::model::DefaultsDocument;
 use crate::store::StoreError;
@@ -64,19 +72,20 @@ pub struct DefaultsPushResult {
 }
 
 impl Fleet {
-    /// Writes `defaults` on one server.
+    /// Writes `defaults` on one server, its `ignoreip` with the protected networks.
     pub async fn write_defaults(
         &self,
         server: ServerId,
         defaults: &Fail2banDefaults,
         by: &str,
     ) -> Result<ConfigChange, FleetError> {
+        let ignoreip = with_protected(defaults.ignoreip.as_deref(), &self.protected_ignoreip());
         let kind = command::Kind::WriteDefaults(WriteDefaults {
             bantime: defaults.bantime,
             findtime: defaults.findtime,
             maxretry: defaults.maxretry,
-            set_ignoreip: defaults.ignoreip.is_some(),
-            ignoreip: defaults.ignoreip.clone().unwrap_or_default(),
+            set_ignoreip: ignoreip.is_some(),
+            ignoreip: ignoreip.unwrap_or_default(),
             bantime_increment: defaults.bantime_increment,
             bantime_maxtime: defaults.bantime_maxtime,
         });
@@ -84,6 +93,56 @@ impl Fleet {
             Outcome::ConfigChange(change) => Ok(change.into()),
             other => Err(unexpected(&other)),
         }
+    }
+
+    /// Writes only `ignoreip` on one server: the saved list with the protected networks.
+    pub async fn write_protected_ignoreip(
+        &self,
+        server: ServerId,
+        by: &str,
+    ) -> Result<ConfigChange, FleetError> {
+        let saved = self.0.settings.current().settings.defaults.ignoreip.clone();
+        let ignoreip = with_protected(saved.as_deref(), &self.protected_ignoreip())
+            .unwrap_or_else(|| saved.unwrap_or_else(loopback));
+        let kind = command::Kind::WriteDefaults(WriteDefaults {
+            set_ignoreip: true,
+            ignoreip,
+            ..WriteDefaults::default()
+        });
+        match self.call(server, kind, "write_defaults", by).await? {
+            Outcome::ConfigChange(change) => Ok(change.into()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The protected networks every host's `ignoreip` carries (in CIDR form, sorted): the
+    /// configured networks, the operators' addresses and the hub's address agents dial, loopback
+    /// left out.
+    pub fn protected_ignoreip(&self) -> Vec<IpNet> {
+        let advertised = self
+            .advertise()
+            .rsplit_once(':')
+            .map(|(host, _)| host.trim_start_matches('[').trim_end_matches(']'))
+            .and_then(|host| host.parse::<IpAddr>().ok())
+            .map(|ip| ProtectedEntry::address(ip, ProtectionKind::HubAddress, "advertised"));
+        let mut networks: Vec<IpNet> = self
+            .0
+            .guards
+            .protected_entries()
+            .into_iter()
+            .filter(|e| e.kind != ProtectionKind::HubAddress)
+            .chain(advertised)
+            .map(|e| e.network)
+            .filter(|n| !n.addr().is_loopback())
+            .collect();
+        networks.sort();
+        networks.dedup();
+        networks
+    }
+
+    /// The servers whose agents hold a session with this replica.
+    pub fn local_servers(&self) -> Vec<ServerId> {
+        self.0.sessions.live_servers()
     }
 
     /// Pushes `fail2ban.defaults` of the saved settings to the servers `targets` chooses, all at
@@ -133,6 +192,44 @@ impl Fleet {
             }
         });
         futures::future::join_all(calls).await
+    }
+}
+
+/// fail2ban's own `ignoreip` default, the base when no list is saved.
+fn loopback() -> Vec<String> {
+    vec!["127.0.0.1/8".to_owned(), "::1".to_owned()]
+}
+
+/// The `ignoreip` to write: `saved` (loopback when `None`) plus each protected network no entry
+/// of it covers; `None` (leave `ignoreip` as it is) when nothing is saved and nothing is protected.
+fn with_protected(saved: Option<&[String]>, protected: &[IpNet]) -> Option<Vec<String>> {
+    if saved.is_none() && protected.is_empty() {
+        return None;
+    }
+    let mut list: Vec<String> = saved.map_or_else(loopback, <[String]>::to_vec);
+    let covering: Vec<IpNet> = list.iter().filter_map(|e| parse_entry(e)).collect();
+    for net in protected {
+        if !covering.iter().any(|c| c.contains(net)) {
+            list.push(ignore_text(*net));
+        }
+    }
+    Some(list)
+}
+
+/// An `ignoreip` entry as a network, when it is an address or a CIDR network (not a host name).
+fn parse_entry(raw: &str) -> Option<IpNet> {
+    raw.parse::<IpNet>()
+        .ok()
+        .or_else(|| raw.parse::<IpAddr>().ok().map(IpNet::from))
+        .map(|n| n.trunc())
+}
+
+/// A network as fail2ban's `ignoreip` reads it: a single address without its prefix.
+fn ignore_text(net: IpNet) -> String {
+    if net.prefix_len() == net.max_prefix_len() {
+        net.addr().to_string()
+    } else {
+        net.to_string()
     }
 }
 
@@ -187,6 +284,40 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn ignoreip_carries_each_protected_network_not_already_covered() {
+        let nets = |raw: &[&str]| -> Vec<IpNet> {
+            raw.iter()
+                .map(|r| parse_entry(r).expect("network"))
+                .collect()
+        };
+        let saved = |raw: &[&str]| -> Vec<String> { raw.iter().map(|r| (*r).to_owned()).collect() };
+        assert_eq!(with_protected(None, &[]), None, "nothing to write");
+        assert_eq!(
+            with_protected(Some(&saved(&["10.0.0.0/8"])), &[]),
+            Some(saved(&["10.0.0.0/8"])),
+            "the saved list as it is"
+        );
+        assert_eq!(
+            with_protected(None, &nets(&["203.0.113.0/24", "198.51.100.7"])),
+            Some(saved(&[
+                "127.0.0.1/8",
+                "::1",
+                "203.0.113.0/24",
+                "198.51.100.7"
+            ])),
+            "loopback when nothing is saved"
+        );
+        assert_eq!(
+            with_protected(
+                Some(&saved(&["10.0.0.0/8", "host.example"])),
+                &nets(&["10.1.0.0/16", "2001:db8::/48"])
+            ),
+            Some(saved(&["10.0.0.0/8", "host.example", "2001:db8::/48"])),
+            "a network the saved list covers is not repeated"
+        );
     }
 
     #[test]
