@@ -3,9 +3,10 @@
 //! editor: choosing the servers (by id or name, and labels), then one result per server.
 //!
 //! Every `ignoreip` the hub writes carries the protected networks (the lockout guard), so fail2ban's
-//! own jails never ban them either: the saved list (or loopback when none is saved) plus each
-//! protected network it does not already cover. Loopback hub addresses are left out: fail2ban's
-//! `ignoreself` covers a host's own addresses.
+//! own jails never ban them either: the saved list plus each protected network it does not already
+//! cover; with no saved list, the host's own global list keeps its entries and gets the protected
+//! networks added (and those no longer protected taken out). Loopback hub addresses are left out:
+//! fail2ban's `ignoreself` covers a host's own addresses.
 
 use banhub_proto::v1::{WriteDefaults, command, command_result::Outcome};
 use serde::Serialize;
@@ -79,7 +80,10 @@ impl Fleet {
         defaults: &Fail2banDefaults,
         by: &str,
     ) -> Result<ConfigChange, FleetError> {
-        let ignoreip = with_protected(defaults.ignoreip.as_deref(), &self.protected_ignoreip());
+        let ignoreip = defaults
+            .ignoreip
+            .as_deref()
+            .map(|saved| with_protected(saved, &self.protected_ignoreip()));
         let kind = command::Kind::WriteDefaults(WriteDefaults {
             bantime: defaults.bantime,
             findtime: defaults.findtime,
@@ -95,24 +99,38 @@ impl Fleet {
         }
     }
 
-    /// Writes only `ignoreip` on one server: the saved list with the protected networks.
+    /// Writes `protected` (what [`Fleet::protected_ignoreip`] said) into one server's
+    /// `[DEFAULT] ignoreip`: the saved list with them when one is saved; else the host's global
+    /// list with them, and without the networks of `previous` (pushed before) that are no longer
+    /// protected. Returns whether it wrote (the host may have them all already).
     pub async fn write_protected_ignoreip(
         &self,
         server: ServerId,
+        protected: &[IpNet],
+        previous: &[IpNet],
         by: &str,
-    ) -> Result<ConfigChange, FleetError> {
+    ) -> Result<bool, FleetError> {
         let saved = self.0.settings.current().settings.defaults.ignoreip.clone();
-        let ignoreip = with_protected(saved.as_deref(), &self.protected_ignoreip())
-            .unwrap_or_else(|| saved.unwrap_or_else(loopback));
-        let kind = command::Kind::WriteDefaults(WriteDefaults {
-            set_ignoreip: true,
-            ignoreip,
-            ..WriteDefaults::default()
-        });
-        match self.call(server, kind, "write_defaults", by).await? {
-            Outcome::ConfigChange(change) => Ok(change.into()),
-            other => Err(unexpected(&other)),
+        if let Some(saved) = saved {
+            let kind = command::Kind::WriteDefaults(WriteDefaults {
+                set_ignoreip: true,
+                ignoreip: with_protected(&saved, protected),
+                ..WriteDefaults::default()
+            });
+            return match self.call(server, kind, "write_defaults", by).await? {
+                Outcome::ConfigChange(_) => Ok(true),
+                other => Err(unexpected(&other)),
+            };
         }
+        let global = self.ignore_list(server, None, by).await?;
+        let kept = without(&global.entries, previous, protected);
+        let list = with_protected(&kept, protected);
+        if list == global.entries {
+            return Ok(false);
+        }
+        self.set_ignore_list(server, None, list, global.version, by)
+            .await?;
+        Ok(true)
     }
 
     /// The protected networks every host's `ignoreip` carries (in CIDR form, sorted): the
@@ -195,25 +213,27 @@ impl Fleet {
     }
 }
 
-/// fail2ban's own `ignoreip` default, the base when no list is saved.
-fn loopback() -> Vec<String> {
-    vec!["127.0.0.1/8".to_owned(), "::1".to_owned()]
-}
-
-/// The `ignoreip` to write: `saved` (loopback when `None`) plus each protected network no entry
-/// of it covers; `None` (leave `ignoreip` as it is) when nothing is saved and nothing is protected.
-fn with_protected(saved: Option<&[String]>, protected: &[IpNet]) -> Option<Vec<String>> {
-    if saved.is_none() && protected.is_empty() {
-        return None;
-    }
-    let mut list: Vec<String> = saved.map_or_else(loopback, <[String]>::to_vec);
+/// `list` plus each protected network no entry of it covers.
+fn with_protected(list: &[String], protected: &[IpNet]) -> Vec<String> {
+    let mut list = list.to_vec();
     let covering: Vec<IpNet> = list.iter().filter_map(|e| parse_entry(e)).collect();
     for net in protected {
         if !covering.iter().any(|c| c.contains(net)) {
             list.push(ignore_text(*net));
         }
     }
-    Some(list)
+    list
+}
+
+/// `entries` without those naming a network of `previous` that `protected` no longer holds.
+fn without(entries: &[String], previous: &[IpNet], protected: &[IpNet]) -> Vec<String> {
+    entries
+        .iter()
+        .filter(|e| {
+            parse_entry(e).is_none_or(|net| !previous.contains(&net) || protected.contains(&net))
+        })
+        .cloned()
+        .collect()
 }
 
 /// An `ignoreip` entry as a network, when it is an address or a CIDR network (not a host name).
@@ -293,30 +313,57 @@ mod tests {
                 .map(|r| parse_entry(r).expect("network"))
                 .collect()
         };
-        let saved = |raw: &[&str]| -> Vec<String> { raw.iter().map(|r| (*r).to_owned()).collect() };
-        assert_eq!(with_protected(None, &[]), None, "nothing to write");
+        let list = |raw: &[&str]| -> Vec<String> { raw.iter().map(|r| (*r).to_owned()).collect() };
         assert_eq!(
-            with_protected(Some(&saved(&["10.0.0.0/8"])), &[]),
-            Some(saved(&["10.0.0.0/8"])),
-            "the saved list as it is"
-        );
-        assert_eq!(
-            with_protected(None, &nets(&["203.0.113.0/24", "198.51.100.7"])),
-            Some(saved(&[
-                "127.0.0.1/8",
-                "::1",
-                "203.0.113.0/24",
-                "198.51.100.7"
-            ])),
-            "loopback when nothing is saved"
+            with_protected(&list(&["10.0.0.0/8"]), &[]),
+            list(&["10.0.0.0/8"]),
+            "the list as it is"
         );
         assert_eq!(
             with_protected(
-                Some(&saved(&["10.0.0.0/8", "host.example"])),
+                &list(&["127.0.0.1/8", "::1"]),
+                &nets(&["203.0.113.0/24", "198.51.100.7"])
+            ),
+            list(&["127.0.0.1/8", "::1", "203.0.113.0/24", "198.51.100.7"]),
+        );
+        assert_eq!(
+            with_protected(
+                &list(&["10.0.0.0/8", "host.example"]),
                 &nets(&["10.1.0.0/16", "2001:db8::/48"])
             ),
-            Some(saved(&["10.0.0.0/8", "host.example", "2001:db8::/48"])),
-            "a network the saved list covers is not repeated"
+            list(&["10.0.0.0/8", "host.example", "2001:db8::/48"]),
+            "a network the list covers is not repeated"
+        );
+    }
+
+    #[test]
+    fn networks_no_longer_protected_leave_and_hand_entries_stay() {
+        let nets = |raw: &[&str]| -> Vec<IpNet> {
+            raw.iter()
+                .map(|r| parse_entry(r).expect("network"))
+                .collect()
+        };
+        let list = |raw: &[&str]| -> Vec<String> { raw.iter().map(|r| (*r).to_owned()).collect() };
+        let host = list(&[
+            "127.0.0.1/8",
+            "192.0.2.9",
+            "203.0.113.0/24",
+            "198.51.100.7",
+            "host.example",
+        ]);
+        assert_eq!(
+            without(
+                &host,
+                &nets(&["203.0.113.0/24", "198.51.100.7"]),
+                &nets(&["198.51.100.7"])
+            ),
+            list(&["127.0.0.1/8", "192.0.2.9", "198.51.100.7", "host.example"]),
+            "only what was pushed and is no longer protected leaves"
+        );
+        assert_eq!(
+            without(&host, &[], &[]),
+            host,
+            "nothing pushed before: all stay"
         );
     }
 

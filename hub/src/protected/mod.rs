@@ -174,16 +174,24 @@ impl Protection {
                 })
                 .collect()
         };
+        let previous: HashMap<ServerId, Vec<IpNet>> = {
+            let pushed = self.0.pushed.lock().unwrap_or_else(PoisonError::into_inner);
+            pushed.iter().map(|(s, p)| (*s, p.list.clone())).collect()
+        };
+        let (current, previous) = (&current, &previous);
         let pushes = stale.into_iter().map(|server| async move {
-            let result = fleet.write_protected_ignoreip(server, PUSHED_BY).await;
+            let before = previous.get(&server).map_or(&[][..], Vec::as_slice);
+            let result = fleet
+                .write_protected_ignoreip(server, current, before, PUSHED_BY)
+                .await;
             (server, result)
         });
         for (server, result) in futures::future::join_all(pushes).await {
             let mut pushed = self.0.pushed.lock().unwrap_or_else(PoisonError::into_inner);
             let entry = pushed.entry(server).or_default();
             match result {
-                Ok(_) => {
-                    tracing::info!(server_id = %server, entries = current.len(), "protected networks pushed into ignoreip");
+                Ok(wrote) => {
+                    tracing::info!(server_id = %server, entries = current.len(), wrote, "protected networks in ignoreip");
                     *entry = Pushed {
                         list: current.clone(),
                         failed_at: None,
