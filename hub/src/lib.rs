@@ -12,6 +12,7 @@ pub mod fleet;
 pub mod hub_addresses;
 pub mod metrics;
 pub mod pki;
+pub mod protected;
 pub mod serve;
 pub mod settings;
 pub mod store;

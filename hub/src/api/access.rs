@@ -32,7 +32,11 @@ const MAX_NOTED_HEADER: usize = 64;
 /// Finds the principal (bearer token or session cookie) and puts it, with the [`Authn`], into the
 /// request's extensions; refuses cookie-authenticated changes from another origin.
 pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next) -> Response {
-    let authn = match auth.authenticate(request.headers()).await {
+    let client = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let authn = match auth.authenticate(request.headers(), client).await {
         Ok(authn) => authn,
         Err(e) => return ApiError::from(e).into_response(),
     };

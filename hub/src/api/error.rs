@@ -13,8 +13,8 @@ use crate::alerts::mail::MailError;
 use crate::auth::AuthError;
 use crate::domain::GuardViolation;
 use crate::fleet::{AgentErrorKind, FILTER_TEST_RETRY_AFTER_SECS, FleetError};
-use crate::serve::problem::problem_response;
 pub use crate::serve::problem::{Problem, problem};
+use crate::serve::problem::{ProtectedBy, problem_response};
 use crate::store::StoreError;
 
 /// Everything a handler can fail with.
@@ -103,6 +103,7 @@ impl ApiError {
                     GuardViolation::Broadcast { .. } => "guard_broadcast",
                     GuardViolation::CoversEverything { .. } => "guard_covers_everything",
                     GuardViolation::HubAddress { .. } => "guard_hub_address",
+                    GuardViolation::Protected { .. } => "guard_protected_network",
                 },
                 "Refused by a guard rail",
             ),
@@ -265,6 +266,7 @@ impl IntoResponse for ApiError {
             field: None,
             details: Vec::new(),
             current_version: None,
+            protected_by: None,
         };
         let retry_after = match &self {
             Self::Auth(AuthError::RateLimited { retry_after_secs }) => Some(*retry_after_secs),
@@ -279,7 +281,15 @@ impl IntoResponse for ApiError {
             _ => None,
         };
         match self {
-            Self::Invalid { field, .. } | Self::Guarded { field, .. } => body.field = Some(field),
+            Self::Invalid { field, .. } => body.field = Some(field),
+            Self::Guarded { field, violation } => {
+                body.field = Some(field);
+                body.protected_by = violation.protected_by().map(|entry| ProtectedBy {
+                    network: entry.network.to_string(),
+                    kind: entry.kind.as_str().to_owned(),
+                    note: entry.note,
+                });
+            }
             Self::SettingsConflict { .. } => body.field = Some("version".to_owned()),
             Self::Fleet(FleetError::Agent {
                 details,

@@ -55,6 +55,23 @@ pub(super) fn check_allow(
     Ok(())
 }
 
+/// Checks a network an admin protects against the guard rails (the override is an admin's anyway);
+/// a lifted rail is noted in the audit entry.
+pub(super) fn check_protect(
+    state: &AppState,
+    caller: &Caller,
+    field: &str,
+    net: IpNet,
+    overridden: bool,
+) -> Result<(), ApiError> {
+    let lifted = state
+        .guards
+        .check_protect(net, overridden)
+        .map_err(|violation| refused(field, violation))?;
+    note_lifted(caller, field, lifted);
+    Ok(())
+}
+
 fn refused(field: &str, violation: GuardViolation) -> ApiError {
     ApiError::Guarded {
         field: field.to_owned(),

@@ -17,6 +17,7 @@ mod guards;
 mod health;
 mod jails;
 mod openapi;
+mod protected;
 mod schemas;
 mod servers;
 mod settings;
@@ -60,6 +61,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(filters::router())
         .merge(control::router())
         .merge(fleet::router())
+        .merge(protected::router())
         .merge(events::router())
         .merge(callbacks::router())
         .merge(callback_secrets::router())

@@ -10,6 +10,7 @@ use crate::domain::Guards;
 use crate::events::Events;
 use crate::fleet::Fleet;
 use crate::metrics::Metrics;
+use crate::protected::Protection;
 use crate::settings::SettingsService;
 use crate::store::Store;
 
@@ -31,4 +32,6 @@ pub struct AppState {
     pub auth: Auth,
     /// The guard rails of bans and allowlists.
     pub guards: Arc<Guards>,
+    /// The lockout guard: the protected networks, kept current in `guards` and the hosts.
+    pub protection: Protection,
 }

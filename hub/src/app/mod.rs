@@ -24,6 +24,7 @@ use crate::events::Events;
 use crate::fleet::{Fleet, FleetParts};
 use crate::metrics::Metrics;
 use crate::pki::{Ca, PkiError, RevocationList, server_tls_config};
+use crate::protected::{Protection, ProtectionParts};
 use crate::settings::{SecretsKey, SettingsError, SettingsService};
 use crate::store::{Store, StoreError};
 
@@ -142,6 +143,7 @@ impl App {
             crate::hub_addresses::discover(&config, &advertise),
         );
         tracing::info!(hub_addresses = ?guards.hub_addresses(), "bans of these addresses are refused");
+        let guards = Arc::new(guards);
         let fleet = Fleet::new(FleetParts {
             store: store.clone(),
             ca,
@@ -155,7 +157,21 @@ impl App {
             settings: settings.clone(),
             probe: config.probe.clone(),
             cluster: cluster.clone(),
+            guards: guards.clone(),
         });
+        let protection = Protection::new(ProtectionParts {
+            store: store.clone(),
+            auth: auth.clone(),
+            fleet: fleet.clone(),
+            guards: guards.clone(),
+            token_window: chrono::TimeDelta::seconds(
+                i64::try_from(config.guards.operator_token_window_secs).unwrap_or(i64::MAX / 1000),
+            ),
+            refresh: Duration::from_secs(config.guards.protected_refresh_secs),
+            shutdown: shutdown.clone(),
+        });
+        // Bans are checked against the stored protected networks from the first request on.
+        protection.refresh().await;
         tracing::info!(
             database = store.backend_name(),
             data_dir = %config.data_dir.display(),
@@ -174,7 +190,8 @@ impl App {
                 settings,
                 alerts,
                 auth,
-                guards: Arc::new(guards),
+                guards,
+                protection,
             },
             http,
             grpc,

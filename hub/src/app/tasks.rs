@@ -31,6 +31,7 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         cluster,
         settings,
         alerts,
+        protection,
         ..
     } = state;
 
@@ -63,6 +64,7 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
     // On every replica: the fleet's own passes, and the retention setting (it sets local state).
     spawn("seen_writer", fleet.clone().run_seen_writer());
     spawn("queued_delivery", fleet.clone().run_queued_delivery());
+    spawn("protected_networks", protection.clone().run());
     spawn(
         "follow_retention",
         events.clone().follow_retention(

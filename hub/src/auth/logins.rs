@@ -24,6 +24,9 @@ impl Auth {
             Err(e @ AuthError::WrongMode(_)) => return Err(e),
             other => other,
         };
+        if let Ok(session) = &result {
+            self.note_address(&session.principal, client).await;
+        }
         let (outcome, status, kind) = match &result {
             Ok(_) => (Outcome::Ok, StatusCode::OK, "session"),
             Err(e) => (Outcome::Denied, e.parts().0, "anonymous"),
@@ -50,6 +53,9 @@ impl Auth {
         client: Option<IpAddr>,
     ) -> Result<(NewSession, String), AuthError> {
         let result = self.redeem_oidc_callback(callback, headers).await;
+        if let Ok((session, _)) = &result {
+            self.note_address(&session.principal, client).await;
+        }
         let entry = match &result {
             Ok((session, _)) => {
                 let principal = &session.principal;

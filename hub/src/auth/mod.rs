@@ -7,6 +7,7 @@
 //! `Admin` capabilities handlers take. Refusals are [`AuthError`]s: the HTTP layers that apply all
 //! this, and turn the refusals into `ApiError` answers, are `api::access`.
 
+mod addresses;
 pub mod capability;
 mod cookie;
 mod error;
@@ -172,8 +173,13 @@ impl Auth {
         })
     }
 
-    /// Who sent this request: a bearer token (preferred) or the session cookie.
-    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Authn, AuthError> {
+    /// Who sent this request: a bearer token (preferred) or the session cookie; `client` is the
+    /// address it came from, recorded for the lockout guard.
+    pub async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        client: Option<IpAddr>,
+    ) -> Result<Authn, AuthError> {
         if let Some(value) = headers.get(header::AUTHORIZATION) {
             let token = value
                 .to_str()
@@ -184,7 +190,7 @@ impl Auth {
                 })
                 .map(str::trim);
             let principal = match token {
-                Some(token) => self.token_principal(token).await?,
+                Some(token) => self.token_principal(token, client).await?,
                 None => None,
             };
             return Ok(match principal {
@@ -205,7 +211,7 @@ impl Auth {
         let Some(value) = cookie::read(headers, SESSION_COOKIE) else {
             return Ok(Authn::default());
         };
-        match self.session_principal(&value).await? {
+        match self.session_principal(&value, client).await? {
             Some(principal) => Ok(Authn {
                 principal: Some(principal),
                 ..Authn::default()
@@ -218,7 +224,11 @@ impl Auth {
         }
     }
 
-    async fn token_principal(&self, token: &str) -> Result<Option<Principal>, AuthError> {
+    async fn token_principal(
+        &self,
+        token: &str,
+        client: Option<IpAddr>,
+    ) -> Result<Option<Principal>, AuthError> {
         let bootstrap = &self.config().bootstrap_token_sha256;
         if !bootstrap.is_empty()
             && bool::from(
@@ -253,24 +263,30 @@ impl Auth {
         if !matches || record.revoked_at.is_some() || record.expires_at.is_some_and(|t| t <= now) {
             return Ok(None);
         }
+        let principal = Principal {
+            subject: format!("token:{}", record.id),
+            name: record.name,
+            email: None,
+            role: record.role,
+            credential: Credential::Token(record.id.clone()),
+        };
         // Recording every use would be a write per request; once a minute is enough to see which
-        // tokens are in use.
+        // tokens are in use, and from where.
         if record
             .last_used_at
             .is_none_or(|t| now - t > TimeDelta::seconds(60))
         {
             self.inner.store.touch_api_token(&record.id, now).await?;
+            self.note_address(&principal, client).await;
         }
-        Ok(Some(Principal {
-            subject: format!("token:{}", record.id),
-            name: record.name,
-            email: None,
-            role: record.role,
-            credential: Credential::Token(record.id),
-        }))
+        Ok(Some(principal))
     }
 
-    async fn session_principal(&self, value: &str) -> Result<Option<Principal>, AuthError> {
+    async fn session_principal(
+        &self,
+        value: &str,
+        client: Option<IpAddr>,
+    ) -> Result<Option<Principal>, AuthError> {
         let Some((id, secret)) = value.split_once('.') else {
             return Ok(None);
         };
@@ -291,18 +307,21 @@ impl Auth {
         {
             return Ok(None);
         }
-        // Write the last use at most every quarter of the idle timeout (at most every minute).
-        let touch_every = (idle / 4).min(TimeDelta::seconds(60));
-        if now - record.last_seen_at >= touch_every {
-            self.inner.store.touch_session(&record.id, now).await?;
-        }
-        Ok(Some(Principal {
+        let principal = Principal {
             subject: record.subject,
             name: record.name,
             email: record.email,
             role: record.role,
-            credential: Credential::Session(record.id),
-        }))
+            credential: Credential::Session(record.id.clone()),
+        };
+        // Write the last use (and the address it came from) at most every quarter of the idle
+        // timeout (at most every minute).
+        let touch_every = (idle / 4).min(TimeDelta::seconds(60));
+        if now - record.last_seen_at >= touch_every {
+            self.inner.store.touch_session(&record.id, now).await?;
+            self.note_address(&principal, client).await;
+        }
+        Ok(Some(principal))
     }
 
     fn idle_timeout(&self) -> TimeDelta {

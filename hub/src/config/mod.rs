@@ -189,6 +189,12 @@ pub struct GuardsConfig {
     pub ban_min_prefix_v4: u8,
     /// An IPv6 network with a shorter prefix than this needs the override.
     pub ban_min_prefix_v6: u8,
+    /// How long after its last use an API token's client address stays protected, in seconds;
+    /// 0: only sessions' addresses are protected.
+    pub operator_token_window_secs: u64,
+    /// How often the protected networks are read again from the database (changes on other
+    /// replicas, sessions that ended), in seconds.
+    pub protected_refresh_secs: u64,
 }
 
 impl Default for GuardsConfig {
@@ -196,6 +202,8 @@ impl Default for GuardsConfig {
         Self {
             ban_min_prefix_v4: 16,
             ban_min_prefix_v6: 32,
+            operator_token_window_secs: 24 * 3600,
+            protected_refresh_secs: 5,
         }
     }
 }
@@ -417,6 +425,18 @@ impl Config {
                 "must be between 1 and 128 (1: no IPv6 network needs the override)",
             );
         }
+        if !(1..=3600).contains(&self.guards.protected_refresh_secs) {
+            return invalid(
+                "guards.protected_refresh_secs",
+                "must be between 1 and 3600 seconds",
+            );
+        }
+        if self.guards.operator_token_window_secs > 365 * 24 * 3600 {
+            return invalid(
+                "guards.operator_token_window_secs",
+                "must be at most a year (31536000 seconds); 0 protects no token's address",
+            );
+        }
         if self.agents.heartbeat_interval_ms < 100 {
             return invalid("agents.heartbeat_interval_ms", "must be at least 100");
         }
@@ -561,6 +581,9 @@ mod tests {
             ("guards.ban_min_prefix_v4", 33),
             ("guards.ban_min_prefix_v6", 0),
             ("guards.ban_min_prefix_v6", 129),
+            ("guards.protected_refresh_secs", 0),
+            ("guards.protected_refresh_secs", 3601),
+            ("guards.operator_token_window_secs", 365 * 24 * 3600 + 1),
         ] {
             let overrides = Figment::from(Serialized::default(key, bad));
             let err = Config::load(None, overrides).expect_err("refused");

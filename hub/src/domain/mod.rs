@@ -7,12 +7,14 @@ pub mod auth;
 pub mod events;
 mod guards;
 mod names;
+pub mod protected;
 mod server;
 mod settings;
 
 pub use agent_cert::{SignedAgentCert, sha256_hex};
 pub use guards::{GuardViolation, Guards, PrefixLimits};
 pub use names::{NameError, ServerName};
+pub use protected::{ProtectedEntry, ProtectedNetwork, ProtectionKind};
 pub use server::{
     AgentFacts, AgentId, IdError, LabelError, Labels, NewServer, Server, ServerId, ServerStatus,
 };

@@ -1,16 +1,25 @@
 //! Pushing fail2ban's defaults (`[DEFAULT]` bantime, findtime, maxretry, ignoreip,
 //! bantime.increment, bantime.maxtime) of the saved settings to servers through their agents' safe
 //! editor: choosing the servers (by id or name, and labels), then one result per server.
+//!
+//! Every `ignoreip` the hub writes carries the protected networks (the lockout guard), so fail2ban's
+//! own jails never ban them either: the saved list plus each protected network it does not already
+//! cover; with no saved list, the host's own global list keeps its entries and gets the protected
+//! networks added (and those no longer protected taken out). Loopback hub addresses are left out:
+//! fail2ban's `ignoreself` covers a host's own addresses.
 
 use banhub_proto::v1::{WriteDefaults, command, command_result::Outcome};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
 
 use super::control::unexpected;
 use super::{ConfigChange, Fleet, FleetError, Selector};
-use crate::domain::{Server, ServerId, ServerName};
+use crate::domain::{ProtectedEntry, ProtectionKind, Server, ServerId, ServerName};
 use crate::settings::Fail2banDefaults;
 use crate::settings::model::DefaultsDocument;
 use crate::store::StoreError;
@@ -64,19 +73,23 @@ pub struct DefaultsPushResult {
 }
 
 impl Fleet {
-    /// Writes `defaults` on one server.
+    /// Writes `defaults` on one server, its `ignoreip` with the protected networks.
     pub async fn write_defaults(
         &self,
         server: ServerId,
         defaults: &Fail2banDefaults,
         by: &str,
     ) -> Result<ConfigChange, FleetError> {
+        let ignoreip = defaults
+            .ignoreip
+            .as_deref()
+            .map(|saved| with_protected(saved, &self.protected_ignoreip()));
         let kind = command::Kind::WriteDefaults(WriteDefaults {
             bantime: defaults.bantime,
             findtime: defaults.findtime,
             maxretry: defaults.maxretry,
-            set_ignoreip: defaults.ignoreip.is_some(),
-            ignoreip: defaults.ignoreip.clone().unwrap_or_default(),
+            set_ignoreip: ignoreip.is_some(),
+            ignoreip: ignoreip.unwrap_or_default(),
             bantime_increment: defaults.bantime_increment,
             bantime_maxtime: defaults.bantime_maxtime,
         });
@@ -84,6 +97,70 @@ impl Fleet {
             Outcome::ConfigChange(change) => Ok(change.into()),
             other => Err(unexpected(&other)),
         }
+    }
+
+    /// Writes `protected` (what [`Fleet::protected_ignoreip`] said) into one server's
+    /// `[DEFAULT] ignoreip`: the saved list with them when one is saved; else the host's global
+    /// list with them, and without the networks of `previous` (pushed before) that are no longer
+    /// protected. Returns whether it wrote (the host may have them all already).
+    pub async fn write_protected_ignoreip(
+        &self,
+        server: ServerId,
+        protected: &[IpNet],
+        previous: &[IpNet],
+        by: &str,
+    ) -> Result<bool, FleetError> {
+        let saved = self.0.settings.current().settings.defaults.ignoreip.clone();
+        if let Some(saved) = saved {
+            let kind = command::Kind::WriteDefaults(WriteDefaults {
+                set_ignoreip: true,
+                ignoreip: with_protected(&saved, protected),
+                ..WriteDefaults::default()
+            });
+            return match self.call(server, kind, "write_defaults", by).await? {
+                Outcome::ConfigChange(_) => Ok(true),
+                other => Err(unexpected(&other)),
+            };
+        }
+        let global = self.ignore_list(server, None, by).await?;
+        let kept = without(&global.entries, previous, protected);
+        let list = with_protected(&kept, protected);
+        if list == global.entries {
+            return Ok(false);
+        }
+        self.set_ignore_list(server, None, list, global.version, by)
+            .await?;
+        Ok(true)
+    }
+
+    /// The protected networks every host's `ignoreip` carries (in CIDR form, sorted): the
+    /// configured networks, the operators' addresses and the hub's address agents dial, loopback
+    /// left out.
+    pub fn protected_ignoreip(&self) -> Vec<IpNet> {
+        let advertised = self
+            .advertise()
+            .rsplit_once(':')
+            .map(|(host, _)| host.trim_start_matches('[').trim_end_matches(']'))
+            .and_then(|host| host.parse::<IpAddr>().ok())
+            .map(|ip| ProtectedEntry::address(ip, ProtectionKind::HubAddress, "advertised"));
+        let mut networks: Vec<IpNet> = self
+            .0
+            .guards
+            .protected_entries()
+            .into_iter()
+            .filter(|e| e.kind != ProtectionKind::HubAddress)
+            .chain(advertised)
+            .map(|e| e.network)
+            .filter(|n| !n.addr().is_loopback())
+            .collect();
+        networks.sort();
+        networks.dedup();
+        networks
+    }
+
+    /// The servers whose agents hold a session with this replica.
+    pub fn local_servers(&self) -> Vec<ServerId> {
+        self.0.sessions.live_servers()
     }
 
     /// Pushes `fail2ban.defaults` of the saved settings to the servers `targets` chooses, all at
@@ -133,6 +210,46 @@ impl Fleet {
             }
         });
         futures::future::join_all(calls).await
+    }
+}
+
+/// `list` plus each protected network no entry of it covers.
+fn with_protected(list: &[String], protected: &[IpNet]) -> Vec<String> {
+    let mut list = list.to_vec();
+    let covering: Vec<IpNet> = list.iter().filter_map(|e| parse_entry(e)).collect();
+    for net in protected {
+        if !covering.iter().any(|c| c.contains(net)) {
+            list.push(ignore_text(*net));
+        }
+    }
+    list
+}
+
+/// `entries` without those naming a network of `previous` that `protected` no longer holds.
+fn without(entries: &[String], previous: &[IpNet], protected: &[IpNet]) -> Vec<String> {
+    entries
+        .iter()
+        .filter(|e| {
+            parse_entry(e).is_none_or(|net| !previous.contains(&net) || protected.contains(&net))
+        })
+        .cloned()
+        .collect()
+}
+
+/// An `ignoreip` entry as a network, when it is an address or a CIDR network (not a host name).
+fn parse_entry(raw: &str) -> Option<IpNet> {
+    raw.parse::<IpNet>()
+        .ok()
+        .or_else(|| raw.parse::<IpAddr>().ok().map(IpNet::from))
+        .map(|n| n.trunc())
+}
+
+/// A network as fail2ban's `ignoreip` reads it: a single address without its prefix.
+fn ignore_text(net: IpNet) -> String {
+    if net.prefix_len() == net.max_prefix_len() {
+        net.addr().to_string()
+    } else {
+        net.to_string()
     }
 }
 
@@ -187,6 +304,67 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn ignoreip_carries_each_protected_network_not_already_covered() {
+        let nets = |raw: &[&str]| -> Vec<IpNet> {
+            raw.iter()
+                .map(|r| parse_entry(r).expect("network"))
+                .collect()
+        };
+        let list = |raw: &[&str]| -> Vec<String> { raw.iter().map(|r| (*r).to_owned()).collect() };
+        assert_eq!(
+            with_protected(&list(&["10.0.0.0/8"]), &[]),
+            list(&["10.0.0.0/8"]),
+            "the list as it is"
+        );
+        assert_eq!(
+            with_protected(
+                &list(&["127.0.0.1/8", "::1"]),
+                &nets(&["203.0.113.0/24", "198.51.100.7"])
+            ),
+            list(&["127.0.0.1/8", "::1", "203.0.113.0/24", "198.51.100.7"]),
+        );
+        assert_eq!(
+            with_protected(
+                &list(&["10.0.0.0/8", "host.example"]),
+                &nets(&["10.1.0.0/16", "2001:db8::/48"])
+            ),
+            list(&["10.0.0.0/8", "host.example", "2001:db8::/48"]),
+            "a network the list covers is not repeated"
+        );
+    }
+
+    #[test]
+    fn networks_no_longer_protected_leave_and_hand_entries_stay() {
+        let nets = |raw: &[&str]| -> Vec<IpNet> {
+            raw.iter()
+                .map(|r| parse_entry(r).expect("network"))
+                .collect()
+        };
+        let list = |raw: &[&str]| -> Vec<String> { raw.iter().map(|r| (*r).to_owned()).collect() };
+        let host = list(&[
+            "127.0.0.1/8",
+            "192.0.2.9",
+            "203.0.113.0/24",
+            "198.51.100.7",
+            "host.example",
+        ]);
+        assert_eq!(
+            without(
+                &host,
+                &nets(&["203.0.113.0/24", "198.51.100.7"]),
+                &nets(&["198.51.100.7"])
+            ),
+            list(&["127.0.0.1/8", "192.0.2.9", "198.51.100.7", "host.example"]),
+            "only what was pushed and is no longer protected leaves"
+        );
+        assert_eq!(
+            without(&host, &[], &[]),
+            host,
+            "nothing pushed before: all stay"
+        );
     }
 
     #[test]

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{Cluster, ClusterStatus};
 use crate::config::{AgentsConfig, ProbeConfig};
-use crate::domain::{NewServer, Server, ServerId, ServerStatus};
+use crate::domain::{Guards, NewServer, Server, ServerId, ServerStatus};
 use crate::events::Events;
 use crate::metrics::{CommandLabels, Metrics};
 use crate::pki::{Ca, RevocationList, random_secret};
@@ -161,6 +161,8 @@ struct Inner {
     callback_jails: callback_jails::CallbackJails,
     /// The filter tests running and waiting per server.
     filter_tests: filter_tests::FilterTestSlots,
+    /// The guard rails, whose protected networks every pushed `ignoreip` carries.
+    guards: Arc<Guards>,
 }
 
 /// The fleet; cheap to clone.
@@ -194,6 +196,7 @@ pub struct FleetParts {
     /// The other hub replicas on the same database (if any).
     pub cluster: Cluster,
     pub probe: ProbeConfig,
+    pub guards: Arc<Guards>,
 }
 
 impl Fleet {
@@ -213,6 +216,7 @@ impl Fleet {
             probe: probe::ProbeState::new(parts.probe),
             callback_jails: callback_jails::CallbackJails::default(),
             filter_tests: filter_tests::FilterTestSlots::default(),
+            guards: parts.guards,
         }))
     }
 

@@ -32,6 +32,21 @@ pub struct Problem {
     /// For a configuration conflict: the file's version now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub current_version: Option<String>,
+    /// For a ban refused by a protected network: the entry that protects it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protected_by: Option<ProtectedBy>,
+}
+
+/// The protected network a refused ban would have covered, and why it is protected.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProtectedBy {
+    /// The protected network, in CIDR form.
+    pub network: String,
+    /// Why it is protected: `configured`, `hub_address` or `operator_session`.
+    pub kind: String,
+    /// The admin's note for a configured network; who or what it is otherwise.
+    pub note: String,
 }
 
 /// A problem+json response.
@@ -51,6 +66,7 @@ pub fn problem(
         field,
         details: Vec::new(),
         current_version: None,
+        protected_by: None,
     };
     problem_response(status, body)
 }

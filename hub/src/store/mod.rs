@@ -32,6 +32,7 @@ pub mod fleet_actions;
 mod health;
 mod migration;
 mod places;
+mod protected;
 mod servers;
 mod settings;
 mod sql;

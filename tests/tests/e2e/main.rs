@@ -25,6 +25,7 @@ mod ingest_batches;
 mod install_action;
 mod install_agent;
 mod oidc;
+mod protected;
 mod quickstart;
 mod reconcile;
 mod relay_action;

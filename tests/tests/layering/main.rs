@@ -41,7 +41,15 @@ const HUB: Layering = Layering {
         ("http", &["ui", "api", "serve"]),
         (
             "services",
-            &["fleet", "alerts", "events", "settings", "auth", "cluster"],
+            &[
+                "protected",
+                "fleet",
+                "alerts",
+                "events",
+                "settings",
+                "auth",
+                "cluster",
+            ],
         ),
         ("support", &["config", "hub_addresses", "pki", "metrics"]),
         ("store", &["store"]),
@@ -51,6 +59,8 @@ const HUB: Layering = Layering {
     sideways: &[
         ("ui", "serve"),
         ("api", "serve"),
+        ("protected", "fleet"),
+        ("protected", "auth"),
         ("fleet", "events"),
         ("fleet", "settings"),
         ("fleet", "cluster"),

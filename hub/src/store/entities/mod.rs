@@ -12,6 +12,8 @@ pub mod enrollment_token;
 pub mod event;
 pub mod local_user;
 pub mod login_flow;
+pub mod operator_address;
+pub mod protected_network;
 pub mod server;
 pub mod session;
 pub mod settings_row;

@@ -43,6 +43,8 @@ describe('routes', () => {
     expect(parseRoute('/jails/')).toEqual({ name: 'jails' });
     expect(parseRoute('/jails/nginx%2Dlimit')).toEqual({ name: 'jail', jail: 'nginx-limit' });
     expect(parseRoute('/servers/x')).toEqual({ name: 'not-found', path: '/servers/x' });
+    expect(parseRoute('/protected')).toEqual({ name: 'protected' });
+    expect(pathOf({ name: 'protected' })).toBe('/protected');
     expect(parseRoute('/nope')).toEqual({ name: 'not-found', path: '/nope' });
     expect(pathOf({ name: 'jail', jail: 'a b' })).toBe('/jails/a%20b');
     expect(parseRoute(pathOf({ name: 'jail', jail: 'a b' }))).toEqual({ name: 'jail', jail: 'a b' });

@@ -553,6 +553,72 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/protected-networks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The protected networks: the configured ones, oldest first, and the automatic ones.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        get: operations["list_protected"];
+        put?: never;
+        /**
+         * Protects a network: from now on no path of banhub bans an address in it, and every host's
+         *     `ignoreip` gets it shortly.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        post: operations["add_protected"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/protected-networks/check": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Whether a ban of `ip` would be refused as protected, and whether it covers the caller's own
+         *     address: what the ban forms ask before they submit.
+         * @description Requires the `operator` role (or a higher one).
+         */
+        get: operations["check_protected"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/protected-networks/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Lifts the protection of a network an admin added.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        delete: operations["delete_protected"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/servers": {
         parameters: {
             query?: never;
@@ -1115,6 +1181,18 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description A network to protect. */
+        AddProtectedBody: {
+            /** @description An address or a CIDR network; host bits are cleared. */
+            network: string;
+            /** @description Why it is protected ("office VPN"), at most 200 characters. */
+            note?: string;
+            /**
+             * @description An admin's explicit go-ahead for a network wider than `guards.ban_min_prefix_v4`/`_v6`
+             *     or one covering the broadcast address; never for one covering every address.
+             */
+            override?: boolean;
+        };
         /** @description An IPv4 or IPv6 address or a CIDR network (`192.0.2.7`, `2001:db8::1`, `198.51.100.0/24`): no host bits below the prefix, not every address (`/0`), and not an unspecified, loopback or multicast address. */
         Address: string;
         AlertsDocument: {
@@ -2017,6 +2095,7 @@ export interface components {
             details?: string[];
             /** @description The request field at fault, for validation errors. */
             field?: string | null;
+            protectedBy?: components["schemas"]["ProtectedBy"] | null;
             /**
              * Format: int32
              * @description The HTTP status code.
@@ -2026,6 +2105,55 @@ export interface components {
             title: string;
             /** @description A URI naming the kind of problem: `urn:banhub:problem:<code>`. */
             type: string;
+        };
+        /** @description The protected network a refused ban would have covered, and why it is protected. */
+        ProtectedBy: {
+            /** @description Why it is protected: `configured`, `hub_address` or `operator_session`. */
+            kind: string;
+            /** @description The protected network, in CIDR form. */
+            network: string;
+            /** @description The admin's note for a configured network; who or what it is otherwise. */
+            note: string;
+        };
+        /** @description Whether a ban of an address would be refused as protected, and whether it covers the caller. */
+        ProtectedCheckDto: {
+            /** @description Whether the ban covers the caller's own address. */
+            coversYou: boolean;
+            /** @description The address or network, normalized. */
+            ip: string;
+            protectedBy?: components["schemas"]["ProtectedEntryDto"] | null;
+            /** @description The caller's own address as the hub sees it. */
+            yourAddress?: string | null;
+        };
+        /** @description A protected network and why it is protected. */
+        ProtectedEntryDto: {
+            /** @description `configured`, `hub_address` or `operator_session`. */
+            kind: string;
+            /** @description CIDR form. */
+            network: string;
+            /** @description The admin's note, the operator's name, or what the hub address is. */
+            note: string;
+        };
+        /** @description The protected networks: those admins configured, and those protected automatically. */
+        ProtectedListDto: {
+            /**
+             * @description The hub's own addresses and the addresses of live operator sessions and recently used API
+             *     tokens, as this replica sees them now.
+             */
+            automatic: components["schemas"]["ProtectedEntryDto"][];
+            configured: components["schemas"]["ProtectedNetworkDto"][];
+        };
+        /** @description A network an admin protected. */
+        ProtectedNetworkDto: {
+            /** Format: date-time */
+            createdAt: string;
+            createdBy: string;
+            /** Format: int64 */
+            id: number;
+            /** @description CIDR form, normalized (`192.0.2.7/32`, `2001:db8::/48`). */
+            network: string;
+            /** @description Why it is protected. */
+            note: string;
         };
         PushDefaultsBody: {
             /** @description Only servers carrying all of these labels. */
@@ -5667,6 +5795,306 @@ export interface operations {
             };
             /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
             504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_protected: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProtectedListDto"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    add_protected: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AddProtectedBody"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProtectedNetworkDto"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The network is protected already */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `network` or `note` breaks its rule, or a guard rail (`guard_*` codes) needs the override. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    check_protected: {
+        parameters: {
+            query: {
+                /** @description An address or a CIDR network. */
+                ip: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProtectedCheckDto"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `ip` is not an address or a network. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    delete_protected: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The protected network's id */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

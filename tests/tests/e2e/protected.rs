@@ -1,0 +1,295 @@
+//! The lockout guard end to end against a real agent and fail2ban host: an admin protects a
+//! network (bad input refused, field by field); manual and fleet bans covering it answer 422
+//! naming the protecting entry, even with the override, and reach no fail2ban; the network lands
+//! in the host's `ignoreip`, so fail2ban's own jail does not ban it from log lines while it bans
+//! another address; lifting the protection takes it out of `ignoreip` and lets the ban through.
+
+use std::time::Duration;
+
+use banhub_tests::wait::wait_until_async;
+use banhub_tests::{TestFleet, TestHost};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+const OFFICE: &str = "198.51.100.0/24";
+
+/// fail2ban's own list of the bans in `jail`.
+fn banned(host: &TestHost, jail: &str) -> String {
+    host.sandbox
+        .client(&["get", jail, "banned"])
+        .expect("fail2ban lists its bans")
+}
+
+/// fail2ban's allowlist of `jail`, as it applies it.
+fn ignored(host: &TestHost, jail: &str) -> String {
+    host.sandbox
+        .client(&["get", jail, "ignoreip"])
+        .expect("fail2ban lists its allowlist")
+}
+
+/// Asserts a refusal by the protected network `OFFICE`, naming it in `protectedBy`.
+fn assert_protected(what: &str, status: StatusCode, problem: &Value) {
+    assert_eq!(
+        status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{what}: {problem}"
+    );
+    assert_eq!(
+        problem["code"], "guard_protected_network",
+        "{what}: {problem}"
+    );
+    assert_eq!(problem["field"], "ip", "{what}: {problem}");
+    assert_eq!(
+        problem["protectedBy"]["network"], OFFICE,
+        "{what}: {problem}"
+    );
+    assert_eq!(
+        problem["protectedBy"]["kind"], "configured",
+        "{what}: {problem}"
+    );
+    assert_eq!(
+        problem["protectedBy"]["note"], "office VPN",
+        "{what}: {problem}"
+    );
+}
+
+async fn start() -> TestFleet {
+    let hub = TestFleet::hub_builder()
+        .env("BANHUB_GUARDS__PROTECTED_REFRESH_SECS", "1")
+        .start()
+        .expect("hub starts");
+    let mut fleet = TestFleet::on(hub);
+    let sandbox = banhub_tests::fail2ban::Fail2banSandbox::start("guarded").expect("sandbox");
+    fleet
+        .add_host("guarded", sandbox, &[])
+        .await
+        .expect("the host comes online");
+    fleet
+}
+
+#[tokio::test]
+async fn a_protected_network_is_refused_by_every_ban_and_ignored_by_fail2ban() {
+    let fleet = start().await;
+    let host = fleet.host(0);
+    let server = Some(host.id.as_str());
+    let api = fleet.api();
+
+    // Bad input: a field-named 422 (or 403 for a non-admin), and nothing stored.
+    for (body, code, field) in [
+        (json!({"network": "office"}), "invalid_field", "network"),
+        (
+            json!({"network": "192.0.2.0/33"}),
+            "invalid_field",
+            "network",
+        ),
+        (
+            json!({"network": "192.0.2.0/24", "note": "x".repeat(201)}),
+            "invalid_field",
+            "note",
+        ),
+        (
+            json!({"network": "192.0.2.0/24", "note": "a\nb"}),
+            "invalid_field",
+            "note",
+        ),
+        (
+            json!({"network": "10.0.0.0/8"}),
+            "guard_wide_network",
+            "network",
+        ),
+        (
+            json!({"network": "255.255.255.255"}),
+            "guard_broadcast",
+            "network",
+        ),
+        (
+            json!({"network": "0.0.0.0/0", "override": true}),
+            "guard_covers_everything",
+            "network",
+        ),
+        (
+            json!({"network": "::/0", "override": true}),
+            "guard_covers_everything",
+            "network",
+        ),
+    ] {
+        let (status, problem) = api.post("/api/protected-networks", &body).await;
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{body}: {problem}"
+        );
+        assert_eq!(problem["code"], code, "{body}: {problem}");
+        assert_eq!(problem["field"], field, "{body}: {problem}");
+    }
+    let operator = fleet.hub.client_as("operator").await.expect("operator");
+    let (status, problem) = fleet
+        .send(
+            operator
+                .post(fleet.hub.url("/api/protected-networks"))
+                .json(&json!({"network": OFFICE})),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{problem}");
+    let (status, list) = api.get("/api/protected-networks").await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert_eq!(list["configured"], json!([]), "{list}");
+    assert!(
+        list["automatic"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|e| e["kind"] == "hub_address")),
+        "the hub's own addresses are listed: {list}"
+    );
+
+    // A wide network with the override is accepted (and lifted again at once).
+    let (status, wide) = api
+        .post(
+            "/api/protected-networks",
+            &json!({"network": "10.0.0.0/8", "override": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{wide}");
+    let (status, _) = api
+        .delete(&format!("/api/protected-networks/{}", wide["id"]))
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+
+    let (status, office) = api
+        .post(
+            "/api/protected-networks",
+            &json!({"network": "198.51.100.77/24", "note": "office VPN"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{office}");
+    assert_eq!(office["network"], OFFICE, "normalized: {office}");
+    assert_eq!(office["note"], "office VPN");
+    let (status, problem) = api
+        .post("/api/protected-networks", &json!({"network": OFFICE}))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+    let (_, list) = api.get("/api/protected-networks").await;
+    assert_eq!(
+        list["configured"].as_array().map(Vec::len),
+        Some(1),
+        "{list}"
+    );
+    assert_eq!(list["configured"][0]["network"], OFFICE, "{list}");
+
+    // The ban forms' check names the entry.
+    let (status, check) = api
+        .get("/api/protected-networks/check?ip=198.51.100.7")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{check}");
+    assert_eq!(check["protectedBy"]["network"], OFFICE, "{check}");
+    assert_eq!(check["coversYou"], false, "{check}");
+    let (_, check) = api.get("/api/protected-networks/check?ip=192.0.2.7").await;
+    assert!(check.get("protectedBy").is_none(), "{check}");
+    let (status, problem) = api.get("/api/protected-networks/check?ip=nope").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(problem["field"], "ip", "{problem}");
+
+    // Manual bans: refused, with or without the override; fail2ban untouched.
+    let before = banned(host, "testauth");
+    for (path, body) in [
+        ("/api/jails/testauth/ban/198.51.100.7", json!({})),
+        (
+            "/api/jails/testauth/ban/198.51.100.7",
+            json!({"override": true}),
+        ),
+        ("/api/jails/testauth/ban/198.51.0.0%2F16", json!({})),
+    ] {
+        let (status, problem) = fleet.post(path, server, &body).await;
+        assert_protected(path, status, &problem);
+    }
+    assert_eq!(
+        banned(host, "testauth"),
+        before,
+        "a protected address reached fail2ban"
+    );
+
+    // Fleet bans: refused, nothing queued.
+    for body in [
+        json!({"ip": "198.51.100.7", "jail": "testauth", "all": true}),
+        json!({"ip": "198.51.100.0/25", "jail": "testauth", "all": true, "override": true}),
+    ] {
+        let (status, problem) = fleet.post("/api/fleet/bans", None, &body).await;
+        assert_protected(&body.to_string(), status, &problem);
+    }
+    let (_, actions) = fleet.get("/api/fleet/actions", None).await;
+    assert!(
+        actions.as_array().is_some_and(Vec::is_empty),
+        "a refused fleet ban was recorded: {actions}"
+    );
+    assert_eq!(
+        banned(host, "testauth"),
+        before,
+        "a protected address reached fail2ban"
+    );
+
+    // fail2ban's own jail ignores it: in `ignoreip`, and log lines from it ban nothing while
+    // another address's lines ban that one.
+    wait_until_async(
+        DEADLINE,
+        "the protected network in the host's ignoreip",
+        || async { ignored(host, "testauth").contains(OFFICE) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
+    let log = host.sandbox.log_path("testauth");
+    host.sandbox
+        .append_failures(&log, "198.51.100.7", 5)
+        .expect("append");
+    host.sandbox
+        .append_failures(&log, "203.0.113.50", 5)
+        .expect("append");
+    wait_until_async(
+        DEADLINE,
+        "fail2ban bans the unprotected address",
+        || async { banned(host, "testauth").contains("203.0.113.50") },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
+    assert!(
+        !banned(host, "testauth").contains("198.51.100.7"),
+        "fail2ban banned a protected address: {}",
+        banned(host, "testauth")
+    );
+
+    // Lifting the protection: out of `ignoreip`, and the ban goes through.
+    let path = format!("/api/protected-networks/{}", office["id"]);
+    let (status, _) = api.delete(&path).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, problem) = api.delete(&path).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{problem}");
+    wait_until_async(
+        DEADLINE,
+        "the network out of the host's ignoreip",
+        || async { !ignored(host, "testauth").contains(OFFICE) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
+    let (status, outcome) = fleet
+        .post("/api/jails/testauth/ban/198.51.100.7", server, &json!({}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{outcome}");
+    assert!(banned(host, "testauth").contains("198.51.100.7"));
+
+    // Every change was audited.
+    let (_, page) = fleet.get("/api/audit?limit=500", None).await;
+    let actions: Vec<String> = page["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| format!("{} {}", e["action"], e["status"]))
+        .collect();
+    assert!(
+        actions
+            .iter()
+            .filter(|a| a.contains("protected-networks"))
+            .count()
+            >= 4,
+        "{actions:?}"
+    );
+}
