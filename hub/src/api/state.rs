@@ -8,6 +8,7 @@ use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::domain::Guards;
 use crate::events::Events;
+use crate::feeds::Feeds;
 use crate::fleet::Fleet;
 use crate::metrics::Metrics;
 use crate::settings::SettingsService;
@@ -31,4 +32,6 @@ pub struct AppState {
     pub auth: Auth,
     /// The guard rails of bans and allowlists.
     pub guards: Arc<Guards>,
+    /// Blocklist feeds for edge firewalls and their tokens.
+    pub feeds: Feeds,
 }

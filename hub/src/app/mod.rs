@@ -21,6 +21,7 @@ use crate::cluster::{Cluster, JoinError};
 use crate::config::Config;
 use crate::domain::{Guards, PrefixLimits};
 use crate::events::Events;
+use crate::feeds::Feeds;
 use crate::fleet::{Fleet, FleetParts};
 use crate::metrics::Metrics;
 use crate::pki::{Ca, PkiError, RevocationList, server_tls_config};
@@ -156,6 +157,13 @@ impl App {
             probe: config.probe.clone(),
             cluster: cluster.clone(),
         });
+        let guards = Arc::new(guards);
+        let feeds = Feeds::new(
+            store.clone(),
+            guards.clone(),
+            events.clone(),
+            shutdown.clone(),
+        );
         tracing::info!(
             database = store.backend_name(),
             data_dir = %config.data_dir.display(),
@@ -174,7 +182,8 @@ impl App {
                 settings,
                 alerts,
                 auth,
-                guards: Arc::new(guards),
+                guards,
+                feeds,
             },
             http,
             grpc,

@@ -31,6 +31,7 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         cluster,
         settings,
         alerts,
+        feeds,
         ..
     } = state;
 
@@ -63,6 +64,8 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
     // On every replica: the fleet's own passes, and the retention setting (it sets local state).
     spawn("seen_writer", fleet.clone().run_seen_writer());
     spawn("queued_delivery", fleet.clone().run_queued_delivery());
+    // Each replica renders the feeds itself from the shared database.
+    spawn("feeds", feeds.clone().run());
     spawn(
         "follow_retention",
         events.clone().follow_retention(

@@ -41,7 +41,9 @@ const HUB: Layering = Layering {
         ("http", &["ui", "api", "serve"]),
         (
             "services",
-            &["fleet", "alerts", "events", "settings", "auth", "cluster"],
+            &[
+                "fleet", "alerts", "feeds", "events", "settings", "auth", "cluster",
+            ],
         ),
         ("support", &["config", "hub_addresses", "pki", "metrics"]),
         ("store", &["store"]),
@@ -56,6 +58,7 @@ const HUB: Layering = Layering {
         ("fleet", "cluster"),
         ("alerts", "events"),
         ("alerts", "settings"),
+        ("feeds", "events"),
         ("events", "cluster"),
         ("hub_addresses", "config"),
     ],
