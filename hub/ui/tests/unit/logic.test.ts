@@ -44,6 +44,8 @@ describe('routes', () => {
     expect(parseRoute('/jails/nginx%2Dlimit')).toEqual({ name: 'jail', jail: 'nginx-limit' });
     expect(parseRoute('/servers/x')).toEqual({ name: 'not-found', path: '/servers/x' });
     expect(parseRoute('/nope')).toEqual({ name: 'not-found', path: '/nope' });
+    expect(parseRoute('/feeds')).toEqual({ name: 'feeds' });
+    expect(parseRoute('/feeds/edge')).toEqual({ name: 'not-found', path: '/feeds/edge' });
     expect(pathOf({ name: 'jail', jail: 'a b' })).toBe('/jails/a%20b');
     expect(parseRoute(pathOf({ name: 'jail', jail: 'a b' }))).toEqual({ name: 'jail', jail: 'a b' });
   });
