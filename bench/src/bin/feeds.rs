@@ -217,8 +217,13 @@ async fn main() -> anyhow::Result<()> {
     let feed_client = banhub_tests::hub::bearer_client(&token)?;
     for format in ["txt", "nft", "ipset", "rsc"] {
         let url = hub.url(&format!("/feeds/edge.{format}"));
-        let (size, full, revalidated) =
-            time_file(&feed_client, &url, args.full_rounds, args.not_modified_rounds).await?;
+        let (size, full, revalidated) = time_file(
+            &feed_client,
+            &url,
+            args.full_rounds,
+            args.not_modified_rounds,
+        )
+        .await?;
         print_row(&format!("feed edge.{format}"), size, full, revalidated);
     }
     // The floor: the largest static file the same hub serves (the UI's script, from memory).
