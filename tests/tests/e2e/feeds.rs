@@ -174,16 +174,7 @@ async fn feeds_list_the_bans_in_force_and_load_in_their_real_consumers() {
         )
         .start()
         .expect("hub starts");
-    let (status, created) = post(&hub, "/api/servers", json!({"name": "edge-1"})).await;
-    assert_eq!(status, StatusCode::CREATED, "{created}");
-    let server = created["server"]["id"].as_str().expect("id").to_owned();
-    let (status, body) = post(
-        &hub,
-        &format!("/api/servers/{server}/callback-secret"),
-        json!({"secret": SECRET}),
-    )
-    .await;
-    assert!(status.is_success(), "{body}");
+    let server = reporting_server(&hub).await;
 
     let edge = create_feed(
         &hub,
@@ -522,16 +513,47 @@ async fn check_bad_feeds(hub: &HubProcess) {
     assert_eq!(problem["field"], "name");
 }
 
-#[tokio::test]
-async fn a_feed_is_renamed_changed_and_deleted() {
-    let hub = HubProcess::start().expect("hub starts");
-    create_feed(&hub, json!({"name": "first", "allServers": true})).await;
-    let token = create_token(&hub, "first", "fw").await;
-    wait_for_async(DEADLINE, "the feed to be rendered", || async {
-        (fetch(&hub, "first.txt", Some(&token), None).await.0 == StatusCode::OK).then_some(())
+/// A server reporting through direct callbacks with [`SECRET`]; its id.
+async fn reporting_server(hub: &HubProcess) -> String {
+    let (status, created) = post(hub, "/api/servers", json!({"name": "edge-1"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let server = created["server"]["id"].as_str().expect("id").to_owned();
+    let (status, body) = post(
+        hub,
+        &format!("/api/servers/{server}/callback-secret"),
+        json!({"secret": SECRET}),
+    )
+    .await;
+    assert!(status.is_success(), "{body}");
+    server
+}
+
+/// Waits until `file` read with `token` from `hub` lists exactly `want`.
+async fn wait_listed(hub: &HubProcess, file: &str, token: &str, want: &[&str]) {
+    let want = set(want);
+    wait_for_async(DEADLINE, &format!("{file} to list {want:?}"), || async {
+        let (status, _, body) = fetch(hub, file, Some(token), None).await;
+        (status == StatusCode::OK && read_url_table(&body) == want).then_some(())
     })
     .await
-    .expect("rendered");
+    .expect("listed");
+}
+
+/// A feed renamed keeps its tokens, a rename onto a taken name is 409, a deleted feed takes its
+/// tokens with it.
+async fn lifecycle(hub: &HubProcess) {
+    create_feed(hub, json!({"name": "first", "allServers": true})).await;
+    create_feed(hub, json!({"name": "taken", "allServers": true})).await;
+    let token = create_token(hub, "first", "fw").await;
+    report(hub, "ban", "192.0.2.77", "sshd", 3600).await;
+    wait_listed(hub, "first.txt", &token, &["192.0.2.77"]).await;
+    let (status, problem) = send(
+        hub.client()
+            .put(hub.url("/api/feeds/first"))
+            .json(&json!({"name": "taken", "allServers": true})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
     let (status, changed) = send(
         hub.client()
             .put(hub.url("/api/feeds/first"))
@@ -542,14 +564,10 @@ async fn a_feed_is_renamed_changed_and_deleted() {
     assert_eq!(changed["labels"]["env"], "prod");
     assert_eq!(changed["minServers"], 2);
     assert_eq!(changed["allServers"], false);
-    assert_eq!(get(&hub, "/api/feeds/first").await.0, StatusCode::NOT_FOUND);
-    // The token follows its feed under the new name.
-    wait_for_async(DEADLINE, "the renamed feed", || async {
-        (fetch(&hub, "second.txt", Some(&token), None).await.0 == StatusCode::OK).then_some(())
-    })
-    .await
-    .expect("renamed");
-    let (status, preview) = get(&hub, "/api/feeds/second/preview?format=ipset&lines=2").await;
+    assert_eq!(get(hub, "/api/feeds/first").await.0, StatusCode::NOT_FOUND);
+    // The token follows its feed under the new name, which no longer selects the server.
+    wait_listed(hub, "second.txt", &token, &[]).await;
+    let (status, preview) = get(hub, "/api/feeds/second/preview?format=ipset&lines=2").await;
     assert_eq!(status, StatusCode::OK, "{preview}");
     assert_eq!(
         preview["lines"].as_array().map(Vec::len),
@@ -559,13 +577,58 @@ async fn a_feed_is_renamed_changed_and_deleted() {
     assert_eq!(preview["format"], "ipset");
     let (status, _) = send(hub.client().delete(hub.url("/api/feeds/second"))).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    assert_eq!(
-        get(&hub, "/api/feeds/second").await.0,
-        StatusCode::NOT_FOUND
-    );
+    assert_eq!(get(hub, "/api/feeds/second").await.0, StatusCode::NOT_FOUND);
     // Its tokens went with it.
     assert_eq!(
-        fetch(&hub, "second.txt", Some(&token), None).await.0,
+        fetch(hub, "second.txt", Some(&token), None).await.0,
         StatusCode::UNAUTHORIZED
     );
+}
+
+#[tokio::test]
+async fn a_feed_is_renamed_changed_and_deleted() {
+    let hub = HubProcess::start().expect("hub starts");
+    reporting_server(&hub).await;
+    lifecycle(&hub).await;
+}
+
+/// Two replicas on one PostgreSQL database: a ban reported to one is listed by the feed on both,
+/// each rendering it from the shared events; the feed's token works on either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_on_postgresql_serve_the_same_feed() {
+    let postgres = banhub_tests::PostgresServer::start()
+        .unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e:#}"));
+    let url = postgres
+        .create_database("banhub_feeds")
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", postgres.logs()));
+    let ca = tempfile::tempdir().expect("ca dir");
+    let replica = |id: &str| {
+        HubProcess::builder()
+            .database_url(&url)
+            .ca_dir(ca.path())
+            .env("BANHUB_CLUSTER__REPLICA_ID", id)
+            .start()
+            .expect("hub starts")
+    };
+    let a = replica("a");
+    let b = replica("b");
+    reporting_server(&a).await;
+    create_feed(&a, json!({"name": "shared", "allServers": true})).await;
+    let token = create_token(&a, "shared", "fw").await;
+    report(&b, "ban", "198.51.100.5", "sshd", 3600).await;
+    report(&a, "ban", "2001:db8::5", "sshd", 3600).await;
+    for hub in [&a, &b] {
+        wait_listed(hub, "shared.txt", &token, &["198.51.100.5", "2001:db8::5"]).await;
+    }
+    report(&a, "unban", "198.51.100.5", "sshd", 3600).await;
+    for hub in [&a, &b] {
+        wait_listed(hub, "shared.txt", &token, &["2001:db8::5"]).await;
+    }
+    report(&b, "unban", "2001:db8::5", "sshd", 3600).await;
+    for hub in [&a, &b] {
+        wait_listed(hub, "shared.txt", &token, &[]).await;
+    }
+    let (status, _) = send(a.client().delete(a.url("/api/feeds/shared"))).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    lifecycle(&b).await;
 }
