@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod config;
 pub mod domain;
 pub mod events;
+pub mod feeds;
 pub mod fleet;
 pub mod hub_addresses;
 pub mod metrics;

@@ -29,6 +29,23 @@ use crate::auth::{
 /// At most this many characters of a server header that is not an id go into a refusal's audit row.
 const MAX_NOTED_HEADER: usize = 64;
 
+/// Marks a request whose bearer token is a feed token: it reads its feed (`GET /feeds/{file}`,
+/// which checks it) and nothing else, so every route that needs a role refuses it with 403.
+#[derive(Debug, Clone, Copy)]
+struct FeedBearer;
+
+fn carries_feed_token(request: &Request) -> bool {
+    request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .is_some_and(|t| t.trim().starts_with(crate::feeds::FEED_TOKEN_PREFIX))
+}
+
 /// Finds the principal (bearer token or session cookie) and puts it, with the [`Authn`], into the
 /// request's extensions; refuses cookie-authenticated changes from another origin.
 pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next) -> Response {
@@ -68,6 +85,9 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
     }
     let clear_cookie = authn.clear_cookie;
     request.extensions_mut().insert(authn);
+    if carries_feed_token(&request) {
+        request.extensions_mut().insert(FeedBearer);
+    }
     let mut response = next.run(request).await;
     // A dead session cookie is deleted, unless the answer sets a new one (a login).
     let sets_session = response
@@ -131,6 +151,13 @@ pub async fn authorize(
         .cloned()
         .unwrap_or_default();
     let Some(principal) = authn.principal else {
+        if request.extensions().get::<FeedBearer>().is_some() {
+            return ApiError::from(AuthError::Forbidden(format!(
+                "{method} {template}: a feed token reads its feed (GET /feeds/{{name}}.{{format}}) \
+                 and nothing else"
+            )))
+            .into_response();
+        }
         let detail = authn.refusal.unwrap_or_else(|| {
             "log in (GET /auth/login) or send `Authorization: Bearer <token>`".to_owned()
         });

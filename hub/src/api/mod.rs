@@ -11,6 +11,7 @@ mod control;
 mod delivery;
 mod error;
 mod events;
+mod feeds;
 mod filters;
 mod fleet;
 mod guards;
@@ -69,6 +70,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(alerts::router())
         .merge(auth::router())
         .merge(audit::router())
+        .merge(feeds::router())
         .merge(health::router())
 }
 

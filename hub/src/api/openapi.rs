@@ -54,6 +54,7 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
          (name = "alerts", description = "Alert digests and the status of their e-mail and webhook deliveries"),
          (name = "auth", description = "Login (OpenID Connect or the local administrator), the session's user, API tokens and sessions"),
          (name = "audit", description = "The audit log of every state-changing request"),
+         (name = "feeds", description = "Blocklist feeds for edge firewalls (pfSense, OPNsense, nftables, ipset, MikroTik) and their read-only tokens"),
          (name = "health", description = "Liveness, readiness and metrics"))
 )]
 pub(super) struct ApiDoc;

@@ -8,6 +8,7 @@ use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::domain::Guards;
 use crate::events::Events;
+use crate::feeds::Feeds;
 use crate::fleet::Fleet;
 use crate::metrics::Metrics;
 use crate::protected::Protection;
@@ -34,4 +35,6 @@ pub struct AppState {
     pub guards: Arc<Guards>,
     /// The lockout guard: the protected networks, kept current in `guards` and the hosts.
     pub protection: Protection,
+    /// Blocklist feeds for edge firewalls and their tokens.
+    pub feeds: Feeds,
 }

@@ -21,6 +21,7 @@ use crate::cluster::{Cluster, JoinError};
 use crate::config::Config;
 use crate::domain::{Guards, PrefixLimits};
 use crate::events::Events;
+use crate::feeds::Feeds;
 use crate::fleet::{Fleet, FleetParts};
 use crate::metrics::Metrics;
 use crate::pki::{Ca, PkiError, RevocationList, server_tls_config};
@@ -172,6 +173,12 @@ impl App {
         });
         // Bans are checked against the stored protected networks from the first request on.
         protection.refresh().await;
+        let feeds = Feeds::new(
+            store.clone(),
+            guards.clone(),
+            events.clone(),
+            shutdown.clone(),
+        );
         tracing::info!(
             database = store.backend_name(),
             data_dir = %config.data_dir.display(),
@@ -192,6 +199,7 @@ impl App {
                 auth,
                 guards,
                 protection,
+                feeds,
             },
             http,
             grpc,

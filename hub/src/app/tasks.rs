@@ -32,6 +32,7 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         settings,
         alerts,
         protection,
+        feeds,
         ..
     } = state;
 
@@ -65,6 +66,8 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
     spawn("seen_writer", fleet.clone().run_seen_writer());
     spawn("queued_delivery", fleet.clone().run_queued_delivery());
     spawn("protected_networks", protection.clone().run());
+    // Each replica renders the feeds itself from the shared database.
+    spawn("feeds", feeds.clone().run());
     spawn(
         "follow_retention",
         events.clone().follow_retention(

@@ -5,6 +5,7 @@ mod agent_cert;
 pub mod alerts;
 pub mod auth;
 pub mod events;
+pub mod feeds;
 mod guards;
 mod names;
 pub mod protected;

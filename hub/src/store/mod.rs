@@ -28,6 +28,7 @@ mod auth;
 pub mod cluster;
 mod entities;
 pub mod events;
+pub mod feeds;
 pub mod fleet_actions;
 mod health;
 mod migration;

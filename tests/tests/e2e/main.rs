@@ -18,6 +18,7 @@ mod event_path;
 mod event_text_pg;
 mod events;
 mod fail2ban_socket;
+mod feeds;
 mod fleet_actions;
 mod foundation;
 mod hub_tls;

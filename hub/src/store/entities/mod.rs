@@ -10,6 +10,8 @@ pub mod api_token;
 pub mod audit_entry;
 pub mod enrollment_token;
 pub mod event;
+pub mod feed;
+pub mod feed_token;
 pub mod local_user;
 pub mod login_flow;
 pub mod operator_address;

@@ -12,6 +12,7 @@ export type Route =
   | { name: 'settings' }
   | { name: 'audit' }
   | { name: 'protected' }
+  | { name: 'feeds' }
   | { name: 'login' }
   | { name: 'not-found'; path: string };
 
@@ -38,6 +39,7 @@ export function parseRoute(path: string): Route {
     case 'settings':
     case 'audit':
     case 'protected':
+    case 'feeds':
     case 'login':
       return second === undefined ? { name: head } : { name: 'not-found', path };
     case 'jails':

@@ -46,6 +46,8 @@ describe('routes', () => {
     expect(parseRoute('/protected')).toEqual({ name: 'protected' });
     expect(pathOf({ name: 'protected' })).toBe('/protected');
     expect(parseRoute('/nope')).toEqual({ name: 'not-found', path: '/nope' });
+    expect(parseRoute('/feeds')).toEqual({ name: 'feeds' });
+    expect(parseRoute('/feeds/edge')).toEqual({ name: 'not-found', path: '/feeds/edge' });
     expect(pathOf({ name: 'jail', jail: 'a b' })).toBe('/jails/a%20b');
     expect(parseRoute(pathOf({ name: 'jail', jail: 'a b' }))).toEqual({ name: 'jail', jail: 'a b' });
   });

@@ -273,6 +273,122 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/feeds": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every feed, by name.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        get: operations["list_feeds"];
+        put?: never;
+        /**
+         * Creates a feed. It lists what it selects within a second or two; tokens are made separately.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        post: operations["create_feed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/feeds/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One feed.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        get: operations["get_feed"];
+        /**
+         * Replaces a feed's definition (a new name renames it; its tokens stay valid).
+         * @description Requires the `admin` role (or a higher one).
+         */
+        put: operations["update_feed"];
+        post?: never;
+        /**
+         * Deletes a feed and its tokens.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        delete: operations["delete_feed"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/feeds/{name}/preview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The first lines of a feed's file as a firewall would fetch it now.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        get: operations["preview_feed"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/feeds/{name}/tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A feed's tokens, revoked ones included, newest first.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        get: operations["list_tokens"];
+        put?: never;
+        /**
+         * Creates a read-only token of one feed. The answer holds the token; it is not shown again.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        post: operations["create_token"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/feeds/{name}/tokens/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revokes a feed token: the next fetch with it is refused.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        delete: operations["revoke_token"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/filters": {
         parameters: {
             query?: never;
@@ -1116,6 +1232,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/feeds/{file}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A feed's file for a firewall, read with the feed's token. `If-None-Match` with the last
+         *     `ETag` answers 304 while the listed set is unchanged.
+         * @description Needs no session or token.
+         */
+        get: operations["feed_file"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -1440,6 +1577,11 @@ export interface components {
             name: string;
             role: components["schemas"]["Role"];
         };
+        /** @description A new feed token with its secret, shown this once. */
+        CreatedFeedToken: components["schemas"]["FeedTokenDto"] & {
+            /** @description `bhf_…`: send as `Authorization: Bearer <token>` or as `?token=<token>`. */
+            token: string;
+        };
         CreatedServer: {
             enrollment: components["schemas"]["EnrollmentDto"];
             server: components["schemas"]["ServerDto"];
@@ -1690,6 +1832,108 @@ export interface components {
             /** @description Written to each host's `[DEFAULT]` by `POST /api/settings/fail2ban-defaults/push`. */
             defaults?: components["schemas"]["DefaultsDocument"];
         };
+        /**
+         * @description Body of `POST /api/feeds` and `PUT /api/feeds/{name}`. Name the servers with exactly one of
+         *     `allServers: true`, `serverIds` and `labels`.
+         */
+        FeedBody: {
+            /** @description Merge neighbouring entries into the smallest set of CIDRs. */
+            aggregate?: boolean;
+            /** @description Bans of every server. */
+            allServers?: boolean;
+            defaultFormat?: components["schemas"]["FormatName"] | null;
+            /** @description At most 500 characters. */
+            description?: string | null;
+            /** @description Jail names or globs (`*`, `?`); empty: every jail. The probe jail is never listed. */
+            jails?: string[];
+            /** @description Bans of the servers carrying all of these labels. */
+            labels?: components["schemas"]["Labels"];
+            /**
+             * Format: int64
+             * @description An address whose newest ban is older than this many seconds drops out (60 to a year).
+             */
+            maxAgeSecs?: number | null;
+            /**
+             * Format: int32
+             * @description Bans recorded for an address on the selected servers and jails before it is listed (1 by
+             *     default).
+             */
+            minBans?: number | null;
+            /**
+             * Format: int32
+             * @description Distinct selected servers that banned an address before it is listed (1 by default).
+             */
+            minServers?: number | null;
+            /**
+             * @description The feed's name: letters, digits, `_` and `-`, starting with a letter or a digit, at most
+             *     24 characters. It names the file (`/feeds/{name}.txt`) and the firewall's set.
+             */
+            name: string;
+            /** @description Ids of sharing policies whose shared bans the feed lists; stored, not yet applied. */
+            policies?: string[];
+            /** @description Bans of these servers (ids). */
+            serverIds?: string[];
+        };
+        /** @description A feed, what it lists now, and where firewalls fetch it. */
+        FeedDto: {
+            aggregate: boolean;
+            allServers: boolean;
+            /** Format: date-time */
+            createdAt: string;
+            createdBy: string;
+            defaultFormat: components["schemas"]["FormatName"];
+            description: string;
+            /**
+             * Format: int64
+             * @description Entries listed at the last rendering (`null` until the hub has rendered the feed).
+             */
+            entries?: number | null;
+            id: string;
+            jails: string[];
+            labels: {
+                [key: string]: string;
+            };
+            /** Format: int64 */
+            maxAgeSecs?: number | null;
+            /** Format: int32 */
+            minBans: number;
+            /** Format: int32 */
+            minServers: number;
+            name: string;
+            /**
+             * @description The path of each format's file on this hub (`txt`, `nft`, `ipset`, `rsc`), to append to
+             *     the hub's address; firewalls add `?token=` or send `Authorization: Bearer`.
+             */
+            paths: {
+                [key: string]: string;
+            };
+            policies: string[];
+            /** Format: date-time */
+            renderedAt?: string | null;
+            serverIds: string[];
+            /** Format: date-time */
+            updatedAt: string;
+        };
+        /** @description Body of `POST /api/feeds/{name}/tokens`. */
+        FeedTokenBody: {
+            /** @description Who uses it (e.g. the firewall's name): 1 to 128 characters, no control characters. */
+            name: string;
+        };
+        /** @description A feed token (never its secret). */
+        FeedTokenDto: {
+            /** Format: date-time */
+            createdAt: string;
+            createdBy: string;
+            id: string;
+            /**
+             * Format: date-time
+             * @description Last fetch with this token (written at most once a minute).
+             */
+            lastUsedAt?: string | null;
+            name: string;
+            /** Format: date-time */
+            revokedAt?: string | null;
+        };
         /** @description New content for one file and the version it was edited from (empty for a new file). */
         FileEditBody: {
             /** @description At most 64 KiB, no control characters but line ends and tabs. */
@@ -1770,6 +2014,12 @@ export interface components {
             /** @description `true` lifts the ban instead. */
             unban?: boolean;
         };
+        /**
+         * @description A feed format: `txt` (one entry per line), `nft` (`nft -f`), `ipset` (`ipset restore`), `rsc`
+         *     (MikroTik RouterOS script).
+         * @enum {string}
+         */
+        FormatName: "txt" | "nft" | "ipset" | "rsc";
         GeoipDocument: {
             /**
              * @description Absolute path of a MaxMind-format country (or city) database, e.g.
@@ -2049,6 +2299,17 @@ export interface components {
          * @enum {string}
          */
         Outcome: "ok" | "failed" | "denied";
+        /** @description The first lines of a feed's file. */
+        PreviewDto: {
+            etag: string;
+            format: components["schemas"]["FormatName"];
+            lines: string[];
+            /**
+             * Format: int64
+             * @description Lines of the whole file.
+             */
+            totalLines: number;
+        };
         ProbeFailure: {
             code: components["schemas"]["ProbeFailureCode"];
             message: string;
@@ -3818,6 +4079,762 @@ export interface operations {
             };
             /** @description A parameter breaks its rule. Codes from the shared layers: `invalid_field`. */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_feeds: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FeedDto"][];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    create_feed: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FeedBody"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FeedDto"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A feed with this name exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks its rule. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_feed: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Feed name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FeedDto"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    update_feed: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Feed name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FeedBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FeedDto"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Another feed has the new name */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks its rule. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    delete_feed: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Feed name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    preview_feed: {
+        parameters: {
+            query?: {
+                /** @description The format (the feed's default format when left out). */
+                format?: components["schemas"]["FormatName"];
+                /** @description At most this many lines (1 to 500, 20 by default). */
+                lines?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Feed name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PreviewDto"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub has not rendered the feed yet */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_tokens: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Feed name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FeedTokenDto"][];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    create_token: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Feed name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FeedTokenBody"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedFeedToken"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The feed has the most tokens it may have */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    revoke_token: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Feed name */
+                name: string;
+                /** @description Token id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8429,6 +9446,109 @@ export interface operations {
                 };
             };
             /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    feed_file: {
+        parameters: {
+            query?: {
+                /** @description The feed token, for firewalls that cannot send an `Authorization` header. */
+                token?: string;
+            };
+            header?: {
+                /** @description `Bearer bhf_…`, the feed token */
+                Authorization?: string | null;
+                /** @description The `ETag` of the copy held */
+                "If-None-Match"?: string | null;
+            };
+            path: {
+                /** @description `{name}.{format}`, the format one of `txt`, `nft`, `ipset`, `rsc` */
+                file: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file */
+            200: {
+                headers: {
+                    "Cache-Control"?: string;
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /** @description The copy held is current */
+            304: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No feed token, or an unknown or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token reads another feed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such feed or format */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The feed is being prepared. Codes from the shared layers: `store_unavailable`. */
             503: {
                 headers: {
                     [name: string]: unknown;
