@@ -177,14 +177,7 @@ impl SharedBans {
             return Ok(false);
         }
         let mut next = locked.set.clone();
-        next.apply(
-            Change {
-                full: false,
-                bans: Vec::new(),
-                lift: vec![*ip],
-            },
-            i64::MIN,
-        );
+        next.remove(ip);
         state::save(&self.inner.path, &next)?;
         locked.set = next;
         Ok(true)

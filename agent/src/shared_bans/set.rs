@@ -123,6 +123,11 @@ impl BanSet {
         self.bans.iter()
     }
 
+    /// Drops `ip`; whether it was held.
+    pub fn remove(&mut self, ip: &IpOrCidr) -> bool {
+        self.bans.remove(ip).is_some()
+    }
+
     /// The earliest expiry of a held ban.
     pub fn next_expiry(&self) -> Option<i64> {
         self.bans.values().filter_map(|h| h.expires_ms).min()

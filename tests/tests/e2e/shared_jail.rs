@@ -7,9 +7,11 @@
 //!
 //! The agent runs in the test process the way `banhub-agent run` runs it, minus the session to the
 //! hub: the loopback relay on its spool and reconciliation belief, the command context, and the
-//! shared-ban loop; commands go through `commands::execute`.
+//! shared-ban loop; commands go through `commands::execute`. One test runs the real `banhub-agent`
+//! process beside a hub instead: it keeps the bans of its state file and the hub receives them.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -29,6 +31,8 @@ use banhub_proto::v1::{
     ErrorCode, FileEdit, JailToggle, SetBan, SetJailsEnabled, SharedBan, SharedBanReport,
     SyncSharedBans, WriteJailConfig,
 };
+use banhub_tests::TestFleet;
+use banhub_tests::agent::run_command;
 use banhub_tests::commands::client_path;
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::wait::{wait_until, wait_until_async};
@@ -667,4 +671,100 @@ async fn a_large_sync_answers_within_its_budget_and_the_loop_bans_the_rest() {
     let all: Vec<&str> = ips.iter().map(String::as_str).collect();
     host.wait_banned(&all, "the loop to ban the rest").await;
     assert_eq!(host.file().len(), 20);
+}
+
+/// The real `banhub-agent run` keeps the shared bans too: started on a state file that holds a
+/// valid ban and one past its expiry (still in fail2ban, as when the agent died before lifting
+/// it), it bans the first, lifts the second, and the hub receives the ban as an event of the
+/// shared jail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_process_keeps_the_shared_bans_of_its_state_file() {
+    // One relay port for both runs of the agent: the installed action names it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut fleet = TestFleet::start_with(
+        &["shared-process"],
+        &[("BANHUB_AGENT_RELAY__LISTEN", listen.as_str())],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let host = &mut fleet.hosts[0];
+    let relay = host.state_dir().join("relay.json");
+    wait_until(DEADLINE, "the relay to listen", || relay.exists()).expect("relay.json");
+    let conf = host.sandbox.conf_dir();
+    let state = host.state_dir();
+    let socket = host.sandbox.socket_path();
+    let out = run_command(
+        &[
+            OsStr::new("install-action"),
+            OsStr::new("--config-dir"),
+            conf.as_os_str(),
+            OsStr::new("--state-dir"),
+            state.as_os_str(),
+            OsStr::new("--fail2ban-socket"),
+            socket.as_os_str(),
+        ],
+        &[],
+    )
+    .expect("the agent binary runs");
+    assert!(
+        out.status.success(),
+        "install-action: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    host.agent.kill().expect("kill the agent");
+    host.sandbox
+        .client(&["set", SHARED_JAIL, "banip", "198.51.100.21"])
+        .expect("a ban the agent made before it died");
+    let file = serde_json::json!({
+        "version": 1,
+        "bans": [
+            {"ip": "198.51.100.20", "expires_unix_ms": now_ms() + 3_600_000, "reason": "policy ssh"},
+            {"ip": "198.51.100.21", "expires_unix_ms": now_ms() - 1_000, "reason": "policy ssh"},
+        ],
+    });
+    std::fs::write(state.join(STATE_FILE), file.to_string()).expect("state file");
+    host.agent.restart().expect("start the agent again");
+
+    let banned = |host: &banhub_tests::TestHost| {
+        host.sandbox
+            .client(&["get", SHARED_JAIL, "banned"])
+            .unwrap_or_default()
+    };
+    wait_until(DEADLINE, "the agent to bring the jail in line", || {
+        let list = banned(host);
+        list.contains("198.51.100.20") && !list.contains("198.51.100.21")
+    })
+    .unwrap_or_else(|e| panic!("{e}: {}\n{}", banned(host), host.agent.logs()));
+    let held = std::fs::read_to_string(state.join(STATE_FILE)).expect("state file");
+    assert!(
+        held.contains("198.51.100.20") && !held.contains("198.51.100.21"),
+        "{held}"
+    );
+
+    let url = fleet.hub.url(&format!(
+        "/api/events/bans?serverId={}&jail={SHARED_JAIL}&limit=100",
+        fleet.hosts[0].id
+    ));
+    let client = fleet.hub.client();
+    let waited = wait_until_async(DEADLINE, "the shared ban at the hub", || async {
+        let Ok(response) = client.get(&url).send().await else {
+            return false;
+        };
+        let page: serde_json::Value = response.json().await.unwrap_or_default();
+        page["events"].as_array().is_some_and(|events| {
+            events
+                .iter()
+                .any(|e| e["ip"] == "198.51.100.20" && e["jail"] == SHARED_JAIL)
+        })
+    })
+    .await;
+    if let Err(e) = waited {
+        panic!("{e}\n{}", fleet.logs());
+    }
 }
