@@ -319,3 +319,70 @@ async fn a_protected_network_is_refused_by_every_ban_and_ignored_by_fail2ban() {
         "{actions:?}"
     );
 }
+
+/// Two replicas on one PostgreSQL database: a network protected on one is refused on the other
+/// within its refresh interval, and lifting it there lets bans through on both.
+#[tokio::test]
+async fn a_network_protected_on_one_replica_is_refused_on_the_other() {
+    use banhub_tests::hub::{HubProcess, api_get, api_post};
+    use banhub_tests::postgres::PostgresServer;
+
+    let pg = PostgresServer::start().unwrap_or_else(|e| panic!("PostgreSQL: {e:#}"));
+    let url = pg.create_database("banhub_protected").expect("database");
+    let ca = tempfile::TempDir::new().expect("ca dir");
+    let replica = |id: &str| {
+        HubProcess::builder()
+            .database_url(&url)
+            .ca_dir(ca.path())
+            .env("BANHUB_CLUSTER__REPLICA_ID", id)
+            .env("BANHUB_GUARDS__PROTECTED_REFRESH_SECS", "1")
+            .start()
+            .unwrap_or_else(|e| panic!("replica {id} starts: {e:#}"))
+    };
+    let a = replica("a");
+    let b = replica("b");
+    let fleet_ban = json!({"ip": "198.51.100.7", "jail": "testauth", "all": true});
+
+    let (status, office) = api_post(
+        &a,
+        "/api/protected-networks",
+        json!({"network": OFFICE, "note": "office VPN"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{office}");
+    wait_until_async(
+        DEADLINE,
+        "replica b refuses the protected network",
+        || async {
+            let (status, problem) = api_post(&b, "/api/fleet/bans", fleet_ban.clone()).await;
+            status == StatusCode::UNPROCESSABLE_ENTITY
+                && problem["code"] == "guard_protected_network"
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}\n{}", a.logs(), b.logs()));
+    let (status, problem) = api_post(&b, "/api/fleet/bans", fleet_ban.clone()).await;
+    assert_protected("fleet ban on b", status, &problem);
+    let (_, list) = api_get(&b, "/api/protected-networks").await;
+    assert_eq!(list["configured"][0]["network"], OFFICE, "{list}");
+
+    let (status, _) = b
+        .client()
+        .delete(b.url(&format!("/api/protected-networks/{}", office["id"])))
+        .send()
+        .await
+        .map(|r| (r.status(), ()))
+        .expect("delete");
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    // With the protection lifted, the ban passes the guard on a and fails only for want of servers.
+    wait_until_async(
+        DEADLINE,
+        "replica a lets the ban through the guard",
+        || async {
+            let (status, problem) = api_post(&a, "/api/fleet/bans", fleet_ban.clone()).await;
+            status == StatusCode::UNPROCESSABLE_ENTITY && problem["field"] == "labels"
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}\n{}", a.logs(), b.logs()));
+}
