@@ -77,3 +77,113 @@ impl Auth {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::{Role, SessionKind, SessionRecord, Site};
+    use crate::store::Store;
+
+    async fn auth(dir: &std::path::Path) -> Auth {
+        let url = format!("sqlite://{}?mode=rwc", dir.join("hub.db").display());
+        let store = Store::connect(&url, 2).await.expect("connect");
+        Auth::new(
+            &crate::config::AuthConfig::default(),
+            dir,
+            Site::default(),
+            store,
+        )
+        .await
+        .expect("auth")
+    }
+
+    fn session(id: &str, expires_in: TimeDelta) -> SessionRecord {
+        let now = Utc::now();
+        SessionRecord {
+            id: id.to_owned(),
+            secret_hash: String::new(),
+            kind: SessionKind::Local,
+            subject: "alice".to_owned(),
+            name: "alice".to_owned(),
+            email: None,
+            role: Role::Operator,
+            id_token: None,
+            created_at: now,
+            last_seen_at: now,
+            expires_at: now + expires_in,
+            revoked_at: None,
+        }
+    }
+
+    fn principal(credential: Credential) -> Principal {
+        Principal {
+            subject: "alice".to_owned(),
+            name: "alice".to_owned(),
+            email: None,
+            role: Role::Operator,
+            credential,
+        }
+    }
+
+    fn ips(addresses: &[OperatorAddress]) -> Vec<String> {
+        let mut ips: Vec<String> = addresses.iter().map(|a| a.ip.to_string()).collect();
+        ips.sort();
+        ips
+    }
+
+    #[tokio::test]
+    async fn an_address_is_live_while_its_session_or_recent_token_is() {
+        let dir = tempfile::TempDir::new().expect("tempdir");
+        let auth = auth(dir.path()).await;
+        let store = &auth.inner.store;
+        let ip = |raw: &str| Some(raw.parse::<IpAddr>().expect("ip"));
+        store
+            .insert_session(&session("live", TimeDelta::hours(1)))
+            .await
+            .expect("session");
+        store
+            .insert_session(&session("ended", TimeDelta::hours(1)))
+            .await
+            .expect("session");
+        let (token, _) = auth
+            .create_token("ci", Role::Operator, None, "admin")
+            .await
+            .expect("token");
+        auth.note_address(
+            &principal(Credential::Session("live".into())),
+            ip("198.51.100.1"),
+        )
+        .await;
+        auth.note_address(
+            &principal(Credential::Session("ended".into())),
+            ip("198.51.100.2"),
+        )
+        .await;
+        auth.note_address(
+            &principal(Credential::Token(token.id.clone())),
+            ip("198.51.100.3"),
+        )
+        .await;
+        auth.note_address(&principal(Credential::Bootstrap), ip("198.51.100.4"))
+            .await;
+        auth.revoke_session("ended").await.expect("logout");
+
+        let window = TimeDelta::hours(24);
+        let live = auth.operator_addresses(window).await.expect("addresses");
+        assert_eq!(ips(&live), ["198.51.100.1", "198.51.100.3"]);
+        let sessions_only = auth
+            .operator_addresses(TimeDelta::zero())
+            .await
+            .expect("addresses");
+        assert_eq!(
+            ips(&sessions_only),
+            ["198.51.100.1"],
+            "a zero window protects no token"
+        );
+
+        auth.revoke_token(&token.id).await.expect("revoke");
+        auth.revoke_session("live").await.expect("logout");
+        let none = auth.operator_addresses(window).await.expect("addresses");
+        assert!(none.is_empty(), "{none:?}");
+    }
+}

@@ -139,6 +139,38 @@ test('ban and unban an address from the jail page, and fail2ban follows', async 
   await expect.poll(() => bannedOnA()).not.toContain(ip);
 });
 
+test('a protected network: added with a note, a ban of it warned about and refused, then deleted', async () => {
+  const network = '192.0.2.64/26';
+  const ip = '192.0.2.70';
+  await pages(admin).getByRole('link', { name: 'Protected', exact: true }).click();
+  await expect(admin.getByRole('heading', { level: 1 })).toHaveText('Protected networks');
+  await admin.locator('input[name=protect-network]').fill(network);
+  await admin.locator('input[name=protect-note]').fill('office VPN');
+  await admin.getByRole('button', { name: 'Protect', exact: true }).click();
+  const row = admin.getByTestId('protected-networks').locator('tr', { hasText: network });
+  await expect(row).toContainText('office VPN');
+
+  await selectServer(admin, env.serverA);
+  await pages(admin).getByRole('link', { name: 'Jails', exact: true }).click();
+  await admin.getByTestId('jails').getByRole('link', { name: env.jail }).click();
+  await admin.locator('input[name=ban-ip]').fill(ip);
+  await admin.getByRole('button', { name: 'Ban', exact: true }).click();
+  await expect(admin.getByTestId('ban-warning')).toContainText(network);
+  await admin.getByRole('button', { name: 'Ban anyway', exact: true }).click();
+  await expect(admin.locator('#ban-error')).toContainText(network);
+  expect(bannedOnA()).not.toContain(ip);
+
+  await pages(admin).getByRole('link', { name: 'Protected', exact: true }).click();
+  admin.once('dialog', (dialog) => dialog.accept());
+  await row.getByRole('button', { name: 'Delete' }).click();
+  await expect(admin.getByTestId('protected-networks')).toHaveCount(0);
+
+  // Back where the next scenario starts: the jail page.
+  await pages(admin).getByRole('link', { name: 'Jails', exact: true }).click();
+  await admin.getByTestId('jails').getByRole('link', { name: env.jail }).click();
+  await expect(admin.getByRole('heading', { level: 1 })).toContainText(env.jail);
+});
+
 test('a jail configuration fail2ban refuses shows its error, and nothing changes', async () => {
   const editor = admin.locator('#jail-override');
   await expect(editor).toBeVisible();
@@ -312,6 +344,7 @@ test('a viewer sees no admin or operator controls', async ({ browser }) => {
   await expect(nav.getByRole('link', { name: 'Dashboard' })).toBeVisible();
   await expect(nav.getByRole('link', { name: 'Settings' })).toHaveCount(0);
   await expect(nav.getByRole('link', { name: 'Audit log' })).toHaveCount(0);
+  await expect(nav.getByRole('link', { name: 'Protected' })).toHaveCount(0);
 
   await nav.getByRole('link', { name: 'Servers' }).click();
   await expect(viewer.getByTestId('servers')).toBeVisible();

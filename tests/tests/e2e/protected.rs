@@ -2,7 +2,8 @@
 //! network (bad input refused, field by field); manual and fleet bans covering it answer 422
 //! naming the protecting entry, even with the override, and reach no fail2ban; the network lands
 //! in the host's `ignoreip`, so fail2ban's own jail does not ban it from log lines while it bans
-//! another address; lifting the protection takes it out of `ignoreip` and lets the ban through.
+//! another address; lifting the protection takes it out of `ignoreip` and lets the ban through,
+//! while an entry of the host's global allowlist written by hand stays throughout.
 
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 const OFFICE: &str = "198.51.100.0/24";
+const HAND_ENTRY: &str = "192.0.2.99";
 
 /// fail2ban's own list of the bans in `jail`.
 fn banned(host: &TestHost, jail: &str) -> String {
@@ -74,6 +76,20 @@ async fn a_protected_network_is_refused_by_every_ban_and_ignored_by_fail2ban() {
     let host = fleet.host(0);
     let server = Some(host.id.as_str());
     let api = fleet.api();
+
+    // An entry of the global allowlist written by hand, which the pushes keep.
+    let (status, global) = fleet.get("/api/ignoreip", server).await;
+    assert_eq!(status, StatusCode::OK, "{global}");
+    let mut entries: Vec<Value> = global["entries"].as_array().cloned().unwrap_or_default();
+    entries.push(json!(HAND_ENTRY));
+    let (status, written) = fleet
+        .post(
+            "/api/ignoreip",
+            server,
+            &json!({"entries": entries, "version": global["version"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{written}");
 
     // Bad input: a field-named 422 (or 403 for a non-admin), and nothing stored.
     for (body, code, field) in [
@@ -237,6 +253,11 @@ async fn a_protected_network_is_refused_by_every_ban_and_ignored_by_fail2ban() {
     )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
+    assert!(
+        ignored(host, "testauth").contains(HAND_ENTRY),
+        "the hand-written entry was dropped: {}",
+        ignored(host, "testauth")
+    );
     let log = host.sandbox.log_path("testauth");
     host.sandbox
         .append_failures(&log, "198.51.100.7", 5)
@@ -270,6 +291,11 @@ async fn a_protected_network_is_refused_by_every_ban_and_ignored_by_fail2ban() {
     )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
+    assert!(
+        ignored(host, "testauth").contains(HAND_ENTRY),
+        "the hand-written entry was dropped: {}",
+        ignored(host, "testauth")
+    );
     let (status, outcome) = fleet
         .post("/api/jails/testauth/ban/198.51.100.7", server, &json!({}))
         .await;
@@ -292,4 +318,71 @@ async fn a_protected_network_is_refused_by_every_ban_and_ignored_by_fail2ban() {
             >= 4,
         "{actions:?}"
     );
+}
+
+/// Two replicas on one PostgreSQL database: a network protected on one is refused on the other
+/// within its refresh interval, and lifting it there lets bans through on both.
+#[tokio::test]
+async fn a_network_protected_on_one_replica_is_refused_on_the_other() {
+    use banhub_tests::hub::{HubProcess, api_get, api_post};
+    use banhub_tests::postgres::PostgresServer;
+
+    let pg = PostgresServer::start().unwrap_or_else(|e| panic!("PostgreSQL: {e:#}"));
+    let url = pg.create_database("banhub_protected").expect("database");
+    let ca = tempfile::TempDir::new().expect("ca dir");
+    let replica = |id: &str| {
+        HubProcess::builder()
+            .database_url(&url)
+            .ca_dir(ca.path())
+            .env("BANHUB_CLUSTER__REPLICA_ID", id)
+            .env("BANHUB_GUARDS__PROTECTED_REFRESH_SECS", "1")
+            .start()
+            .unwrap_or_else(|e| panic!("replica {id} starts: {e:#}"))
+    };
+    let a = replica("a");
+    let b = replica("b");
+    let fleet_ban = json!({"ip": "198.51.100.7", "jail": "testauth", "all": true});
+
+    let (status, office) = api_post(
+        &a,
+        "/api/protected-networks",
+        json!({"network": OFFICE, "note": "office VPN"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{office}");
+    wait_until_async(
+        DEADLINE,
+        "replica b refuses the protected network",
+        || async {
+            let (status, problem) = api_post(&b, "/api/fleet/bans", fleet_ban.clone()).await;
+            status == StatusCode::UNPROCESSABLE_ENTITY
+                && problem["code"] == "guard_protected_network"
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}\n{}", a.logs(), b.logs()));
+    let (status, problem) = api_post(&b, "/api/fleet/bans", fleet_ban.clone()).await;
+    assert_protected("fleet ban on b", status, &problem);
+    let (_, list) = api_get(&b, "/api/protected-networks").await;
+    assert_eq!(list["configured"][0]["network"], OFFICE, "{list}");
+
+    let (status, _) = b
+        .client()
+        .delete(b.url(&format!("/api/protected-networks/{}", office["id"])))
+        .send()
+        .await
+        .map(|r| (r.status(), ()))
+        .expect("delete");
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    // With the protection lifted, the ban passes the guard on a and fails only for want of servers.
+    wait_until_async(
+        DEADLINE,
+        "replica a lets the ban through the guard",
+        || async {
+            let (status, problem) = api_post(&a, "/api/fleet/bans", fleet_ban.clone()).await;
+            status == StatusCode::UNPROCESSABLE_ENTITY && problem["field"] == "labels"
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}\n{}", a.logs(), b.logs()));
 }
