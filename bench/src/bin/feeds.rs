@@ -163,7 +163,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let hub_bin = measure::binary(&args.profile, "banhub")?;
     println!(
-        "feed bench: {} entries, {} full rounds, {} 304 rounds, hub {} (built {}), load {}",
+        "feed bench: {} entries, {} full rounds, {} 304 rounds, hub {} ({}), load {}",
         args.entries,
         args.full_rounds,
         args.not_modified_rounds,

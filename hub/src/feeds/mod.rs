@@ -17,7 +17,7 @@ pub mod render;
 pub mod select;
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -46,6 +46,10 @@ const PAGE: u64 = 10_000;
 const TOUCH_EVERY: TimeDelta = TimeDelta::seconds(60);
 /// At most this many tokens per feed.
 const MAX_TOKENS: usize = 100;
+/// How long a replica answers from a token it read without reading it again.
+const TOKEN_MEMORY: Duration = Duration::from_secs(2);
+/// Tokens remembered before the stale ones are dropped.
+const MAX_REMEMBERED_TOKENS: usize = 4096;
 
 /// A feed's body in one format, as served.
 #[derive(Debug)]
@@ -111,6 +115,8 @@ struct Inner {
     events: Events,
     shutdown: CancellationToken,
     shared: RwLock<Shared>,
+    /// Feed tokens read lately, by id, with when they were read.
+    tokens: Mutex<HashMap<String, (FeedTokenRecord, std::time::Instant)>>,
     wake: Notify,
 }
 
@@ -131,6 +137,7 @@ impl Feeds {
             events,
             shutdown,
             shared: RwLock::new(Shared::default()),
+            tokens: Mutex::new(HashMap::new()),
             wake: Notify::new(),
         }))
     }
@@ -194,7 +201,9 @@ impl Feeds {
     }
 
     pub async fn delete(&self, name: &str) -> Result<(), FeedsError> {
-        if !self.0.store.delete_feed(name).await? {
+        let deleted = self.0.store.delete_feed(name).await?;
+        self.forget_tokens(None);
+        if !deleted {
             return Err(FeedsError::UnknownFeed(name.to_owned()));
         }
         self.0.wake.notify_one();
@@ -236,7 +245,9 @@ impl Feeds {
 
     pub async fn revoke_token(&self, feed: &str, id: &str) -> Result<(), FeedsError> {
         let record = self.record(feed).await?;
-        if self.0.store.revoke_feed_token(&record.id, id).await? {
+        let revoked = self.0.store.revoke_feed_token(&record.id, id).await?;
+        self.forget_tokens(Some(&record.id));
+        if revoked {
             Ok(())
         } else {
             Err(FeedsError::UnknownToken(id.to_owned()))
@@ -292,7 +303,7 @@ impl Feeds {
         else {
             return Err(FeedsError::Unauthenticated);
         };
-        let Some(record) = self.0.store.feed_token(id).await? else {
+        let Some(mut record) = self.token_record(id).await? else {
             return Err(FeedsError::Unauthenticated);
         };
         let matches = bool::from(
@@ -306,8 +317,45 @@ impl Feeds {
         let now = Utc::now();
         if record.last_used_at.is_none_or(|t| now - t > TOUCH_EVERY) {
             self.0.store.touch_feed_token(&record.id, now).await?;
+            record.last_used_at = Some(now);
+            self.remember_token(&record);
         }
         Ok(record)
+    }
+
+    /// A token's record, from this replica's memory when read less than [`TOKEN_MEMORY`] ago (a
+    /// revocation on another replica takes effect here within that time), else from the store.
+    async fn token_record(&self, id: &str) -> Result<Option<FeedTokenRecord>, FeedsError> {
+        {
+            let known = self.0.tokens.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((record, read_at)) = known.get(id)
+                && read_at.elapsed() < TOKEN_MEMORY
+            {
+                return Ok(Some(record.clone()));
+            }
+        }
+        let record = self.0.store.feed_token(id).await?;
+        if let Some(record) = &record {
+            self.remember_token(record);
+        }
+        Ok(record)
+    }
+
+    fn remember_token(&self, record: &FeedTokenRecord) {
+        let mut known = self.0.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        if known.len() >= MAX_REMEMBERED_TOKENS {
+            known.retain(|_, (_, read_at)| read_at.elapsed() < TOKEN_MEMORY);
+        }
+        known.insert(
+            record.id.clone(),
+            (record.clone(), std::time::Instant::now()),
+        );
+    }
+
+    /// Forgets the remembered tokens of one feed (`None`: of every feed) after a change here.
+    fn forget_tokens(&self, feed_id: Option<&str>) {
+        let mut known = self.0.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        known.retain(|_, (record, _)| feed_id.is_some_and(|f| record.feed_id != f));
     }
 
     /// Follows the stored bans and keeps every feed rendered, until the hub shuts down.
