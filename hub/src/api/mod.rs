@@ -2,6 +2,7 @@
 //! OpenAPI document generated from the handlers (`/api/openapi.json`, browsable at `/api/docs`).
 
 mod access;
+mod addresses;
 mod alerts;
 mod audit;
 mod auth;
@@ -20,6 +21,7 @@ mod openapi;
 mod schemas;
 mod servers;
 mod settings;
+mod sharing;
 mod state;
 pub(crate) mod target;
 
@@ -60,6 +62,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(filters::router())
         .merge(control::router())
         .merge(fleet::router())
+        .merge(sharing::router())
+        .merge(addresses::router())
         .merge(events::router())
         .merge(callbacks::router())
         .merge(callback_secrets::router())

@@ -11,6 +11,7 @@ use crate::events::Events;
 use crate::fleet::Fleet;
 use crate::metrics::Metrics;
 use crate::settings::SettingsService;
+use crate::sharing::Sharing;
 use crate::store::Store;
 
 /// What every HTTP handler can reach.
@@ -31,4 +32,6 @@ pub struct AppState {
     pub auth: Auth,
     /// The guard rails of bans and allowlists.
     pub guards: Arc<Guards>,
+    /// Sharing policies and the shared bans they make.
+    pub sharing: Sharing,
 }

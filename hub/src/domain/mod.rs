@@ -9,6 +9,7 @@ mod guards;
 mod names;
 mod server;
 mod settings;
+pub mod sharing;
 
 pub use agent_cert::{SignedAgentCert, sha256_hex};
 pub use guards::{GuardViolation, Guards, PrefixLimits};

@@ -34,6 +34,7 @@ mod migration;
 mod places;
 mod servers;
 mod settings;
+pub mod sharing;
 mod sql;
 mod sqlite_memory;
 mod writer;

@@ -41,7 +41,9 @@ const HUB: Layering = Layering {
         ("http", &["ui", "api", "serve"]),
         (
             "services",
-            &["fleet", "alerts", "events", "settings", "auth", "cluster"],
+            &[
+                "sharing", "fleet", "alerts", "events", "settings", "auth", "cluster",
+            ],
         ),
         ("support", &["config", "hub_addresses", "pki", "metrics"]),
         ("store", &["store"]),
@@ -55,6 +57,8 @@ const HUB: Layering = Layering {
         ("fleet", "settings"),
         ("fleet", "cluster"),
         ("alerts", "events"),
+        ("sharing", "fleet"),
+        ("sharing", "events"),
         ("alerts", "settings"),
         ("events", "cluster"),
         ("hub_addresses", "config"),
