@@ -74,7 +74,7 @@ const AGENT: Layering = Layering {
     layers: &[
         ("binary", &["main"]),
         ("session", &["link"]),
-        ("features", &["action", "relay", "reconcile"]),
+        ("features", &["action", "relay", "reconcile", "shared_bans"]),
         ("drivers", &["fail2ban_files", "spool", "fail2ban"]),
         ("foundation", &["enroll", "tls", "config"]),
         ("root", &["lib"]),
