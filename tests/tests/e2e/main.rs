@@ -32,6 +32,7 @@ mod replicas;
 mod rollups;
 mod security;
 mod settings;
+mod sharing;
 mod store;
 mod ui;
 mod ui_browser;

@@ -50,3 +50,6 @@ impl Store {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -40,3 +40,7 @@ export type RestartResult = S['RestartResult'];
 export type Problem = S['Problem'];
 export type TestEmailBody = S['TestEmailBody'];
 export type TestEmailResult = S['TestEmailResult'];
+export type SharingPolicy = S['PolicyDto'];
+export type SharingPolicyBody = S['PolicyBody'];
+export type SharedBan = S['SharedBanDto'];
+export type AddressView = S['AddressDto'];
