@@ -19,8 +19,6 @@ use crate::store::sharing::TargetWork;
 
 /// How often every replica retries what its agents have not confirmed.
 const RETRY_EVERY: Duration = Duration::from_secs(5);
-/// Targets told at once by one pass.
-const PARALLEL: usize = 64;
 
 /// One lock per target server, so a target is told one thing at a time by this replica.
 #[derive(Debug, Default)]
@@ -47,14 +45,39 @@ fn sync_of(work: &TargetWork, full: bool) -> SharedBanSync {
 }
 
 impl Sharing {
-    /// Tells each of `targets` what changed, waiting for their answers.
-    pub(super) async fn deliver_now(&self, targets: Vec<ServerId>) {
-        use futures::StreamExt as _;
-        futures::stream::iter(targets)
-            .for_each_concurrent(PARALLEL, |target| async move {
-                self.deliver(target, false).await;
-            })
-            .await;
+    /// Tells each of `targets` what changed, all at once, waiting for their answers: their work is
+    /// read, and what they confirmed settled, in a few statements for all of them.
+    pub(super) async fn deliver_now(&self, mut targets: Vec<ServerId>) {
+        targets.sort();
+        targets.dedup();
+        if targets.is_empty() {
+            return;
+        }
+        // Each target is told one thing at a time; the locks are taken in one order.
+        let locks: Vec<_> = targets.iter().map(|t| self.0.target_locks.of(*t)).collect();
+        let mut held = Vec::with_capacity(locks.len());
+        for lock in &locks {
+            held.push(lock.lock().await);
+        }
+        let now = Utc::now().timestamp_millis();
+        let works = match self.0.store.shared_work_many(&targets, now).await {
+            Ok(works) => works,
+            Err(e) => {
+                tracing::warn!(error = %e, "sharing: cannot read the targets' shared bans; the next pass retries");
+                return;
+            }
+        };
+        let sent = futures::future::join_all(
+            works
+                .iter()
+                .map(|work| async move { self.send(work, false).await.then_some(work) }),
+        )
+        .await;
+        let told: Vec<&TargetWork> = sent.into_iter().flatten().collect();
+        let now = Utc::now().timestamp_millis();
+        if let Err(e) = self.0.store.settle_shared_works(&told, now).await {
+            tracing::warn!(error = %e, "sharing: cannot record deliveries; they are sent again");
+        }
     }
 
     /// Tells `target` what changed (or, with `full`, every shared ban it should hold) and settles
@@ -70,10 +93,23 @@ impl Sharing {
                 return;
             }
         };
-        if work.is_empty() && work.pending_ids.is_empty() && work.lift_ids.is_empty() {
-            return;
+        if self.send(&work, full).await {
+            let now = Utc::now().timestamp_millis();
+            if let Err(e) = self.0.store.settle_shared_work(&work, now).await {
+                tracing::warn!(%target, error = %e, "sharing: cannot record a delivery; it is sent again");
+            }
         }
-        let sync = sync_of(&work, full);
+    }
+
+    /// Sends `work` to its target; whether the target's agent confirmed it.
+    async fn send(&self, work: &TargetWork, full: bool) -> bool {
+        let Some(target) = work.target else {
+            return false;
+        };
+        if work.is_empty() && work.pending_ids.is_empty() && work.lift_ids.is_empty() {
+            return false;
+        }
+        let sync = sync_of(work, full);
         match self
             .0
             .fleet
@@ -85,21 +121,23 @@ impl Sharing {
                     tracing::warn!(%target, refused = ?report.refused, "the agent refused shared bans");
                 }
                 tracing::debug!(%target, full, held = report.held, added = report.added, lifted = report.lifted, "shared bans delivered");
-                let now = Utc::now().timestamp_millis();
-                if let Err(e) = self.0.store.settle_shared_work(&work, now).await {
-                    tracing::warn!(%target, error = %e, "sharing: cannot record a delivery; it is sent again");
-                }
+                true
             }
             Err(FleetError::Offline | FleetError::SessionEnded | FleetError::NotEnrolled) => {
                 tracing::debug!(%target, "shared bans wait for the target's agent");
+                false
             }
             Err(FleetError::Agent {
                 kind: AgentErrorKind::Unsupported,
                 ..
             }) => {
                 tracing::debug!(%target, "the target's agent does not hold shared bans; upgrade it");
+                false
             }
-            Err(e) => tracing::warn!(%target, error = %e, "shared bans not delivered; retrying"),
+            Err(e) => {
+                tracing::warn!(%target, error = %e, "shared bans not delivered; retrying");
+                false
+            }
         }
     }
 

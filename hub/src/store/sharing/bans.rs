@@ -2,7 +2,7 @@
 //! to deliver (bans to hold, addresses to lift), settled once the target's agent confirmed, lifted,
 //! expired, and listed for the views.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
@@ -264,6 +264,98 @@ impl Store {
                 .collect();
         }
         Ok(work)
+    }
+
+    /// What changed for each of `targets` (as [`Store::shared_work`] without `full`), read in a
+    /// few statements for all of them: the engine's delivery right after a match.
+    pub async fn shared_work_many(
+        &self,
+        targets: &[ServerId],
+        now_ms: i64,
+    ) -> Result<Vec<TargetWork>, StoreError> {
+        let mut works: BTreeMap<String, TargetWork> = BTreeMap::new();
+        for chunk in targets.chunks(IN_CHUNK) {
+            let ids: Vec<String> = chunk.iter().map(ToString::to_string).collect();
+            let changed = shared_ban::Entity::find()
+                .filter(shared_ban::Column::TargetServer.is_in(ids.iter().cloned()))
+                .filter(
+                    shared_ban::Column::LiftPending
+                        .eq(true)
+                        .or(shared_ban::Column::Status.eq("pending")),
+                )
+                .all(&self.db)
+                .await?;
+            let mut ips: Vec<String> = changed.iter().map(|r| r.ip.clone()).collect();
+            ips.sort();
+            ips.dedup();
+            let mut dirty: HashSet<(String, String)> = HashSet::new();
+            for row in &changed {
+                let work = works.entry(row.target_server.clone()).or_default();
+                if row.lift_pending {
+                    work.lift_ids.push(row.id);
+                }
+                if row.status == "pending" {
+                    work.pending_ids.push(row.id);
+                }
+                dirty.insert((row.target_server.clone(), row.ip.clone()));
+            }
+            for ip_chunk in ips.chunks(IN_CHUNK) {
+                let rows = shared_ban::Entity::find()
+                    .filter(shared_ban::Column::TargetServer.is_in(ids.iter().cloned()))
+                    .filter(shared_ban::Column::Ip.is_in(ip_chunk.iter().cloned()))
+                    .all(&self.db)
+                    .await?;
+                for row in &rows {
+                    if !dirty.contains(&(row.target_server.clone(), row.ip.clone()))
+                        || !is_active(row, now_ms)
+                    {
+                        continue;
+                    }
+                    works
+                        .entry(row.target_server.clone())
+                        .or_default()
+                        .holds
+                        .entry(row.ip.clone())
+                        .and_modify(|(at, _)| *at = later(*at, row.expires_at))
+                        .or_insert_with(|| (row.expires_at, reason(row)));
+                }
+            }
+            for (target, ip) in dirty {
+                let work = works.entry(target).or_default();
+                if !work.holds.contains_key(&ip) && !work.lifts.contains(&ip) {
+                    work.lifts.push(ip);
+                }
+            }
+        }
+        works
+            .into_iter()
+            .map(|(target, mut work)| {
+                work.target =
+                    Some(ServerId::parse(&target).map_err(|_| corrupt("a shared ban's target"))?);
+                work.lifts.sort();
+                Ok(work)
+            })
+            .collect()
+    }
+
+    /// Marks the rows of `works` told, in a few statements for all of them.
+    pub async fn settle_shared_works(
+        &self,
+        works: &[&TargetWork],
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let all = TargetWork {
+            pending_ids: works
+                .iter()
+                .flat_map(|w| w.pending_ids.iter().copied())
+                .collect(),
+            lift_ids: works
+                .iter()
+                .flat_map(|w| w.lift_ids.iter().copied())
+                .collect(),
+            ..TargetWork::default()
+        };
+        self.settle_shared_work(&all, now_ms).await
     }
 
     /// Marks the rows of `work` told: pending ones delivered, lifts confirmed.

@@ -117,6 +117,10 @@ async fn a_target_is_told_what_changed_then_settled_and_lifts_keep_other_bans_of
 
     // The expired one is never sent; the address held twice is held until lifted.
     let work = store.shared_work(b, false, now).await.expect("work");
+    let many = store.shared_work_many(&[b, c], now).await.expect("work");
+    assert_eq!(many.len(), 1, "only B has work: {many:?}");
+    assert_eq!(many[0].holds, work.holds);
+    assert_eq!(many[0].lifts, work.lifts);
     assert_eq!(work.holds.len(), 1, "{work:?}");
     assert_eq!(work.holds["203.0.113.7"].0, None);
     assert!(work.lifts.contains(&"203.0.113.8".to_owned()), "{work:?}");
