@@ -4,7 +4,8 @@
 //! once C's agent comes back, while a shared ban that expired meanwhile is not; B's own report of
 //! the shared ban is never shared again (no echo) and is shown with its origin; an unban at the
 //! origin and "unban everywhere" lift the shared bans; a ban of the hub's own address is recorded
-//! skipped and never sent; and bad policies are refused with field-named 422s.
+//! skipped and never sent; bad policies are refused with field-named 422s; and with two hub
+//! replicas on PostgreSQL each origin ban is shared exactly once per target.
 
 use std::ffi::OsStr;
 use std::time::Duration;
@@ -413,4 +414,153 @@ async fn bad_policies_are_refused_with_the_field_named_and_change_nothing() {
     let (status, problem) = fleet.api().get("/api/addresses/not-an-ip").await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
     assert_eq!(problem["field"], "ip");
+}
+
+/// Two hub replicas on one PostgreSQL behind a balancer, with three agents spread over them: the
+/// policy saved on one replica shares the bans an agent held by either replica reports, each origin
+/// ban exactly once per target (no shared ban lost or doubled), delivered to targets whichever
+/// replica holds them, and the engine runs on one replica at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_share_each_origin_ban_once() {
+    use banhub_tests::agent::{relay_addr, relay_secret};
+    use banhub_tests::balancer::Balancer;
+    use banhub_tests::enrolled::EnrolledAgent;
+    use banhub_tests::hub::HubProcess;
+    use banhub_tests::postgres::PostgresServer;
+
+    let pg = PostgresServer::start().unwrap_or_else(|e| panic!("PostgreSQL: {e:#}"));
+    let url = pg
+        .create_database("banhub_sharing")
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", pg.logs()));
+    let ca = tempfile::tempdir().expect("CA directory");
+    let balancer = Balancer::start().expect("balancer");
+    let replica = |id: &str| {
+        HubProcess::builder()
+            .database_url(&url)
+            .ca_dir(ca.path())
+            .env("BANHUB_CLUSTER__REPLICA_ID", id)
+            .env("BANHUB_CLUSTER__LEASE_TTL_SECS", "3")
+            .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
+            .arg("--grpc-advertise")
+            .arg(balancer.addr().to_string())
+            .start()
+            .unwrap_or_else(|e| panic!("replica {id} starts: {e:#}"))
+    };
+    let (a, b) = (replica("a"), replica("b"));
+    balancer.set_backends(&[a.grpc_addr(), b.grpc_addr()]);
+    let mut hosts = Vec::new();
+    for (i, name) in ["o", "t1", "t2"].into_iter().enumerate() {
+        let hub = if i % 2 == 0 { &a } else { &b };
+        let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
+        let EnrolledAgent {
+            server_id,
+            agent,
+            state,
+        } = EnrolledAgent::register(&hub.client(), &hub.url(""), name, &sandbox, &[])
+            .await
+            .expect("agent enrolled and started");
+        hosts.push(TestHost {
+            name: name.to_owned(),
+            id: server_id,
+            sandbox,
+            agent,
+            state,
+        });
+    }
+    let logs = |hosts: &[TestHost]| {
+        let mut out = format!("--- a ---\n{}\n--- b ---\n{}", a.logs(), b.logs());
+        for h in hosts {
+            out.push_str(&format!("\n--- {} ---\n{}", h.name, h.agent.logs()));
+        }
+        out
+    };
+    wait_until_online(&a, hosts.len()).await;
+    for host in &hosts[1..] {
+        install_action(host);
+    }
+    let (status, policy) = a
+        .api()
+        .post(
+            "/api/sharing/policies",
+            &json!({"name": "all", "sources": {"all": true}, "targets": {"all": true},
+                    "duration": {"mode": "fixed", "seconds": 3600}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{policy}");
+
+    // The origin reports bans through its relay, as fail2ban's action would.
+    let origin = &hosts[0];
+    let relay = relay_addr(&origin.state_dir()).expect("relay address");
+    let secret = relay_secret(&origin.state_dir()).expect("relay secret");
+    let ips: Vec<String> = (0..20).map(|i| format!("198.51.100.{}", 10 + i)).collect();
+    let client = reqwest::Client::new();
+    for ip in &ips {
+        let response = client
+            .post(format!("http://{relay}/api/ban"))
+            .header("X-Callback-Secret", &secret)
+            .json(
+                &json!({"serverId": "ignored", "ip": ip, "jail": "testauth", "hostname": "o",
+                          "failures": 3, "logs": [format!("Failed login for root from {ip}")]}),
+            )
+            .send()
+            .await
+            .expect("relay answers");
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let delivered = wait_for_async(DEADLINE, "every shared ban delivered", || async {
+        let (_, bans) = b.api().get("/api/sharing/bans?limit=1000").await;
+        let bans = bans.as_array()?.clone();
+        (bans.len() == 2 * ips.len() && bans.iter().all(|x| x["status"] == "delivered"))
+            .then_some(bans)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", logs(&hosts)));
+    let mut pairs: Vec<(String, String)> = delivered
+        .iter()
+        .map(|x| {
+            (
+                x["ip"].as_str().unwrap_or_default().to_owned(),
+                x["serverId"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    pairs.sort();
+    pairs.dedup();
+    assert_eq!(
+        pairs.len(),
+        2 * ips.len(),
+        "one shared ban per origin ban and target"
+    );
+    for host in &hosts[1..] {
+        let held = banned(host, SHARED);
+        for ip in &ips {
+            assert!(
+                held.contains(ip.as_str()),
+                "{} holds {ip}: {held}",
+                host.name
+            );
+        }
+    }
+    // The engine ran on one replica at a time: one replica has led it.
+    let (_, cluster) = a.api().get("/api/cluster").await;
+    let leaders: Vec<&Value> = cluster["jobs"]
+        .as_array()
+        .map(|jobs| jobs.iter().filter(|j| j["job"] == "sharing").collect())
+        .unwrap_or_default();
+    assert_eq!(leaders.len(), 1, "{cluster}");
+}
+
+/// Waits until `hub` reports `n` servers online.
+async fn wait_until_online(hub: &banhub_tests::hub::HubProcess, n: usize) {
+    wait_for_async(DEADLINE, "every agent online", || async {
+        let (_, servers) = hub.api().get("/api/servers").await;
+        let online = servers
+            .as_array()?
+            .iter()
+            .filter(|s| s["status"] == "online")
+            .count();
+        (online == n).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", hub.logs()));
 }
