@@ -16,5 +16,6 @@ pub mod pki;
 pub mod protected;
 pub mod serve;
 pub mod settings;
+pub mod sharing;
 pub mod store;
 pub mod ui;

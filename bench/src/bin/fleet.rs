@@ -7,6 +7,8 @@
 //! Scenarios (`--scenario`, several allowed):
 //! * `sessions`: N agents (10,000) on one hub with heartbeats: hub memory per session, idle CPU.
 //! * `fleet-ban`: fleet-wide bans over N online agents (1,000): time until every ack is back.
+//! * `share`: a sharing policy over N online agents (1,000): from one agent's ban event to each
+//!   other agent receiving the shared ban (`SyncSharedBans`).
 //! * `replicas`: ingest with one hub replica and with two on one PostgreSQL (agents split), in
 //!   alternating phases of one run; CPU per 1,000 events of the hubs, PostgreSQL and the simulator.
 //! * `agent`: resident memory and CPU of an idle real `banhub-agent`, and the binary sizes.
@@ -30,8 +32,8 @@ use banhub_proto::v1::agent_gateway_client::AgentGatewayClient;
 use banhub_proto::v1::enrollment_client::EnrollmentClient;
 use banhub_proto::v1::{
     AgentFrame, BanChange, CommandError, CommandResult, EnrollRequest, ErrorCode, Event,
-    EventBatch, EventKind, EventSource, Heartbeat, Hello, HubFrame, Pong, SpoolHead, agent_frame,
-    command, command_result, hub_frame,
+    EventBatch, EventKind, EventSource, Heartbeat, Hello, HubFrame, Pong, SharedBanReport,
+    SpoolHead, agent_frame, command, command_result, hub_frame,
 };
 use banhub_tests::agent::AgentProcess;
 use banhub_tests::fail2ban::Fail2banSandbox;
@@ -48,6 +50,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 enum Scenario {
     Sessions,
     FleetBan,
+    Share,
     Replicas,
     Agent,
     Simulate,
@@ -67,7 +70,7 @@ struct Args {
     /// Agents for `fleet-ban`.
     #[arg(long, default_value_t = 1000)]
     ban_agents: usize,
-    /// Fleet-wide bans timed by `fleet-ban`.
+    /// Fleet-wide bans timed by `fleet-ban`, and origin bans timed by `share`.
     #[arg(long, default_value_t = 30)]
     ban_rounds: usize,
     /// Agents for `replicas`.
@@ -236,6 +239,8 @@ struct Counters {
     events_sent: AtomicU64,
     events_acked: AtomicU64,
     failures: AtomicU64,
+    /// Each shared ban received (`SyncSharedBans`), with when.
+    shared: std::sync::Mutex<Vec<(String, Instant)>>,
 }
 
 /// How a simulated agent reports events.
@@ -255,6 +260,8 @@ struct Agent {
     hub: SocketAddr,
     counters: Arc<Counters>,
     load: watch::Receiver<Load>,
+    /// Addresses this agent reports a ban of at once (the origin of `share`).
+    origin: Option<mpsc::UnboundedReceiver<String>>,
     stop: tokio_util::sync::CancellationToken,
 }
 
@@ -389,6 +396,11 @@ impl Agent {
                     match frame.body {
                         Some(hub_frame::Body::Command(command)) => {
                             self.counters.commands.fetch_add(1, Ordering::Relaxed);
+                            if let Some(command::Kind::SyncSharedBans(sync)) = &command.kind {
+                                let at = Instant::now();
+                                let mut shared = self.counters.shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                                shared.extend(sync.bans.iter().map(|b| (b.ip.clone(), at)));
+                            }
                             tx.send(send(agent_frame::Body::Result(answer(command)))).await?;
                         }
                         Some(hub_frame::Body::Ack(ack)) if ack.epoch == spool.epoch => {
@@ -409,6 +421,11 @@ impl Agent {
                         sent_at_unix_ms: chrono::Utc::now().timestamp_millis(),
                     }))).await?;
                 }
+                Some(ip) = next_origin(&mut self.origin) => {
+                    let event = spool.write_ip(&self.creds.name, &ip);
+                    self.counters.events_sent.fetch_add(1, Ordering::Relaxed);
+                    tx.send(send(agent_frame::Body::Events(EventBatch { epoch: spool.epoch, events: vec![event] }))).await?;
+                }
                 () = sleep_until(event_due) => {
                     let count = match load { Load::Flood(n) => n, _ => 1 };
                     let events: Vec<Event> = (0..count).map(|_| spool.write(&self.creds.name)).collect();
@@ -421,6 +438,14 @@ impl Agent {
                 }
             }
         }
+    }
+}
+
+/// The next address the origin agent is to report; never, for the others.
+async fn next_origin(origin: &mut Option<mpsc::UnboundedReceiver<String>>) -> Option<String> {
+    match origin {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -449,6 +474,14 @@ fn answer(command: banhub_proto::v1::Command) -> CommandResult {
                 ban.jail
             }],
         }),
+        Some(command::Kind::SyncSharedBans(sync)) => {
+            command_result::Outcome::SharedBans(SharedBanReport {
+                held: sync.bans.len() as u32,
+                added: sync.bans.len() as u32,
+                lifted: sync.lift.len() as u32,
+                ..SharedBanReport::default()
+            })
+        }
         Some(command::Kind::Ping(_)) => command_result::Outcome::Pong(Pong {
             fail2ban_version: "1.0.2".into(),
             fail2ban_latency_us: 50,
@@ -487,8 +520,6 @@ impl Spool {
     }
 
     fn write(&mut self, host: &str) -> Event {
-        let seq = self.next_seq;
-        self.next_seq += 1;
         let n = rand::random::<u32>();
         let ip = format!(
             "10.{}.{}.{}",
@@ -496,10 +527,16 @@ impl Spool {
             (n >> 8) & 0xff,
             (n & 0xfe) + 1
         );
+        self.write_ip(host, &ip)
+    }
+
+    fn write_ip(&mut self, host: &str, ip: &str) -> Event {
+        let seq = self.next_seq;
+        self.next_seq += 1;
         let event = Event {
             seq,
             kind: EventKind::Ban.into(),
-            ip: ip.clone(),
+            ip: ip.to_owned(),
             jail: "sshd".into(),
             hostname: host.into(),
             failures: 5,
@@ -522,6 +559,8 @@ impl Spool {
 struct Fleet {
     counters: Arc<Counters>,
     load: watch::Sender<Load>,
+    /// Makes the first agent report a ban of an address.
+    origin: mpsc::UnboundedSender<String>,
     stop: tokio_util::sync::CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -544,6 +583,8 @@ impl Fleet {
         let mut tasks = Vec::with_capacity(n);
         // Connecting is CPU-bound (TLS handshakes on both sides): a few at a time.
         let connecting = Arc::new(Semaphore::new(64));
+        let (origin_tx, origin_rx) = mpsc::unbounded_channel();
+        let mut origin_rx = Some(origin_rx);
         for (i, creds) in creds.into_iter().enumerate() {
             let agent = Agent {
                 creds,
@@ -551,6 +592,7 @@ impl Fleet {
                 hub: hubs[i % hubs.len()],
                 counters: counters.clone(),
                 load: load_rx.clone(),
+                origin: origin_rx.take(),
                 stop: stop.clone(),
             };
             let connecting = connecting.clone();
@@ -590,6 +632,7 @@ impl Fleet {
         Ok(Self {
             counters,
             load: load_tx,
+            origin: origin_tx,
             stop,
             tasks,
         })
@@ -782,6 +825,101 @@ async fn fleet_ban(args: &Args) -> anyhow::Result<()> {
     println!(
         "commands answered by the simulated agents: {}",
         fleet.counters.commands.load(Ordering::Relaxed)
+    );
+    fleet.stop().await;
+    Ok(())
+}
+
+/// A sharing policy (every server to every other) over `ban_agents` simulated agents: the first one
+/// reports a ban, and each other one's `SyncSharedBans` with it is timed from the report.
+async fn share(args: &Args) -> anyhow::Result<()> {
+    let n = args.ban_agents;
+    println!(
+        "== share: origin ban to shared ban on {} targets (one hub, SQLite)",
+        n - 1
+    );
+    let ca = tempfile::tempdir()?;
+    let hub = hub_with(args, &[], None, ca.path())?;
+    let pem = ca_pem(ca.path())?;
+    let creds = enroll_many(
+        &hub.client(),
+        &hub.http_url(),
+        hub.grpc_addr(),
+        &pem,
+        "h",
+        n,
+    )
+    .await?;
+    let fleet = Fleet::start(creds, &pem, &[hub.grpc_addr()], Load::Idle).await?;
+    wait_online(&hub, n).await?;
+    let client = hub.client();
+    let policy = client
+        .post(hub.url("/api/sharing/policies"))
+        .json(
+            &json!({"name": "bench", "sources": {"all": true}, "targets": {"all": true},
+                      "duration": {"mode": "fixed", "seconds": 3600}}),
+        )
+        .send()
+        .await?;
+    if !policy.status().is_success() {
+        bail!(
+            "creating the policy: {} {}",
+            policy.status(),
+            policy.text().await?
+        );
+    }
+    let targets = n - 1;
+    let (mut each, mut last) = (Vec::new(), Vec::new());
+    for round in 0..args.ban_rounds + 2 {
+        let ip = format!("198.51.100.{}", round % 250 + 1);
+        let started = Instant::now();
+        fleet.origin.send(ip.clone())?;
+        let arrivals = loop {
+            let arrivals: Vec<Duration> = {
+                let shared = fleet
+                    .counters
+                    .shared
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                shared
+                    .iter()
+                    .filter(|(shared_ip, _)| *shared_ip == ip)
+                    .map(|(_, at)| at.saturating_duration_since(started))
+                    .collect()
+            };
+            if arrivals.len() >= targets {
+                break arrivals;
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                bail!(
+                    "round {round}: {} of {targets} targets got the shared ban",
+                    arrivals.len()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        // The first two warm caches up; they are not counted.
+        if round >= 2 {
+            last.push(arrivals.iter().copied().max().unwrap_or_default());
+            each.extend(arrivals);
+        }
+    }
+    each.sort();
+    last.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "origin ban event to SyncSharedBans on each target ({targets} targets x {} bans): p50 {:.0} ms, p90 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+        last.len(),
+        ms(percentile(&each, 0.5)),
+        ms(percentile(&each, 0.9)),
+        ms(percentile(&each, 0.99)),
+        ms(percentile(&each, 1.0)),
+    );
+    println!(
+        "origin ban event to the last target's SyncSharedBans: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+        ms(percentile(&last, 0.5)),
+        ms(percentile(&last, 0.99)),
+        ms(percentile(&last, 1.0)),
     );
     fleet.stop().await;
     Ok(())
@@ -1129,6 +1267,7 @@ fn main() -> anyhow::Result<()> {
             match scenario {
                 Scenario::Sessions => sessions(&args).await?,
                 Scenario::FleetBan => fleet_ban(&args).await?,
+                Scenario::Share => share(&args).await?,
                 Scenario::Replicas => replicas(&args).await?,
                 Scenario::Agent => agent(&args).await?,
                 Scenario::Simulate => simulate(&args).await?,

@@ -2,6 +2,7 @@
 //! OpenAPI document generated from the handlers (`/api/openapi.json`, browsable at `/api/docs`).
 
 mod access;
+mod addresses;
 mod alerts;
 mod audit;
 mod auth;
@@ -22,6 +23,7 @@ mod protected;
 mod schemas;
 mod servers;
 mod settings;
+mod sharing;
 mod state;
 pub(crate) mod target;
 
@@ -63,6 +65,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(control::router())
         .merge(fleet::router())
         .merge(protected::router())
+        .merge(sharing::router())
+        .merge(addresses::router())
         .merge(events::router())
         .merge(callbacks::router())
         .merge(callback_secrets::router())

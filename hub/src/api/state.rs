@@ -13,6 +13,7 @@ use crate::fleet::Fleet;
 use crate::metrics::Metrics;
 use crate::protected::Protection;
 use crate::settings::SettingsService;
+use crate::sharing::Sharing;
 use crate::store::Store;
 
 /// What every HTTP handler can reach.
@@ -37,4 +38,6 @@ pub struct AppState {
     pub protection: Protection,
     /// Blocklist feeds for edge firewalls and their tokens.
     pub feeds: Feeds,
+    /// Sharing policies and the shared bans they make.
+    pub sharing: Sharing,
 }

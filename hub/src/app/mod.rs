@@ -27,6 +27,7 @@ use crate::metrics::Metrics;
 use crate::pki::{Ca, PkiError, RevocationList, server_tls_config};
 use crate::protected::{Protection, ProtectionParts};
 use crate::settings::{SecretsKey, SettingsError, SettingsService};
+use crate::sharing::Sharing;
 use crate::store::{Store, StoreError};
 
 /// Why the hub could not start.
@@ -179,6 +180,13 @@ impl App {
             events.clone(),
             shutdown.clone(),
         );
+        let sharing = Sharing::new(
+            store.clone(),
+            fleet.clone(),
+            events.clone(),
+            Arc::clone(&guards),
+            shutdown.clone(),
+        );
         tracing::info!(
             database = store.backend_name(),
             data_dir = %config.data_dir.display(),
@@ -200,6 +208,7 @@ impl App {
                 guards,
                 protection,
                 feeds,
+                sharing,
             },
             http,
             grpc,

@@ -33,6 +33,7 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         alerts,
         protection,
         feeds,
+        sharing,
         ..
     } = state;
 
@@ -61,6 +62,17 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         "alerts",
         run_singleton(cluster.clone(), jobs::ALERTS, move |_| worker.clone().run()),
     );
+
+    // The sharing engine matches committed bans once across replicas; every replica delivers to
+    // the agents it holds.
+    let engine = sharing.clone();
+    spawn(
+        "sharing",
+        run_singleton(cluster.clone(), jobs::SHARING, move |_| {
+            engine.clone().run()
+        }),
+    );
+    spawn("sharing_delivery", sharing.clone().run_delivery());
 
     // On every replica: the fleet's own passes, and the retention setting (it sets local state).
     spawn("seen_writer", fleet.clone().run_seen_writer());

@@ -14,6 +14,7 @@ mod m0010_event_text_pg;
 mod m0011_rollup_pending;
 mod m0012_drop_event_text_pg;
 mod m0013_event_text_pg;
+mod m0014_sharing;
 mod m0015_protected_networks;
 mod m0016_feeds;
 
@@ -63,6 +64,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0011_rollup_pending::M0011RollupPending),
             Box::new(m0012_drop_event_text_pg::M0012DropEventTextPg),
             Box::new(m0013_event_text_pg::M0013EventTextPg),
+            Box::new(m0014_sharing::M0014Sharing),
             Box::new(m0015_protected_networks::M0015ProtectedNetworks),
             Box::new(m0016_feeds::M0016Feeds),
         ]

@@ -2,4 +2,5 @@
 //! correctness and print their figures (`bench/README.md` has the commands and the current figures).
 
 mod agent_commands;
+mod sharing;
 mod spool;

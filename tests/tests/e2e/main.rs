@@ -35,6 +35,7 @@ mod rollups;
 mod security;
 mod settings;
 mod shared_jail;
+mod sharing;
 mod store;
 mod ui;
 mod ui_browser;

@@ -42,6 +42,7 @@ const HUB: Layering = Layering {
         (
             "services",
             &[
+                "sharing",
                 "protected",
                 "fleet",
                 "alerts",
@@ -66,6 +67,8 @@ const HUB: Layering = Layering {
         ("fleet", "settings"),
         ("fleet", "cluster"),
         ("alerts", "events"),
+        ("sharing", "fleet"),
+        ("sharing", "events"),
         ("alerts", "settings"),
         ("feeds", "events"),
         ("events", "cluster"),

@@ -19,3 +19,6 @@ pub mod protected_network;
 pub mod server;
 pub mod session;
 pub mod settings_row;
+pub mod shared_ban;
+pub mod sharing_policy;
+pub mod sharing_state;

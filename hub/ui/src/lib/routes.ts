@@ -13,6 +13,8 @@ export type Route =
   | { name: 'audit' }
   | { name: 'protected' }
   | { name: 'feeds' }
+  | { name: 'sharing' }
+  | { name: 'address'; ip: string }
   | { name: 'login' }
   | { name: 'not-found'; path: string };
 
@@ -40,10 +42,13 @@ export function parseRoute(path: string): Route {
     case 'audit':
     case 'protected':
     case 'feeds':
+    case 'sharing':
     case 'login':
       return second === undefined ? { name: head } : { name: 'not-found', path };
     case 'jails':
       return second === undefined ? { name: 'jails' } : { name: 'jail', jail: second };
+    case 'addresses':
+      return second === undefined ? { name: 'not-found', path } : { name: 'address', ip: second };
     default:
       return { name: 'not-found', path };
   }
@@ -64,6 +69,8 @@ export function pathOf(route: Route): string {
       return '/';
     case 'jail':
       return `/jails/${encodeURIComponent(route.jail)}`;
+    case 'address':
+      return `/addresses/${encodeURIComponent(route.ip)}`;
     case 'not-found':
       return route.path;
     default:

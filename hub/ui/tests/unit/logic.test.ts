@@ -50,6 +50,10 @@ describe('routes', () => {
     expect(parseRoute('/feeds/edge')).toEqual({ name: 'not-found', path: '/feeds/edge' });
     expect(pathOf({ name: 'jail', jail: 'a b' })).toBe('/jails/a%20b');
     expect(parseRoute(pathOf({ name: 'jail', jail: 'a b' }))).toEqual({ name: 'jail', jail: 'a b' });
+    expect(parseRoute('/sharing')).toEqual({ name: 'sharing' });
+    expect(pathOf({ name: 'address', ip: '203.0.113.0/24' })).toBe('/addresses/203.0.113.0%2F24');
+    expect(parseRoute(pathOf({ name: 'address', ip: '203.0.113.0/24' }))).toEqual({ name: 'address', ip: '203.0.113.0/24' });
+    expect(parseRoute('/addresses')).toEqual({ name: 'not-found', path: '/addresses' });
   });
 
   it('only returns to app paths after login', () => {

@@ -45,3 +45,7 @@ export type FeedBody = S['FeedBody'];
 export type FeedPreview = S['PreviewDto'];
 export type FeedToken = S['FeedTokenDto'];
 export type CreatedFeedToken = S['CreatedFeedToken'];
+export type SharingPolicy = S['PolicyDto'];
+export type SharingPolicyBody = S['PolicyBody'];
+export type SharedBan = S['SharedBanDto'];
+export type AddressView = S['AddressDto'];

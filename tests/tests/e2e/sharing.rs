@@ -1,0 +1,566 @@
+//! Sharing policies end to end, with three real fail2ban hosts and their agents (each with the
+//! banhub action and the `banhub-shared` jail installed): a ban from a log line on host A is banned
+//! in B's fail2ban (its shared jail's banned list and its ban action's `actions.txt`) and in C's
+//! once C's agent comes back, while a shared ban that expired meanwhile is not; B's own report of
+//! the shared ban is never shared again (no echo) and is shown with its origin; an unban at the
+//! origin and "unban everywhere" lift the shared bans; a ban of the hub's own address is recorded
+//! skipped and never sent; bad policies are refused with field-named 422s; and with two hub
+//! replicas on PostgreSQL each origin ban is shared exactly once per target.
+
+use std::ffi::OsStr;
+use std::time::Duration;
+
+use banhub_tests::agent::run_command;
+use banhub_tests::client::ServerStatus;
+use banhub_tests::fail2ban::Fail2banSandbox;
+use banhub_tests::wait::{wait_for_async, wait_until};
+use banhub_tests::{TestFleet, TestHost};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(45);
+const SHARED: &str = "banhub-shared";
+
+/// Installs the banhub action and the shared-ban jail on `host`'s fail2ban.
+fn install_action(host: &TestHost) {
+    let relay = host.state_dir().join("relay.json");
+    wait_until(DEADLINE, "the relay to listen", || relay.exists()).expect("relay.json");
+    let conf = host.sandbox.conf_dir();
+    let state = host.state_dir();
+    let socket = host.sandbox.socket_path();
+    let args: Vec<&OsStr> = vec![
+        OsStr::new("install-action"),
+        OsStr::new("--config-dir"),
+        conf.as_os_str(),
+        OsStr::new("--state-dir"),
+        state.as_os_str(),
+        OsStr::new("--fail2ban-socket"),
+        socket.as_os_str(),
+    ];
+    let out = run_command(&args, &[]).expect("the agent binary runs");
+    assert!(
+        out.status.success(),
+        "install-action on {}: {}\n{}\n{}",
+        host.name,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        host.sandbox.logs()
+    );
+}
+
+/// A hub and the hosts `a`, `b`, `c`, each online with the action and the shared jail installed.
+async fn start() -> TestFleet {
+    let hub = TestFleet::hub_builder().start().expect("hub starts");
+    let mut fleet = TestFleet::on(hub);
+    for name in ["a", "b", "c"] {
+        let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
+        let host = fleet
+            .add_host(name, sandbox, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{name} comes online: {e:#}"));
+        install_action(host);
+    }
+    fleet
+}
+
+/// The addresses `host`'s fail2ban bans in `jail`.
+fn banned(host: &TestHost, jail: &str) -> String {
+    host.sandbox
+        .client(&["get", jail, "banned"])
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", host.sandbox.logs()))
+}
+
+fn wait_banned(fleet: &TestFleet, host: &TestHost, ip: &str, want: bool) {
+    wait_until(
+        DEADLINE,
+        &format!("{ip} banned={want} in {}'s shared jail", host.name),
+        || banned(host, SHARED).contains(ip) == want,
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
+}
+
+async fn create_policy(fleet: &TestFleet, body: &Value) -> Value {
+    let (status, policy) = fleet.api().post("/api/sharing/policies", body).await;
+    assert_eq!(status, StatusCode::CREATED, "{policy}");
+    policy
+}
+
+async fn shared_bans(fleet: &TestFleet, query: &str) -> Vec<Value> {
+    let (status, bans) = fleet.api().get(&format!("/api/sharing/bans?{query}")).await;
+    assert_eq!(status, StatusCode::OK, "{bans}");
+    bans.as_array().cloned().unwrap_or_default()
+}
+
+/// Waits until the shared bans of `ip` are, per target name, in the given statuses.
+async fn wait_statuses(fleet: &TestFleet, ip: &str, want: &[(&str, &str)]) -> Vec<Value> {
+    let mut want: Vec<(String, String)> = want
+        .iter()
+        .map(|(s, t)| ((*s).to_owned(), (*t).to_owned()))
+        .collect();
+    want.sort();
+    let found = wait_for_async(DEADLINE, "the shared bans' statuses", || {
+        let want = want.clone();
+        async move {
+            let bans = shared_bans(fleet, &format!("ip={ip}")).await;
+            let mut seen: Vec<(String, String)> = bans
+                .iter()
+                .map(|b| {
+                    (
+                        b["serverName"].as_str().unwrap_or_default().to_owned(),
+                        b["status"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect();
+            seen.sort();
+            (seen == want).then_some(bans)
+        }
+    })
+    .await;
+    match found {
+        Ok(bans) => bans,
+        Err(e) => {
+            let now = shared_bans(fleet, &format!("ip={ip}")).await;
+            panic!("{e}: want {want:?}, have {now:?}\n{}", fleet.logs())
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_ban_on_one_host_is_banned_on_the_others_even_one_that_was_offline() {
+    let mut fleet = start().await;
+    let policy = create_policy(
+        &fleet,
+        &json!({"name": "ssh everywhere", "sources": {"all": true}, "jails": ["testauth"],
+                "targets": {"all": true}, "duration": {"mode": "fixed", "seconds": 3600},
+                "unbanFollowsOrigin": true}),
+    )
+    .await;
+    // A policy with a short time, to see an expired shared ban never reach the offline host.
+    create_policy(
+        &fleet,
+        &json!({"name": "short", "sources": {"all": true}, "jails": ["dummy*"],
+                "targets": {"all": true}, "duration": {"mode": "fixed", "seconds": 2}}),
+    )
+    .await;
+
+    // C goes offline.
+    fleet.hosts[2].agent.stop().expect("c's agent stops");
+    let c = &fleet.hosts[2];
+    fleet.wait_status(c, ServerStatus::Offline).await;
+
+    // Three failures on A: fail2ban bans, the banhub action reports it, the hub shares it.
+    let (a, b) = (&fleet.hosts[0], &fleet.hosts[1]);
+    a.sandbox
+        .append_failures(&a.sandbox.log_path("testauth"), "203.0.113.50", 3)
+        .expect("log lines");
+    wait_banned(&fleet, b, "203.0.113.50", true);
+    let actions = std::fs::read_to_string(b.sandbox.actions_path()).expect("b's actions.txt");
+    assert!(
+        actions.contains(&format!("ban {SHARED} 203.0.113.50")),
+        "b's ban action ran for the shared ban:\n{actions}"
+    );
+    let bans = wait_statuses(
+        &fleet,
+        "203.0.113.50",
+        &[("b", "delivered"), ("c", "pending")],
+    )
+    .await;
+    for ban in &bans {
+        assert_eq!(ban["originServerName"], "a", "{ban}");
+        assert_eq!(ban["originJail"], "testauth", "{ban}");
+        assert_eq!(ban["policyName"], "ssh everywhere", "{ban}");
+        assert!(ban["expiresAt"].is_string(), "{ban}");
+    }
+
+    // A ban in the short policy's jail, shared with B and expired before C comes back.
+    a.sandbox
+        .append_failures(&a.sandbox.log_path("dummyjail"), "203.0.113.51", 3)
+        .expect("log lines");
+    wait_statuses(
+        &fleet,
+        "203.0.113.51",
+        &[("b", "expired"), ("c", "expired")],
+    )
+    .await;
+
+    // B reports its shared ban as an event of the shared jail, marked with its origin.
+    let b_id = b.id.clone();
+    let event = wait_for_async(DEADLINE, "b's shared-jail event", || {
+        let api = fleet.api();
+        let b_id = b_id.clone();
+        async move {
+            let (_, page) = api
+                .get(&format!(
+                    "/api/events/bans?serverId={b_id}&jail={SHARED}&ip=203.0.113.50"
+                ))
+                .await;
+            page["events"].as_array()?.first().cloned()
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
+    assert_eq!(event["shared"]["originServerName"], "a", "{event}");
+    assert_eq!(event["shared"]["originJail"], "testauth", "{event}");
+    assert_eq!(event["shared"]["policyId"], policy["id"], "{event}");
+
+    // No echo: a later origin ban is shared after B's event was matched (in id order), and B's
+    // event shared nothing.
+    a.sandbox
+        .append_failures(&a.sandbox.log_path("testauth"), "203.0.113.52", 3)
+        .expect("log lines");
+    wait_statuses(
+        &fleet,
+        "203.0.113.52",
+        &[("b", "delivered"), ("c", "pending")],
+    )
+    .await;
+    let to_a = shared_bans(&fleet, &format!("server={}", a.id)).await;
+    assert!(to_a.is_empty(), "nothing is shared back to A: {to_a:?}");
+    let all = shared_bans(&fleet, "ip=203.0.113.50").await;
+    assert_eq!(all.len(), 2, "B's report shared nothing: {all:?}");
+
+    // C comes back and gets every shared ban still valid, and not the expired one.
+    fleet.hosts[2].agent.restart().expect("c's agent starts");
+    let c = &fleet.hosts[2];
+    fleet.wait_status(c, ServerStatus::Online).await;
+    wait_banned(&fleet, c, "203.0.113.50", true);
+    wait_banned(&fleet, c, "203.0.113.52", true);
+    assert!(
+        !banned(c, SHARED).contains("203.0.113.51"),
+        "the expired shared ban came in the same full set"
+    );
+    wait_statuses(
+        &fleet,
+        "203.0.113.50",
+        &[("b", "delivered"), ("c", "delivered")],
+    )
+    .await;
+
+    // The address page says why it is banned where.
+    let (status, page) = fleet.api().get("/api/addresses/203.0.113.50").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let servers = page["servers"].as_array().expect("servers");
+    let on = |name: &str| {
+        servers
+            .iter()
+            .find(|s| s["serverName"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {page}"))
+    };
+    assert!(
+        on("a")["events"].as_array().is_some_and(|e| e
+            .iter()
+            .any(|e| e["jail"] == "testauth" && e["kind"] == "ban")),
+        "{page}"
+    );
+    assert_eq!(on("b")["sharedBans"][0]["originServerName"], "a", "{page}");
+    assert_eq!(
+        on("c")["sharedBans"][0]["policyName"],
+        "ssh everywhere",
+        "{page}"
+    );
+
+    // The policy's counters.
+    let (_, listed) = fleet.api().get("/api/sharing/policies").await;
+    let counted = listed
+        .as_array()
+        .and_then(|l| l.iter().find(|p| p["id"] == policy["id"]))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(counted["counters"]["sharedTotal"], 4, "{counted}");
+    assert_eq!(counted["counters"]["active"], 4, "{counted}");
+    assert!(counted["counters"]["lastMatchAt"].is_string(), "{counted}");
+
+    // An unban at the origin lifts the shared bans (the policy follows the origin).
+    let a = &fleet.hosts[0];
+    a.sandbox
+        .client(&["set", "testauth", "unbanip", "203.0.113.50"])
+        .expect("unban at the origin");
+    for host in &fleet.hosts[1..] {
+        wait_banned(&fleet, host, "203.0.113.50", false);
+    }
+    wait_statuses(&fleet, "203.0.113.50", &[("b", "lifted"), ("c", "lifted")]).await;
+    let actions = std::fs::read_to_string(fleet.hosts[1].sandbox.actions_path()).expect("actions");
+    assert!(
+        actions.contains(&format!("unban {SHARED} 203.0.113.50")),
+        "{actions}"
+    );
+
+    // "Unban everywhere" lifts every shared ban of the address.
+    let (status, result) = fleet
+        .api()
+        .post("/api/bans/unban-everywhere", &json!({"ip": "203.0.113.52"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{result}");
+    for host in &fleet.hosts[1..] {
+        wait_banned(&fleet, host, "203.0.113.52", false);
+    }
+    wait_statuses(&fleet, "203.0.113.52", &[("b", "lifted"), ("c", "lifted")]).await;
+}
+
+/// A non-loopback IPv4 address of this machine (one of the hub's own addresses: the hub runs
+/// here), from the kernel's table of local addresses as the hub reads it.
+fn own_address() -> String {
+    let table = std::fs::read_to_string("/proc/net/fib_trie").expect("/proc/net/fib_trie");
+    let lines: Vec<&str> = table.lines().collect();
+    lines
+        .windows(2)
+        .filter(|pair| pair[1].trim() == "/32 host LOCAL")
+        .filter_map(|pair| pair[0].trim().strip_prefix("|-- "))
+        .find(|ip| !ip.starts_with("127."))
+        .map(str::to_owned)
+        .expect(
+            "this machine has a non-loopback IPv4 address (the test bans the hub's own address)",
+        )
+}
+
+#[tokio::test]
+async fn a_ban_of_the_hubs_own_address_is_skipped_and_never_sent() {
+    let own = own_address();
+    let fleet = start().await;
+    create_policy(
+        &fleet,
+        &json!({"name": "all", "sources": {"all": true}, "targets": {"all": true},
+                "duration": {"mode": "origin"}}),
+    )
+    .await;
+    // fail2ban bans an address it would ignore when told to ("User knows best"); the hub must not
+    // share it.
+    let a = &fleet.hosts[0];
+    a.sandbox
+        .client(&["set", "testauth", "banip", &own])
+        .expect("a bans the hub's address");
+    // And an ordinary one after it, to know the engine has passed the first.
+    a.sandbox
+        .client(&["set", "testauth", "banip", "203.0.113.60"])
+        .expect("a bans");
+    wait_statuses(
+        &fleet,
+        "203.0.113.60",
+        &[("b", "delivered"), ("c", "delivered")],
+    )
+    .await;
+    let skipped = wait_statuses(&fleet, &own, &[("b", "skipped"), ("c", "skipped")]).await;
+    for ban in &skipped {
+        let reason = ban["skipReason"].as_str().unwrap_or_default();
+        assert!(reason.starts_with("hub_address"), "{ban}");
+    }
+    for host in &fleet.hosts[1..] {
+        assert!(!banned(host, SHARED).contains(&own), "{}", host.name);
+    }
+    let (_, page) = fleet.api().get(&format!("/api/addresses/{own}")).await;
+    assert_eq!(page["skipped"].as_array().map(Vec::len), Some(2), "{page}");
+}
+
+#[tokio::test]
+async fn bad_policies_are_refused_with_the_field_named_and_change_nothing() {
+    let hub = TestFleet::hub_builder().start().expect("hub starts");
+    let fleet = TestFleet::on(hub);
+    let valid = json!({"name": "p", "sources": {"all": true}, "targets": {"all": true},
+                       "duration": {"mode": "origin"}});
+    let cases = [
+        ("name", json!("")),
+        ("sources", json!({})),
+        ("targets", json!({"all": true, "labels": {"env": "prod"}})),
+        ("jails", json!(["../etc"])),
+        ("jails", json!(["banhub-shared"])),
+        ("minFailures", json!(0)),
+        ("duration", json!({"mode": "fixed", "seconds": 0})),
+        ("duration", json!({"mode": "ladder", "steps": []})),
+        ("duration", json!({"mode": "sometimes"})),
+    ];
+    let fields = [
+        "name",
+        "sources.all",
+        "targets.labels",
+        "jails[0]",
+        "jails[0]",
+        "minFailures",
+        "duration.seconds",
+        "duration.steps",
+        "duration.mode",
+    ];
+    for ((key, value), field) in cases.iter().zip(fields) {
+        let mut body = valid.clone();
+        body[*key] = value.clone();
+        let (status, problem) = fleet.api().post("/api/sharing/policies", &body).await;
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{body} → {problem}"
+        );
+        assert_eq!(problem["field"], field, "{body} → {problem}");
+    }
+    let (_, listed) = fleet.api().get("/api/sharing/policies").await;
+    assert_eq!(listed, json!([]), "nothing was stored");
+
+    // A taken name, an unknown policy, and a viewer's list of shared bans with a bad status.
+    create_policy(&fleet, &valid).await;
+    let (status, problem) = fleet.api().post("/api/sharing/policies", &valid).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(problem["field"], "name");
+    let (status, _) = fleet
+        .api()
+        .put("/api/sharing/policies/no-such-policy", &valid)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = fleet
+        .api()
+        .delete("/api/sharing/policies/no-such-policy")
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, problem) = fleet.api().get("/api/sharing/bans?status=gone").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(problem["field"], "status");
+    let (status, problem) = fleet.api().get("/api/addresses/not-an-ip").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(problem["field"], "ip");
+}
+
+/// Two hub replicas on one PostgreSQL behind a balancer, with three agents spread over them: the
+/// policy saved on one replica shares the bans an agent held by either replica reports, each origin
+/// ban exactly once per target (no shared ban lost or doubled), delivered to targets whichever
+/// replica holds them, and the engine runs on one replica at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_share_each_origin_ban_once() {
+    use banhub_tests::agent::{relay_addr, relay_secret};
+    use banhub_tests::balancer::Balancer;
+    use banhub_tests::enrolled::EnrolledAgent;
+    use banhub_tests::hub::HubProcess;
+    use banhub_tests::postgres::PostgresServer;
+
+    let pg = PostgresServer::start().unwrap_or_else(|e| panic!("PostgreSQL: {e:#}"));
+    let url = pg
+        .create_database("banhub_sharing")
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", pg.logs()));
+    let ca = tempfile::tempdir().expect("CA directory");
+    let balancer = Balancer::start().expect("balancer");
+    let replica = |id: &str| {
+        HubProcess::builder()
+            .database_url(&url)
+            .ca_dir(ca.path())
+            .env("BANHUB_CLUSTER__REPLICA_ID", id)
+            .env("BANHUB_CLUSTER__LEASE_TTL_SECS", "3")
+            .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
+            .arg("--grpc-advertise")
+            .arg(balancer.addr().to_string())
+            .start()
+            .unwrap_or_else(|e| panic!("replica {id} starts: {e:#}"))
+    };
+    let (a, b) = (replica("a"), replica("b"));
+    balancer.set_backends(&[a.grpc_addr(), b.grpc_addr()]);
+    let mut hosts = Vec::new();
+    for (i, name) in ["o", "t1", "t2"].into_iter().enumerate() {
+        let hub = if i % 2 == 0 { &a } else { &b };
+        let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
+        let EnrolledAgent {
+            server_id,
+            agent,
+            state,
+        } = EnrolledAgent::register(&hub.client(), &hub.url(""), name, &sandbox, &[])
+            .await
+            .expect("agent enrolled and started");
+        hosts.push(TestHost {
+            name: name.to_owned(),
+            id: server_id,
+            sandbox,
+            agent,
+            state,
+        });
+    }
+    let logs = |hosts: &[TestHost]| {
+        let mut out = format!("--- a ---\n{}\n--- b ---\n{}", a.logs(), b.logs());
+        for h in hosts {
+            out.push_str(&format!("\n--- {} ---\n{}", h.name, h.agent.logs()));
+        }
+        out
+    };
+    wait_until_online(&a, hosts.len()).await;
+    for host in &hosts[1..] {
+        install_action(host);
+    }
+    let (status, policy) = a
+        .api()
+        .post(
+            "/api/sharing/policies",
+            &json!({"name": "all", "sources": {"all": true}, "targets": {"all": true},
+                    "duration": {"mode": "fixed", "seconds": 3600}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{policy}");
+
+    // The origin reports bans through its relay, as fail2ban's action would.
+    let origin = &hosts[0];
+    let relay = relay_addr(&origin.state_dir()).expect("relay address");
+    let secret = relay_secret(&origin.state_dir()).expect("relay secret");
+    let ips: Vec<String> = (0..20).map(|i| format!("198.51.100.{}", 10 + i)).collect();
+    let client = reqwest::Client::new();
+    for ip in &ips {
+        let response = client
+            .post(format!("http://{relay}/api/ban"))
+            .header("X-Callback-Secret", &secret)
+            .json(
+                &json!({"serverId": "ignored", "ip": ip, "jail": "testauth", "hostname": "o",
+                          "failures": 3, "logs": [format!("Failed login for root from {ip}")]}),
+            )
+            .send()
+            .await
+            .expect("relay answers");
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let delivered = wait_for_async(DEADLINE, "every shared ban delivered", || async {
+        let (_, bans) = b.api().get("/api/sharing/bans?limit=1000").await;
+        let bans = bans.as_array()?.clone();
+        (bans.len() == 2 * ips.len() && bans.iter().all(|x| x["status"] == "delivered"))
+            .then_some(bans)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", logs(&hosts)));
+    let mut pairs: Vec<(String, String)> = delivered
+        .iter()
+        .map(|x| {
+            (
+                x["ip"].as_str().unwrap_or_default().to_owned(),
+                x["serverId"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    pairs.sort();
+    pairs.dedup();
+    assert_eq!(
+        pairs.len(),
+        2 * ips.len(),
+        "one shared ban per origin ban and target"
+    );
+    for host in &hosts[1..] {
+        let held = banned(host, SHARED);
+        for ip in &ips {
+            assert!(
+                held.contains(ip.as_str()),
+                "{} holds {ip}: {held}",
+                host.name
+            );
+        }
+    }
+    // The engine ran on one replica at a time: one replica has led it.
+    let (_, cluster) = a.api().get("/api/cluster").await;
+    let leaders: Vec<&Value> = cluster["jobs"]
+        .as_array()
+        .map(|jobs| jobs.iter().filter(|j| j["job"] == "sharing").collect())
+        .unwrap_or_default();
+    assert_eq!(leaders.len(), 1, "{cluster}");
+}
+
+/// Waits until `hub` reports `n` servers online.
+async fn wait_until_online(hub: &banhub_tests::hub::HubProcess, n: usize) {
+    wait_for_async(DEADLINE, "every agent online", || async {
+        let (_, servers) = hub.api().get("/api/servers").await;
+        let online = servers
+            .as_array()?
+            .iter()
+            .filter(|s| s["status"] == "online")
+            .count();
+        (online == n).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", hub.logs()));
+}
