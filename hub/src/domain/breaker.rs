@@ -31,6 +31,20 @@ impl Window {
     }
 }
 
+/// A source server's sharing paused by the breaker, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourcePause {
+    pub id: i64,
+    pub server: ServerId,
+    pub paused_at: DateTime<Utc>,
+    /// The shared bans its last minute would have held when it tripped.
+    pub shared_bans: u64,
+    pub reason: String,
+    pub resumed_at: Option<DateTime<Utc>>,
+    /// Who resumed it.
+    pub resumed_by: Option<String>,
+}
+
 /// What the breaker says to a source's shared bans.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {

@@ -195,6 +195,15 @@ pub struct RecidiveRule {
     jails: Vec<JailPattern>,
 }
 
+/// A rule as stored, with its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRule {
+    pub id: i64,
+    pub rule: RecidiveRule,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
 /// A ban of the address seen on some server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sighting {
