@@ -17,6 +17,8 @@ mod guards;
 mod health;
 mod jails;
 mod openapi;
+mod pauses;
+mod recidive;
 mod schemas;
 mod servers;
 mod settings;
@@ -60,6 +62,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(filters::router())
         .merge(control::router())
         .merge(fleet::router())
+        .merge(recidive::router())
+        .merge(pauses::router())
         .merge(events::router())
         .merge(callbacks::router())
         .merge(callback_secrets::router())

@@ -50,6 +50,7 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
          (name = "events", description = "Ban events: history, stats, insights and the live stream"),
          (name = "callbacks", description = "fail2ban's action reporting to the hub directly (hosts without an agent)"),
          (name = "settings", description = "Settings (SMTP, alerts, webhooks, retention, GeoIP, fail2ban defaults), the test e-mail and the defaults push"),
+         (name = "sharing", description = "Fleet defence: recidive rules and the sources paused by the storm breaker"),
          (name = "alerts", description = "Alert digests and the status of their e-mail and webhook deliveries"),
          (name = "auth", description = "Login (OpenID Connect or the local administrator), the session's user, API tokens and sessions"),
          (name = "audit", description = "The audit log of every state-changing request"),

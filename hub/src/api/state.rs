@@ -6,6 +6,7 @@ use crate::alerts::Alerts;
 use crate::auth::Auth;
 use crate::cluster::Cluster;
 use crate::config::Config;
+use crate::defence::Defence;
 use crate::domain::Guards;
 use crate::events::Events;
 use crate::fleet::Fleet;
@@ -31,4 +32,6 @@ pub struct AppState {
     pub auth: Auth,
     /// The guard rails of bans and allowlists.
     pub guards: Arc<Guards>,
+    /// Fleet recidive rules and the storm breaker's pauses.
+    pub defence: Defence,
 }

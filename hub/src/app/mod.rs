@@ -19,6 +19,7 @@ pub use crate::api::AppState;
 use crate::auth::{Auth, AuthError, Site};
 use crate::cluster::{Cluster, JoinError};
 use crate::config::Config;
+use crate::defence::Defence;
 use crate::domain::{Guards, PrefixLimits};
 use crate::events::Events;
 use crate::fleet::{Fleet, FleetParts};
@@ -134,6 +135,12 @@ impl App {
             events.clone(),
             shutdown.clone(),
         );
+        let defence = Defence::new(
+            store.clone(),
+            alerts.clone(),
+            metrics.clone(),
+            config.defence.storm_limit_per_minute,
+        );
         let guards = Guards::new(
             PrefixLimits {
                 v4: config.guards.ban_min_prefix_v4,
@@ -175,6 +182,7 @@ impl App {
                 alerts,
                 auth,
                 guards: Arc::new(guards),
+                defence,
             },
             http,
             grpc,

@@ -41,7 +41,9 @@ const HUB: Layering = Layering {
         ("http", &["ui", "api", "serve"]),
         (
             "services",
-            &["fleet", "alerts", "events", "settings", "auth", "cluster"],
+            &[
+                "defence", "fleet", "alerts", "events", "settings", "auth", "cluster",
+            ],
         ),
         ("support", &["config", "hub_addresses", "pki", "metrics"]),
         ("store", &["store"]),
@@ -54,6 +56,7 @@ const HUB: Layering = Layering {
         ("fleet", "events"),
         ("fleet", "settings"),
         ("fleet", "cluster"),
+        ("defence", "alerts"),
         ("alerts", "events"),
         ("alerts", "settings"),
         ("events", "cluster"),
