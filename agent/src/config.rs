@@ -22,6 +22,7 @@ pub struct Settings {
     pub relay: RelaySettings,
     pub spool: SpoolSettings,
     pub reconcile: ReconcileSettings,
+    pub shared_bans: SharedBansSettings,
     pub log: LogSettings,
     /// What the hub may configure on this host; only root's file and environment set it.
     pub policy: PolicySettings,
@@ -86,6 +87,27 @@ pub struct ReconcileSettings {
 impl Default for ReconcileSettings {
     fn default() -> Self {
         Self { interval_secs: 60 }
+    }
+}
+
+/// The jail of shared bans (`banhub-shared`) and the agent's keeping of them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SharedBansSettings {
+    /// The jail's ban action as fail2ban's `action =` takes it (e.g. `nftables-allports`);
+    /// empty: the host's own, `%(banaction_allports)s` where the configuration defines it, else
+    /// `%(banaction)s`. `banhub` is always appended. Read by `install-action`.
+    pub action: String,
+    /// Seconds between two comparisons of the jail's banned list with the agent's set.
+    pub reconcile_interval_secs: u64,
+}
+
+impl Default for SharedBansSettings {
+    fn default() -> Self {
+        Self {
+            action: String::new(),
+            reconcile_interval_secs: 5,
+        }
     }
 }
 
@@ -164,6 +186,7 @@ impl Default for Settings {
             relay: RelaySettings::default(),
             spool: SpoolSettings::default(),
             reconcile: ReconcileSettings::default(),
+            shared_bans: SharedBansSettings::default(),
             log: LogSettings::default(),
             policy: PolicySettings::default(),
         }
@@ -306,6 +329,26 @@ impl Settings {
             0,
             7 * 86_400,
         )?;
+        check_range(
+            "shared_bans.reconcile_interval_secs",
+            self.shared_bans.reconcile_interval_secs,
+            1,
+            3_600,
+        )?;
+        if self
+            .shared_bans
+            .action
+            .chars()
+            .any(|c| c.is_control() || c == '#' || c == ';')
+            || self.shared_bans.action.trim_start().starts_with('[')
+        {
+            return invalid(
+                "shared_bans.action",
+                "must be one action of fail2ban's `action =` on one line (e.g. \
+                 `nftables-allports` or `iptables-allports[name=shared]`), with no comment"
+                    .into(),
+            );
+        }
         check_range(
             "fail2ban.timeout_ms",
             self.fail2ban.timeout_ms,
@@ -502,6 +545,13 @@ mod tests {
             set("reconcile.interval_secs", 10_000_000),
             "reconcile.interval_secs",
         );
+        check(
+            set("shared_bans.reconcile_interval_secs", 0),
+            "shared_bans.reconcile_interval_secs",
+        );
+        for action in ["a\nbanaction = x", "[x]", "nftables # comment", "a; b"] {
+            check(set("shared_bans.action", action), "shared_bans.action");
+        }
         check(set("fail2ban.socket", ""), "fail2ban.socket");
         check(set("state_dir", ""), "state_dir");
         check(set("log.filter", "info,[[["), "log.filter");

@@ -9,6 +9,7 @@ pub mod fail2ban_files;
 pub mod link;
 pub mod reconcile;
 pub mod relay;
+pub mod shared_bans;
 pub mod spool;
 pub mod tls;
 

@@ -15,5 +15,6 @@ pub mod metrics;
 pub mod pki;
 pub mod serve;
 pub mod settings;
+pub mod sharing;
 pub mod store;
 pub mod ui;

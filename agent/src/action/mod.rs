@@ -12,7 +12,9 @@
 //! * `filter.d/banhub-probe.conf` and the `[banhub-probe]` jail: a jail whose filter never
 //!   matches, watching an empty file in the state directory, with banhub as its only action;
 //!   the end-to-end probe bans documentation addresses in it;
-//! * `jail.d/zz-banhub.local`: for every jail, `action = %(known/action)s` plus `banhub`:
+//! * `filter.d/banhub-shared.conf` and the `[banhub-shared]` jail ([`shared_jail`]): the same kind
+//!   of jail for shared bans, whose actions are the host's own ban action and banhub;
+//! * `jail.d/zz-banhub.local`: the two jails of banhub's own, and for every jail, `action = %(known/action)s` plus `banhub`:
 //!   fail2ban's own "the value the earlier files gave" (read the way fail2ban reads it), so the
 //!   jail keeps whatever actions it has, its own `action =` included.
 //!
@@ -25,6 +27,7 @@
 //! `fail2ban-client -t` and written; fail2ban reads them when it starts.
 
 pub mod attachments;
+pub mod shared_jail;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -32,7 +35,7 @@ use std::fs::{self, DirBuilder};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use banhub_proto::rules::{JailName, PROBE_JAIL};
+use banhub_proto::rules::{JailName, PROBE_JAIL, SHARED_JAIL};
 use serde::{Deserialize, Serialize};
 
 pub use attachments::{JailAttachment, running_attachments};
@@ -262,7 +265,7 @@ fn plan_jails(base: &EffectiveConfig) -> (Vec<String>, Vec<String>, Vec<String>)
     let mut already = Vec::new();
     let mut warnings = Vec::new();
     for name in base.jail_names() {
-        if name == PROBE_JAIL {
+        if name == PROBE_JAIL || name == SHARED_JAIL {
             continue;
         }
         if JailName::parse(name).is_err() {
@@ -351,14 +354,21 @@ pub async fn install(settings: &Settings) -> Result<InstallReport, ActionError> 
     // The action reads the secret from here; create it now so that callbacks work as soon as
     // the agent runs (it loads the same file).
     RelaySecret::load_or_create(&state_dir.join(SECRET_FILE))?;
-    let probe_log = state_dir.join(PROBE_LOG);
-    if !probe_log.exists() {
-        fs::write(&probe_log, b"").map_err(io(&probe_log))?;
+    for log in [PROBE_LOG, shared_jail::SHARED_LOG] {
+        let path = state_dir.join(log);
+        if !path.exists() {
+            fs::write(&path, b"").map_err(io(&path))?;
+        }
     }
 
     let editor = editor(settings)?;
     let base = editor.load_without_attach().await?;
     let (attach, already_attached, mut warnings) = plan_jails(&base);
+    let mut attach_file = attach_text(&attach, &format!("{state_text}/{PROBE_LOG}"));
+    attach_file.push_str(&shared_jail::jail_text(
+        &shared_jail::ban_action(&base, &settings.shared_bans.action),
+        &format!("{state_text}/{}", shared_jail::SHARED_LOG),
+    ));
     let writes = vec![
         AgentWrite {
             file: AgentFile::ActionConf,
@@ -388,8 +398,13 @@ pub async fn install(settings: &Settings) -> Result<InstallReport, ActionError> 
             mode: 0o644,
         },
         AgentWrite {
+            file: AgentFile::SharedFilter,
+            content: Some(shared_jail::SHARED_FILTER_TEXT.as_bytes().to_vec()),
+            mode: 0o644,
+        },
+        AgentWrite {
             file: AgentFile::Attach,
-            content: Some(attach_text(&attach, &format!("{state_text}/{PROBE_LOG}")).into_bytes()),
+            content: Some(attach_file.into_bytes()),
             mode: 0o644,
         },
     ];
@@ -449,7 +464,7 @@ pub async fn install(settings: &Settings) -> Result<InstallReport, ActionError> 
         .iter()
         .chain(&already_attached)
         .map(String::as_str)
-        .chain([PROBE_JAIL])
+        .chain([PROBE_JAIL, SHARED_JAIL])
         .collect();
     let restart: BTreeSet<String> = before
         .iter()
@@ -459,7 +474,7 @@ pub async fn install(settings: &Settings) -> Result<InstallReport, ActionError> 
         .collect();
     let edit = AgentEdit {
         writes,
-        check_jails: [PROBE_JAIL.to_owned()].into(),
+        check_jails: [PROBE_JAIL.to_owned(), SHARED_JAIL.to_owned()].into(),
         restart,
         allow_offline: true,
     };
@@ -550,9 +565,11 @@ pub async fn uninstall(settings: &Settings) -> Result<UninstallReport, ActionErr
         }
     }
     fs::remove_file(&manifest_path).map_err(io(&manifest_path))?;
-    let probe_log = settings.state_dir.join(PROBE_LOG);
-    if fs::metadata(&probe_log).is_ok_and(|m| m.len() == 0) {
-        let _ = fs::remove_file(&probe_log);
+    for log in [PROBE_LOG, shared_jail::SHARED_LOG] {
+        let path = settings.state_dir.join(log);
+        if fs::metadata(&path).is_ok_and(|m| m.len() == 0) {
+            let _ = fs::remove_file(&path);
+        }
     }
     Ok(UninstallReport {
         config_dir,

@@ -38,25 +38,29 @@ pub enum AgentFile {
     Notify,
     /// `filter.d/banhub-probe.conf`: the probe jail's filter, which never matches a real log.
     ProbeFilter,
-    /// `jail.d/zz-banhub.local`: `banhub` appended to every jail's actions, and the probe jail.
+    /// `filter.d/banhub-shared.conf`: the shared-ban jail's filter, which never matches either.
+    SharedFilter,
+    /// `jail.d/zz-banhub.local`: `banhub` appended to every jail's actions, the probe jail and
+    /// the shared-ban jail.
     /// Named to sort after the other `jail.d/*.local` files, so it sees their `action`.
     Attach,
 }
 
 impl AgentFile {
     /// Every file, in install order.
-    pub const ALL: [AgentFile; 5] = [
+    pub const ALL: [AgentFile; 6] = [
         Self::ActionConf,
         Self::ActionLocal,
         Self::Notify,
         Self::ProbeFilter,
+        Self::SharedFilter,
         Self::Attach,
     ];
 
     fn dir_name(self) -> &'static str {
         match self {
             Self::ActionConf | Self::ActionLocal | Self::Notify => "action.d",
-            Self::ProbeFilter => "filter.d",
+            Self::ProbeFilter | Self::SharedFilter => "filter.d",
             Self::Attach => "jail.d",
         }
     }
@@ -67,6 +71,7 @@ impl AgentFile {
             Self::ActionLocal => "banhub.local",
             Self::Notify => "banhub-notify",
             Self::ProbeFilter => "banhub-probe.conf",
+            Self::SharedFilter => "banhub-shared.conf",
             Self::Attach => "zz-banhub.local",
         }
     }
@@ -78,6 +83,7 @@ impl AgentFile {
             Self::ActionLocal => "action-local",
             Self::Notify => "notify",
             Self::ProbeFilter => "probe-filter",
+            Self::SharedFilter => "shared-filter",
             Self::Attach => "attach",
         }
     }

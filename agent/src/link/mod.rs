@@ -81,6 +81,16 @@ pub async fn run_with_relay(
         spool: spool.clone(),
     });
     link.spool = spool;
+    // The shared bans are kept whether or not the hub is reachable; the relay already listens,
+    // so their bans and unbans reach the spool.
+    if let Ok(shared) = link.commands.shared_bans() {
+        tokio::spawn(
+            shared
+                .clone()
+                .run(shutdown.clone())
+                .instrument(tracing::info_span!("shared_bans")),
+        );
+    }
     Ok(link.run(shutdown).instrument(span).await)
 }
 

@@ -78,6 +78,8 @@ async fn unban_everywhere(
     ApiJson(body): ApiJson<UnbanEverywhereBody>,
 ) -> Result<ApiJson<UnbanEverywhereResult>, ApiError> {
     let ip = IpOrCidr::parse(&body.ip).map_err(|e| ApiError::invalid("ip", e))?;
+    // Shared bans of the address are lifted too, or their hosts' agents would hold them still.
+    super::sharing::lift_everywhere(&state, ip).await?;
     let servers = state
         .fleet
         .unban_everywhere(ip, &caller.requested_by())

@@ -361,6 +361,19 @@ pub struct EventDto {
     gap_reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     gap_ranges: Option<Vec<SeqRangeDto>>,
+    /// For an event of the shared-ban jail (`banhub-shared`): the origin of the shared ban.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shared: Option<super::sharing::SharedOriginDto>,
+}
+
+impl EventDto {
+    pub(super) fn id(&self) -> i64 {
+        self.id
+    }
+
+    pub(super) fn set_shared(&mut self, origin: super::sharing::SharedOriginDto) {
+        self.shared = Some(origin);
+    }
 }
 
 /// The failures that led to a ban. An unban or a gap reports none, whatever its stored row holds.
@@ -415,6 +428,7 @@ impl From<&StoredEvent> for EventDto {
                     })
                     .collect()
             }),
+            shared: None,
         }
     }
 }
@@ -661,7 +675,13 @@ async fn list_bans(
         .events
         .list(&params.filter(server)?, params.cursor()?, limit)
         .await?;
-    Ok(ApiJson(EventPageDto::from(page)).into_response())
+    let origins = state.sharing.origins(&page.events).await?;
+    let mut dto = EventPageDto::from(page);
+    if !origins.is_empty() {
+        let names = super::sharing::server_names(&state).await?;
+        super::sharing::mark_shared(&names, &mut dto.events, &origins);
+    }
+    Ok(ApiJson(dto).into_response())
 }
 
 /// The parameters of `/api/events/bans.csv` in the document: those of `/api/events/bans` without

@@ -2,6 +2,7 @@
 //! OpenAPI document generated from the handlers (`/api/openapi.json`, browsable at `/api/docs`).
 
 mod access;
+mod addresses;
 mod alerts;
 mod audit;
 mod auth;
@@ -22,6 +23,7 @@ mod recidive;
 mod schemas;
 mod servers;
 mod settings;
+mod sharing;
 mod state;
 pub(crate) mod target;
 
@@ -62,6 +64,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(filters::router())
         .merge(control::router())
         .merge(fleet::router())
+        .merge(sharing::router())
+        .merge(addresses::router())
         .merge(recidive::router())
         .merge(pauses::router())
         .merge(events::router())

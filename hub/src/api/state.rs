@@ -12,6 +12,7 @@ use crate::events::Events;
 use crate::fleet::Fleet;
 use crate::metrics::Metrics;
 use crate::settings::SettingsService;
+use crate::sharing::Sharing;
 use crate::store::Store;
 
 /// What every HTTP handler can reach.
@@ -32,6 +33,8 @@ pub struct AppState {
     pub auth: Auth,
     /// The guard rails of bans and allowlists.
     pub guards: Arc<Guards>,
+    /// Sharing policies and the shared bans they make.
+    pub sharing: Sharing,
     /// Fleet recidive rules and the storm breaker's pauses.
     pub defence: Defence,
 }

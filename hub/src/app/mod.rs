@@ -26,6 +26,7 @@ use crate::fleet::{Fleet, FleetParts};
 use crate::metrics::Metrics;
 use crate::pki::{Ca, PkiError, RevocationList, server_tls_config};
 use crate::settings::{SecretsKey, SettingsError, SettingsService};
+use crate::sharing::Sharing;
 use crate::store::{Store, StoreError};
 
 /// Why the hub could not start.
@@ -163,6 +164,15 @@ impl App {
             probe: config.probe.clone(),
             cluster: cluster.clone(),
         });
+        let guards = Arc::new(guards);
+        let sharing = Sharing::new(
+            store.clone(),
+            fleet.clone(),
+            events.clone(),
+            Arc::clone(&guards),
+            shutdown.clone(),
+        );
+        sharing.set_defence(defence.clone());
         tracing::info!(
             database = store.backend_name(),
             data_dir = %config.data_dir.display(),
@@ -181,7 +191,8 @@ impl App {
                 settings,
                 alerts,
                 auth,
-                guards: Arc::new(guards),
+                guards,
+                sharing,
                 defence,
             },
             http,

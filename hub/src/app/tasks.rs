@@ -31,6 +31,8 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         cluster,
         settings,
         alerts,
+        sharing,
+        defence,
         ..
     } = state;
 
@@ -59,6 +61,19 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         "alerts",
         run_singleton(cluster.clone(), jobs::ALERTS, move |_| worker.clone().run()),
     );
+
+    // The sharing engine matches committed bans once across replicas; every replica delivers to
+    // the agents it holds.
+    let engine = sharing.clone();
+    spawn(
+        "sharing",
+        run_singleton(cluster.clone(), jobs::SHARING, move |_| {
+            engine.clone().run()
+        }),
+    );
+    spawn("sharing_delivery", sharing.clone().run_delivery());
+    // On every replica: the breaker follows the stored pauses (a resume anywhere takes effect).
+    spawn("defence", defence.clone().run(shutdown.clone()));
 
     // On every replica: the fleet's own passes, and the retention setting (it sets local state).
     spawn("seen_writer", fleet.clone().run_seen_writer());

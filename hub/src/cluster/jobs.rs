@@ -24,6 +24,8 @@ pub const PROBES: &str = "probes";
 pub const ALERTS: &str = "alerts";
 /// The sweeper: fleet-action deadlines, forwarded-command leftovers, stale leases, old tokens.
 pub const SWEEPER: &str = "sweeper";
+/// The sharing engine: matching committed bans against the sharing policies, once across replicas.
+pub const SHARING: &str = "sharing";
 
 /// How long a running job has to end by itself once the hub stops.
 const STOP_GRACE: Duration = Duration::from_secs(5);

@@ -4,8 +4,8 @@
 //! `banhub_sharing_paused_sources` gauge counts it until an admin resumes the source).
 //!
 //! The breaker's windows live in the memory of the replica running the engine (a singleton job);
-//! the pauses live in the store, which stays the truth: this replica reads them again every few
-//! seconds, so a source resumed on another replica shares again.
+//! the pauses live in the store, which stays the truth: [`Defence::run`] reads them again every
+//! few seconds, so a source resumed on another replica shares again.
 
 mod recidive;
 
@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
 
 pub use recidive::RecidiveBan;
 
@@ -46,12 +47,19 @@ pub enum DefenceError {
     Store(#[from] StoreError),
 }
 
-/// The breaker and what it knows of the stored pauses.
+/// A trip of this replica's breaker, until the store shows its pause.
+#[derive(Debug, Clone, Copy)]
+struct Trip {
+    at: DateTime<Utc>,
+    count: u64,
+    /// When the pause was written (`None`: not yet).
+    stored_at: Option<Instant>,
+}
+
+/// The breaker and the trips the store may not show yet.
 struct BreakerState {
     breaker: StormBreaker,
-    /// Pauses this replica tripped but could not store yet, stored again on the next reload.
-    unsaved: HashMap<ServerId, (DateTime<Utc>, u64)>,
-    reloaded_at: Option<Instant>,
+    trips: HashMap<ServerId, Trip>,
 }
 
 struct Inner {
@@ -81,8 +89,7 @@ impl Defence {
             metrics,
             breaker: Mutex::new(BreakerState {
                 breaker: StormBreaker::new(storm_limit),
-                unsaved: HashMap::new(),
-                reloaded_at: None,
+                trips: HashMap::new(),
             }),
             rules: recidive::RuleCache::default(),
         }))
@@ -155,7 +162,7 @@ impl Defence {
         {
             let mut state = self.breaker();
             state.breaker.resume(server);
-            state.unsaved.remove(&server);
+            state.trips.remove(&server);
         }
         tracing::info!(server = %server, by, "sharing from the server resumed");
         self.pauses().await?;
@@ -163,18 +170,40 @@ impl Defence {
     }
 
     /// Asks the breaker whether `bans` shared bans caused by an event of `source` may be
-    /// recorded. False while the source is paused, and when these bans trip it: the pause is then
-    /// stored and announced. Only sharing stops; the source's events are stored as always.
-    pub async fn admit(&self, source: ServerId, bans: u32) -> Result<bool, StoreError> {
-        self.reload_pauses_if_due().await?;
+    /// recorded now. False while the source is paused, and when these bans trip it: the pause is
+    /// then stored and announced in the background. Only sharing stops; the source's events are
+    /// stored as always.
+    pub fn admit(&self, source: ServerId, bans: usize) -> bool {
+        let bans = u32::try_from(bans).unwrap_or(u32::MAX);
         let now = Utc::now();
-        let admission = self.breaker().breaker.admit(source, bans, now);
-        match admission {
-            Admission::Admitted => Ok(true),
-            Admission::Paused => Ok(false),
+        let mut state = self.breaker();
+        match state.breaker.admit(source, bans, now) {
+            Admission::Admitted => true,
+            Admission::Paused => false,
             Admission::Tripped { count } => {
-                self.trip(source, count, now).await;
-                Ok(false)
+                tracing::warn!(
+                    server = %source,
+                    shared_bans = count,
+                    limit = state.breaker.limit(),
+                    "storm breaker tripped: sharing from the server is paused until an admin \
+                     resumes it"
+                );
+                state.trips.insert(
+                    source,
+                    Trip {
+                        at: now,
+                        count,
+                        stored_at: None,
+                    },
+                );
+                drop(state);
+                let defence = self.clone();
+                tokio::spawn(tracing::Instrument::in_current_span(async move {
+                    if let Err(e) = defence.store_trips().await {
+                        tracing::warn!(error = %e, "cannot store a pause yet; retrying");
+                    }
+                }));
+                false
             }
         }
     }
@@ -184,26 +213,48 @@ impl Defence {
         self.breaker().breaker.is_paused(source)
     }
 
-    async fn trip(&self, source: ServerId, count: u64, at: DateTime<Utc>) {
-        let limit = self.breaker().breaker.limit();
-        tracing::warn!(
-            server = %source,
-            shared_bans = count,
-            limit,
-            "storm breaker tripped: sharing from the server is paused until an admin resumes it"
-        );
-        let reason = storm_reason(count, limit);
-        match self.0.store.pause_source(source, at, count, &reason).await {
-            Ok(true) => self.announce(source, count, limit).await,
-            Ok(false) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, server = %source, "cannot store the pause; retrying");
-                self.breaker().unsaved.insert(source, (at, count));
+    /// Keeps the breaker's paused sources those of the store (plus this replica's trips not yet
+    /// stored, stored again meanwhile) until shutdown. Spawn it once.
+    pub async fn run(self, shutdown: CancellationToken) {
+        loop {
+            if let Err(e) = self.reload_pauses().await {
+                tracing::warn!(error = %e, "defence: cannot read the paused sources; retrying");
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(PAUSES_RELOAD) => {}
             }
         }
-        if let Err(e) = self.pauses().await {
-            tracing::warn!(error = %e, "cannot count the paused sources");
+    }
+
+    /// Stores the pauses of this replica's trips not stored yet, and announces the new ones.
+    async fn store_trips(&self) -> Result<(), StoreError> {
+        let (limit, unstored) = {
+            let state = self.breaker();
+            let unstored: Vec<(ServerId, Trip)> = state
+                .trips
+                .iter()
+                .filter(|(_, trip)| trip.stored_at.is_none())
+                .map(|(server, trip)| (*server, *trip))
+                .collect();
+            (state.breaker.limit(), unstored)
+        };
+        for (server, trip) in unstored {
+            let reason = storm_reason(trip.count, limit);
+            let new = self
+                .0
+                .store
+                .pause_source(server, trip.at, trip.count, &reason)
+                .await?;
+            if let Some(stored) = self.breaker().trips.get_mut(&server) {
+                stored.stored_at = Some(Instant::now());
+            }
+            if new {
+                self.announce(server, trip.count, limit).await;
+            }
         }
+        self.pauses().await.map_err(store_error)?;
+        Ok(())
     }
 
     /// Sends the alert notice of a new pause.
@@ -228,43 +279,28 @@ impl Defence {
         }
     }
 
-    /// Makes the breaker's paused sources the stored ones (plus those this replica could not
-    /// store yet, stored again now), every [`PAUSES_RELOAD`].
-    async fn reload_pauses_if_due(&self) -> Result<(), StoreError> {
-        let unsaved = {
-            let state = self.breaker();
-            if state
-                .reloaded_at
-                .is_some_and(|at| at.elapsed() < PAUSES_RELOAD)
-            {
-                return Ok(());
-            }
-            state.unsaved.clone()
-        };
-        let limit = self.breaker().breaker.limit();
-        for (server, (at, count)) in &unsaved {
-            let reason = storm_reason(*count, limit);
-            if self
-                .0
-                .store
-                .pause_source(*server, *at, *count, &reason)
-                .await?
-            {
-                self.announce(*server, *count, limit).await;
-            }
-            self.breaker().unsaved.remove(server);
-        }
-        let stored = self.pauses().await.map_err(|e| match e {
-            DefenceError::Store(e) => e,
-            other => StoreError::Corrupt(other.to_string()),
-        })?;
+    /// Makes the breaker's paused sources the stored ones, plus the trips the store did not show
+    /// when it was read. A trip stored before the read and missing from it was resumed meanwhile.
+    async fn reload_pauses(&self) -> Result<(), StoreError> {
+        self.store_trips().await?;
+        let read_at = Instant::now();
+        let stored = self.pauses().await.map_err(store_error)?;
         let mut state = self.breaker();
         let mut paused: HashSet<ServerId> = stored.iter().map(|p| p.server).collect();
-        paused.extend(state.unsaved.keys().copied());
+        state.trips.retain(|server, trip| {
+            !paused.contains(server) && trip.stored_at.is_none_or(|at| at > read_at)
+        });
+        paused.extend(state.trips.keys().copied());
         state.breaker.set_paused(paused);
         state.breaker.prune(Utc::now());
-        state.reloaded_at = Some(Instant::now());
         Ok(())
+    }
+}
+
+fn store_error(e: DefenceError) -> StoreError {
+    match e {
+        DefenceError::Store(e) => e,
+        other => StoreError::Corrupt(other.to_string()),
     }
 }
 

@@ -10,7 +10,7 @@ use banhub_proto::rules::IpOrCidr;
 
 use super::Defence;
 use crate::domain::events::{EventId, EventKind, StoredEvent};
-use crate::domain::recidive::{StoredRule, Verdict};
+use crate::domain::recidive::{Firing, StoredRule, Verdict};
 use crate::domain::{Server, ServerId};
 use crate::store::{Store, StoreError};
 
@@ -70,9 +70,16 @@ impl RuleCache {
 }
 
 impl Defence {
+    /// Whether any recidive rule is enabled.
+    pub async fn has_recidive_rules(&self) -> Result<bool, StoreError> {
+        let rules = self.0.rules.get(&self.0.store).await?;
+        Ok(rules.iter().any(|r| r.rule.spec().enabled))
+    }
+
     /// The recidive bans `event` causes: none unless it is a ban of a source whose sharing is
     /// not paused, in the scope of an enabled rule that fires. `servers` are the registered
-    /// servers (for the rules' label selectors). Each firing is remembered before it is returned.
+    /// servers (for the rules' label selectors). Each firing is remembered, with the event, before
+    /// it is returned; matching the same event again gives the same bans.
     pub async fn recidive(
         &self,
         event: &StoredEvent,
@@ -107,30 +114,45 @@ impl Defence {
             .await?;
         let mut bans = Vec::new();
         for stored in rules {
-            let previous = self.0.store.recidive_firings(stored.id, &facts.ip).await?;
-            let Verdict::Fire(firing) = stored.rule.evaluate(at, &sightings, servers, previous)
-            else {
-                continue;
+            let remembered = self.0.store.recidive_firings(stored.id, &facts.ip).await?;
+            let firing = match remembered {
+                // This event made the rule fire already (the engine matches it again after a
+                // failed step): the same ban again, which the store records once.
+                Some((past, fired_by)) if fired_by == event.id => Firing {
+                    count: past.count,
+                    duration_secs: stored.rule.step(past.count),
+                    servers: 0,
+                    failures: 0,
+                },
+                _ => {
+                    let previous = remembered.map(|(past, _)| past);
+                    let Verdict::Fire(firing) =
+                        stored.rule.evaluate(at, &sightings, servers, previous)
+                    else {
+                        continue;
+                    };
+                    self.0
+                        .store
+                        .record_recidive_firing(
+                            stored.id,
+                            &facts.ip,
+                            (firing.count, firing.duration_secs),
+                            at,
+                            event.id,
+                        )
+                        .await?;
+                    tracing::info!(
+                        rule = %stored.rule.spec().name,
+                        ip = %facts.ip,
+                        count = firing.count,
+                        servers = firing.servers,
+                        failures = firing.failures,
+                        duration_secs = firing.duration_secs,
+                        "recidive rule fired"
+                    );
+                    firing
+                }
             };
-            self.0
-                .store
-                .record_recidive_firing(
-                    stored.id,
-                    &facts.ip,
-                    firing.count,
-                    firing.duration_secs,
-                    at,
-                )
-                .await?;
-            tracing::info!(
-                rule = %stored.rule.spec().name,
-                ip = %facts.ip,
-                count = firing.count,
-                servers = firing.servers,
-                failures = firing.failures,
-                duration_secs = firing.duration_secs,
-                "recidive rule fired"
-            );
             bans.push(RecidiveBan {
                 rule_id: stored.id,
                 rule_name: stored.rule.spec().name.clone(),

@@ -12,6 +12,7 @@ mod names;
 pub mod recidive;
 mod server;
 mod settings;
+pub mod sharing;
 
 pub use agent_cert::{SignedAgentCert, sha256_hex};
 pub use guards::{GuardViolation, Guards, PrefixLimits};

@@ -365,6 +365,7 @@ impl SessionTask {
         // Fleet actions queued while the agent was away go out now, beside the session.
         let fleet = self.fleet.clone();
         tokio::spawn(async move { fleet.deliver_due(server).await }.in_current_span());
+        self.fleet.session_started(server);
         let end = self.serve().await;
         let sessions = self.fleet.sessions();
         let generation = sessions.unregister(self.server.id, self.registration.session_id);

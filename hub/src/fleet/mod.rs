@@ -15,6 +15,7 @@ mod ingest;
 mod listener;
 mod probe;
 mod sessions;
+mod shared_bans;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,6 +49,7 @@ pub use probe::{
 };
 pub use sessions::{DrainReason, SessionEnd, SessionInfo};
 use sessions::{SendError, Sessions};
+pub use shared_bans::SharedBanReport;
 
 /// A server with what the fleet knows about its agent right now.
 #[derive(Debug, Clone)]
@@ -161,6 +163,8 @@ struct Inner {
     callback_jails: callback_jails::CallbackJails,
     /// The filter tests running and waiting per server.
     filter_tests: filter_tests::FilterTestSlots,
+    /// Agent sessions started here, for the sharing engine.
+    session_started: tokio::sync::broadcast::Sender<ServerId>,
 }
 
 /// The fleet; cheap to clone.
@@ -213,6 +217,7 @@ impl Fleet {
             probe: probe::ProbeState::new(parts.probe),
             callback_jails: callback_jails::CallbackJails::default(),
             filter_tests: filter_tests::FilterTestSlots::default(),
+            session_started: tokio::sync::broadcast::channel(shared_bans::SESSION_STARTS).0,
         }))
     }
 
@@ -491,6 +496,7 @@ impl Fleet {
                 | command::Kind::Restart(_)
                 | command::Kind::SetIgnoreList(_)
                 | command::Kind::WriteDefaults(_)
+                | command::Kind::SyncSharedBans(_)
         );
         let timeout = Duration::from_millis(if slow {
             self.0.agents.slow_command_timeout_ms

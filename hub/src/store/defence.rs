@@ -13,7 +13,7 @@ use super::sql::{get, to_i64, to_u64};
 use super::{Store, StoreError, to_time};
 use crate::domain::ServerId;
 use crate::domain::breaker::SourcePause;
-use crate::domain::events::ip_key;
+use crate::domain::events::{EventId, ip_key};
 use crate::domain::recidive::{PastFirings, RecidiveRule, RecidiveSpec, Sighting, StoredRule};
 
 /// Most ban events of one address read for one evaluation (newest first).
@@ -147,38 +147,44 @@ impl Store {
         Ok(deleted == 1)
     }
 
-    /// What rule `rule_id` remembers of `ip`.
+    /// What rule `rule_id` remembers of `ip`, with the event that made it fire last.
     pub async fn recidive_firings(
         &self,
         rule_id: i64,
         ip: &IpOrCidr,
-    ) -> Result<Option<PastFirings>, StoreError> {
-        let mut sql =
-            self.sql("SELECT count, last_fired_at FROM recidive_firings WHERE rule_id = ");
+    ) -> Result<Option<(PastFirings, EventId)>, StoreError> {
+        let mut sql = self.sql(
+            "SELECT count, last_fired_at, last_event_id FROM recidive_firings WHERE rule_id = ",
+        );
         sql.bind(rule_id).push(" AND ip = ").bind(ip.to_string());
         let rows = self.rows(sql).await?;
         let Some(row) = rows.first() else {
             return Ok(None);
         };
         let count: i64 = get(row, 0)?;
-        Ok(Some(PastFirings {
-            count: u32::try_from(count).unwrap_or(u32::MAX),
-            last_fired_at: to_time(get(row, 1)?),
-        }))
+        Ok(Some((
+            PastFirings {
+                count: u32::try_from(count).unwrap_or(u32::MAX),
+                last_fired_at: to_time(get(row, 1)?),
+            },
+            EventId(get(row, 2)?),
+        )))
     }
 
-    /// Remembers that rule `rule_id` fired for `ip` at `at`, the `count`-th time in a row.
+    /// Remembers that rule `rule_id` fired for `ip` at `at`, the `count`-th time in a row, for
+    /// event `event`.
     pub async fn record_recidive_firing(
         &self,
         rule_id: i64,
         ip: &IpOrCidr,
-        count: u32,
-        duration_secs: u32,
+        firing: (u32, u32),
         at: DateTime<Utc>,
+        event: EventId,
     ) -> Result<(), StoreError> {
+        let (count, duration_secs) = firing;
         let mut sql = self.sql(
-            "INSERT INTO recidive_firings (rule_id, ip, count, last_fired_at, last_duration_secs) \
-             VALUES (",
+            "INSERT INTO recidive_firings \
+             (rule_id, ip, count, last_fired_at, last_duration_secs, last_event_id) VALUES (",
         );
         sql.bind(rule_id)
             .push(", ")
@@ -189,10 +195,13 @@ impl Store {
             .bind(at.timestamp_millis())
             .push(", ")
             .bind(i64::from(duration_secs))
+            .push(", ")
+            .bind(event.0)
             .push(
                 ") ON CONFLICT (rule_id, ip) DO UPDATE SET count = excluded.count, \
                  last_fired_at = excluded.last_fired_at, \
-                 last_duration_secs = excluded.last_duration_secs",
+                 last_duration_secs = excluded.last_duration_secs, \
+                 last_event_id = excluded.last_event_id",
             );
         self.exec(sql).await?;
         Ok(())
@@ -432,7 +441,7 @@ mod tests {
         assert_eq!(names, ["a", "c"]);
         let ip = IpOrCidr::parse("192.0.2.7").expect("ip");
         store
-            .record_recidive_firing(a.id, &ip, 1, 60, Utc::now())
+            .record_recidive_firing(a.id, &ip, (1, 60), Utc::now(), EventId(1))
             .await
             .expect("db");
         assert!(store.delete_recidive_rule(a.id).await.expect("db"));
@@ -448,19 +457,22 @@ mod tests {
         let other = IpOrCidr::parse("2001:db8::1").expect("ip");
         let at = DateTime::from_timestamp_millis(1_800_000_000_000).expect("time");
         store
-            .record_recidive_firing(1, &ip, 1, 60, at)
+            .record_recidive_firing(1, &ip, (1, 60), at, EventId(3))
             .await
             .expect("db");
         store
-            .record_recidive_firing(1, &ip, 2, 600, at + TimeDelta::seconds(5))
+            .record_recidive_firing(1, &ip, (2, 600), at + TimeDelta::seconds(5), EventId(4))
             .await
             .expect("db");
         assert_eq!(
             store.recidive_firings(1, &ip).await.expect("db"),
-            Some(PastFirings {
-                count: 2,
-                last_fired_at: at + TimeDelta::seconds(5)
-            })
+            Some((
+                PastFirings {
+                    count: 2,
+                    last_fired_at: at + TimeDelta::seconds(5)
+                },
+                EventId(4)
+            ))
         );
         assert_eq!(store.recidive_firings(1, &other).await.expect("db"), None);
         assert_eq!(store.recidive_firings(2, &ip).await.expect("db"), None);

@@ -14,6 +14,7 @@ mod m0010_event_text_pg;
 mod m0011_rollup_pending;
 mod m0012_drop_event_text_pg;
 mod m0013_event_text_pg;
+mod m0014_sharing;
 mod m0017_defence;
 
 pub struct Migrator;
@@ -62,6 +63,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0011_rollup_pending::M0011RollupPending),
             Box::new(m0012_drop_event_text_pg::M0012DropEventTextPg),
             Box::new(m0013_event_text_pg::M0013EventTextPg),
+            Box::new(m0014_sharing::M0014Sharing),
             Box::new(m0017_defence::M0017Defence),
         ]
     }

@@ -36,6 +36,7 @@ mod migration;
 mod places;
 mod servers;
 mod settings;
+pub mod sharing;
 mod sql;
 mod sqlite_memory;
 mod writer;

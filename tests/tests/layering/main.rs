@@ -42,7 +42,7 @@ const HUB: Layering = Layering {
         (
             "services",
             &[
-                "defence", "fleet", "alerts", "events", "settings", "auth", "cluster",
+                "sharing", "defence", "fleet", "alerts", "events", "settings", "auth", "cluster",
             ],
         ),
         ("support", &["config", "hub_addresses", "pki", "metrics"]),
@@ -58,6 +58,9 @@ const HUB: Layering = Layering {
         ("fleet", "cluster"),
         ("defence", "alerts"),
         ("alerts", "events"),
+        ("sharing", "fleet"),
+        ("sharing", "events"),
+        ("sharing", "defence"),
         ("alerts", "settings"),
         ("events", "cluster"),
         ("hub_addresses", "config"),
@@ -73,7 +76,7 @@ const AGENT: Layering = Layering {
     layers: &[
         ("binary", &["main"]),
         ("session", &["link"]),
-        ("features", &["action", "relay", "reconcile"]),
+        ("features", &["action", "relay", "reconcile", "shared_bans"]),
         ("drivers", &["fail2ban_files", "spool", "fail2ban"]),
         ("foundation", &["enroll", "tls", "config"]),
         ("root", &["lib"]),

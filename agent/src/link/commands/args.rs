@@ -5,7 +5,9 @@
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use banhub_proto::rules::{IpOrCidr, covers_everything, unmapped_ip, unmapped_net};
+use banhub_proto::rules::{
+    IpOrCidr, PROBE_JAIL, SHARED_JAIL, covers_everything, unmapped_ip, unmapped_net,
+};
 use ipnet::IpNet;
 
 use super::failure::Failure;
@@ -43,6 +45,24 @@ pub fn quoted(raw: &str) -> String {
 pub fn jail(raw: &str) -> Result<JailName, Failure> {
     JailName::parse(raw)
         .map_err(|e| Failure::invalid(format!("jail name {} is refused: it {e}", quoted(raw))))
+}
+
+/// A jail whose configuration the hub may change: [`jail`], and none of banhub's own jails
+/// (`banhub-probe`, `banhub-shared`), which `install-action` alone writes and the agent alone
+/// drives. Their bans and status stay readable through [`jail`].
+pub fn writable_jail(raw: &str) -> Result<JailName, Failure> {
+    let name = jail(raw)?;
+    if [PROBE_JAIL, SHARED_JAIL]
+        .iter()
+        .any(|own| name.as_str().eq_ignore_ascii_case(own))
+    {
+        return Err(Failure::invalid(format!(
+            "jail {} is refused: it is banhub's own jail, written only by `banhub-agent \
+             install-action` on the host",
+            quoted(raw)
+        )));
+    }
+    Ok(name)
 }
 
 /// A filter name from the hub.

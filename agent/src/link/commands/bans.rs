@@ -30,6 +30,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use banhub_proto::rules::{IpOrCidr, SHARED_JAIL};
 use banhub_proto::v1::command_result::Outcome;
 use banhub_proto::v1::{BanChange, BannedEntry, BannedPage, ListBanned, SetBan};
 use tracing::Instrument;
@@ -281,6 +282,15 @@ pub async fn set_ban(context: &Context, request: SetBan) -> Reply {
         "" => None,
         raw => Some(args::jail(raw)?),
     };
+    if request.ban && jail.as_ref().is_some_and(|j| j.as_str() == SHARED_JAIL) {
+        return Err(Failure::invalid(format!(
+            "jail {SHARED_JAIL} holds the shared bans the hub's sharing policies send; ban in \
+             another jail"
+        )));
+    }
+    if !request.ban && jail.as_ref().is_none_or(|j| j.as_str() == SHARED_JAIL) {
+        forget_shared(context, &address).await?;
+    }
     let mut socket = context.fail2ban.lease().await?;
     let change = match jail {
         Some(jail) => {
@@ -316,6 +326,22 @@ pub async fn set_ban(context: &Context, request: SetBan) -> Reply {
         "ban changed"
     );
     Ok(Outcome::BanChange(change))
+}
+
+/// An operator's unban of `address` in the shared jail or everywhere also ends its shared ban,
+/// which the agent would otherwise put back.
+async fn forget_shared(context: &Context, address: &str) -> Result<(), Failure> {
+    let (Ok(shared), Ok(ip)) = (context.shared_bans(), IpOrCidr::parse(address)) else {
+        return Ok(());
+    };
+    if shared
+        .forget(&ip)
+        .await
+        .map_err(|e| Failure::internal(e.to_string()))?
+    {
+        tracing::info!(%ip, "an operator's unban ends the shared ban of this address");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -130,7 +130,7 @@ fn jail_list(
 pub async fn set_ignore_list(context: &Context, request: SetIgnoreList) -> Reply {
     let jail = match request.jail.as_str() {
         "" => None,
-        raw => Some(args::jail(raw)?),
+        raw => Some(args::writable_jail(raw)?),
     };
     if request.entries.len() > args::MAX_IGNORE_ENTRIES {
         return Err(Failure::invalid(format!(

@@ -166,7 +166,7 @@ pub async fn set_jails_enabled(context: &Context, request: SetJailsEnabled) -> R
     let toggles = request
         .changes
         .iter()
-        .map(|t| Ok((args::jail(&t.jail)?, t.enabled)))
+        .map(|t| Ok((args::writable_jail(&t.jail)?, t.enabled)))
         .collect::<Result<Vec<(JailName, bool)>, Failure>>()?;
     let editor = context.editor()?;
     let _gate = context.config_gate.lock().await;
@@ -355,7 +355,7 @@ impl Edit {
 /// (content and version) before either is written; each write is then validated by fail2ban
 /// and applied on its own (the editor has no two-file edit), the override first.
 pub async fn write_jail_config(context: &Context, request: WriteJailConfig) -> Reply {
-    let jail = args::jail(&request.jail)?;
+    let jail = args::writable_jail(&request.jail)?;
     if request.jail_override.is_none() && request.filter_local.is_none() {
         return Err(Failure::invalid(
             "nothing to write: send the jail's override, its filter's local file, or both",

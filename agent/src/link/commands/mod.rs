@@ -7,7 +7,8 @@
 //!
 //! Areas: `status` (ping, the dashboard's status), `bans` (banned lists, ban and unban),
 //! `jails` (the effective jail configuration and its safe edits), `filters` (list, test),
-//! `ignore` (allowlists), `defaults` (fail2ban's `[DEFAULT]` keys), `restart` (reload and restart), `logtail` (fail2ban's own log).
+//! `ignore` (allowlists), `defaults` (fail2ban's `[DEFAULT]` keys), `restart` (reload and restart), `logtail` (fail2ban's own log),
+//! `shared_bans` (the bans held for other hosts).
 //! The socket connections to fail2ban are shared through `pool`.
 
 use std::path::PathBuf;
@@ -19,6 +20,7 @@ use banhub_proto::v1::{Command, CommandError, CommandResult, ErrorCode};
 use crate::config::Settings;
 use crate::fail2ban::Fail2banError;
 use crate::fail2ban_files::{ConfigEditor, EditorSettings, Fail2banTools};
+use crate::shared_bans::{SharedBans, SharedBansConfig};
 
 mod args;
 mod bans;
@@ -31,6 +33,7 @@ mod jails;
 mod logtail;
 mod pool;
 mod restart;
+mod shared_bans;
 mod status;
 
 pub use diagnostics::{DeliveryHandles, RelayHandle};
@@ -38,8 +41,8 @@ pub use failure::Failure;
 pub use pool::Fail2banPool;
 pub use status::fail2ban_version;
 
-/// Feature names announced in the hello, one per command kind this agent runs (the names
-/// [`kind_name`] gives them).
+/// Feature names announced in the hello: one per command kind this agent runs (the names
+/// [`kind_name`] gives them), then the features the hub looks for by name ([`FEATURES`]).
 pub const CAPABILITIES: &[&str] = &[
     "ping",
     "status",
@@ -58,7 +61,13 @@ pub const CAPABILITIES: &[&str] = &[
     "write_defaults",
     "get_delivery_status",
     "probe_step",
+    "sync_shared_bans",
+    "shared-bans",
 ];
+
+/// The capabilities that name a feature rather than a command kind: `shared-bans`, this agent
+/// holds shared bans in the jail `banhub-shared` and lifts them at their time.
+pub const FEATURES: &[&str] = &["shared-bans"];
 
 /// What commands need from the agent, shared by every command of every session.
 #[derive(Debug)]
@@ -78,6 +87,8 @@ pub struct Context {
     config_gate: tokio::sync::Mutex<()>,
     /// The relay and the spool, for delivery diagnostics (set once by [`Context::set_delivery`]).
     delivery: std::sync::OnceLock<DeliveryHandles>,
+    /// The shared bans this host holds, or why their file could not be read.
+    shared_bans: Result<SharedBans, String>,
 }
 
 impl Context {
@@ -93,6 +104,18 @@ impl Context {
             );
             format!("the agent's config editor is not available: {e}")
         });
+        let shared_bans = SharedBans::open(SharedBansConfig {
+            state_dir: settings.state_dir.clone(),
+            socket: settings.fail2ban.socket.clone(),
+            timeout: settings.fail2ban_timeout(),
+            reconcile_interval: std::time::Duration::from_secs(
+                settings.shared_bans.reconcile_interval_secs,
+            ),
+        })
+        .map_err(|e| {
+            tracing::error!(error = %e, "shared bans are not kept on this host");
+            format!("the agent cannot keep shared bans: {e}")
+        });
         Self {
             fail2ban: Fail2banPool::new(&settings.fail2ban.socket, settings.fail2ban_timeout()),
             editor,
@@ -100,7 +123,13 @@ impl Context {
             bans: bans::BanCache::default(),
             config_gate: tokio::sync::Mutex::new(()),
             delivery: std::sync::OnceLock::new(),
+            shared_bans,
         }
+    }
+
+    /// The shared bans this host holds (whose loop the agent runs beside the session).
+    pub fn shared_bans(&self) -> Result<&SharedBans, Failure> {
+        self.shared_bans.as_ref().map_err(Failure::internal)
     }
 
     /// Tells the delivery diagnostics where the relay and the spool are; only the first call
@@ -190,8 +219,11 @@ pub async fn execute(context: &Context, command: Command) -> CommandResult {
         Some(Kind::WriteDefaults(request)) => defaults::write_defaults(context, request).await,
         Some(Kind::GetDeliveryStatus(_)) => diagnostics::delivery_status(context).await,
         Some(Kind::ProbeStep(request)) => diagnostics::probe_step(context, request).await,
+        Some(Kind::SyncSharedBans(request)) => {
+            shared_bans::sync_shared_bans(context, request).await
+        }
         // prost leaves the oneof empty for a kind newer than this build.
-        Some(Kind::SyncSharedBans(_)) | None => Err(Failure::new(
+        None => Err(Failure::new(
             ErrorCode::Unsupported,
             format!(
                 "this agent (version {}) does not know this command; upgrade the agent",

@@ -126,11 +126,13 @@ fn every_kind_is_a_capability() {
         Kind::WriteDefaults(Default::default()),
         Kind::GetDeliveryStatus(Default::default()),
         Kind::ProbeStep(Default::default()),
+        Kind::SyncSharedBans(Default::default()),
     ];
-    let names: Vec<&str> = kinds
+    let mut names: Vec<&str> = kinds
         .into_iter()
         .map(|kind| kind_name(&with_kind(0, kind)))
         .collect();
+    names.extend(super::FEATURES);
     assert_eq!(names, CAPABILITIES);
 }
 

@@ -15,3 +15,6 @@ pub mod login_flow;
 pub mod server;
 pub mod session;
 pub mod settings_row;
+pub mod shared_ban;
+pub mod sharing_policy;
+pub mod sharing_state;

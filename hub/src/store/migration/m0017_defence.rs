@@ -23,6 +23,7 @@ const UP: &[&str] = &[
         count INTEGER NOT NULL,
         last_fired_at BIGINT NOT NULL,
         last_duration_secs BIGINT NOT NULL,
+        last_event_id BIGINT NOT NULL,
         PRIMARY KEY (rule_id, ip)
     ){clustered}",
     "CREATE TABLE sharing_pauses (

@@ -4,6 +4,27 @@
  */
 
 export interface paths {
+    "/api/addresses/{ip}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An address across the fleet: per server, its recent events and the shared bans it holds with
+         *     their origin and policy, and the shared bans skipped or ended.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["address"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/alerts/deliveries": {
         parameters: {
             query?: never;
@@ -851,6 +872,79 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/sharing/bans": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Shared bans, newest first, with their origin and status.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["list_shared_bans"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/sharing/policies": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every sharing policy with its live counters, by name.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["list_policies"];
+        put?: never;
+        /**
+         * Creates a sharing policy: from then on, a ban a source server reports in a matching jail is
+         *     banned on every target server, for the policy's time.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        post: operations["create_policy"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/sharing/policies/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One sharing policy with its live counters.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["get_policy"];
+        /**
+         * Replaces a sharing policy. Shared bans it already made keep their time.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        put: operations["update_policy"];
+        post?: never;
+        /**
+         * Deletes a sharing policy. Shared bans it already made stay until they expire or are lifted.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        delete: operations["delete_policy"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/summary": {
         parameters: {
             query?: never;
@@ -1117,6 +1211,27 @@ export interface components {
     schemas: {
         /** @description An IPv4 or IPv6 address or a CIDR network (`192.0.2.7`, `2001:db8::1`, `198.51.100.0/24`): no host bits below the prefix, not every address (`/0`), and not an unspecified, loopback or multicast address. */
         Address: string;
+        /** @description An address across the fleet. */
+        AddressDto: {
+            /** @description Every shared ban of the address that ended (lifted or expired), newest first. */
+            ended: components["schemas"]["SharedBanDto"][];
+            ip: string;
+            servers: components["schemas"]["AddressServerDto"][];
+            /** @description Shared bans of the address that were never sent (the lockout guard refused it). */
+            skipped: components["schemas"]["SharedBanDto"][];
+        };
+        /** @description One server's view of the address. */
+        AddressServerDto: {
+            /**
+             * @description Its recent ban and unban events of the address, newest first (shared ones carry their
+             *     origin).
+             */
+            events: components["schemas"]["EventDto"][];
+            serverId: string;
+            serverName?: string | null;
+            /** @description The shared bans of the address it holds now (pending or delivered). */
+            sharedBans: components["schemas"]["SharedBanDto"][];
+        };
         AlertsDocument: {
             /**
              * Format: int32
@@ -1318,6 +1433,21 @@ export interface components {
             path: string;
             /** @description Send this back when writing; empty when the file does not exist. */
             version: string;
+        };
+        /** @description A policy's live counters. */
+        CountersDto: {
+            /**
+             * Format: int64
+             * @description Shared bans held now.
+             */
+            active: number;
+            /** Format: date-time */
+            lastMatchAt?: string | null;
+            /**
+             * Format: int64
+             * @description Shared bans ever recorded (skips included).
+             */
+            sharedTotal: number;
         };
         CountryCountDto: {
             /** Format: int64 */
@@ -1526,6 +1656,22 @@ export interface components {
             /** @description The first matches (at most [`MAX_SAMPLES`]). */
             samples: components["schemas"]["MatchSample"][];
         };
+        /**
+         * @description How long a shared ban lasts: `origin` (the origin's own ban time), `fixed` (`seconds`), or
+         *     `ladder` (`steps`: the n-th time the policy shares an address it gets the n-th step, the last
+         *     step repeating).
+         */
+        DurationDto: {
+            /** @description `origin`, `fixed` or `ladder`. */
+            mode: string;
+            /**
+             * Format: int64
+             * @description For `fixed`: 1 to 31622400.
+             */
+            seconds?: number | null;
+            /** @description For `ladder`: 1 to 16 steps of 1 to 31622400 seconds. */
+            steps?: number[] | null;
+        };
         /** @description A one-time enrollment token and the command that uses it. */
         EnrollmentDto: {
             /** @description Run this on the fail2ban host. */
@@ -1581,6 +1727,7 @@ export interface components {
              */
             occurredAt: string;
             serverId: string;
+            shared?: components["schemas"]["SharedOriginDto"] | null;
             source: components["schemas"]["SourceDto"];
             /** Format: date-time */
             storedAt: string;
@@ -1971,6 +2118,45 @@ export interface components {
          * @enum {string}
          */
         Outcome: "ok" | "failed" | "denied";
+        /** @description Body of `POST /api/sharing/policies` and `PUT /api/sharing/policies/{id}`. */
+        PolicyBody: {
+            duration: components["schemas"]["DurationDto"];
+            /** @description On by default. */
+            enabled?: boolean;
+            /** @description Jail names or globs (`ssh*`); empty or absent: every jail. banhub's own jails never count. */
+            jails?: string[];
+            /**
+             * Format: int32
+             * @description Share only bans after at least this many failures (1 to 1000000).
+             */
+            minFailures?: number | null;
+            /** @description 1 to 64 printable characters, unique. */
+            name: string;
+            /** @description The servers whose bans are shared. */
+            sources: components["schemas"]["ServersDto"];
+            /** @description The servers that get the shared bans (the origin itself never does). */
+            targets: components["schemas"]["ServersDto"];
+            /** @description An unban at the origin lifts the shared bans it caused. */
+            unbanFollowsOrigin?: boolean;
+        };
+        /** @description A sharing policy. */
+        PolicyDto: {
+            counters: components["schemas"]["CountersDto"];
+            /** Format: date-time */
+            createdAt: string;
+            duration: components["schemas"]["DurationDto"];
+            enabled: boolean;
+            id: string;
+            jails: string[];
+            /** Format: int32 */
+            minFailures?: number | null;
+            name: string;
+            sources: components["schemas"]["ServersDto"];
+            targets: components["schemas"]["ServersDto"];
+            unbanFollowsOrigin: boolean;
+            /** Format: date-time */
+            updatedAt: string;
+        };
         ProbeFailure: {
             code: components["schemas"]["ProbeFailureCode"];
             message: string;
@@ -2219,6 +2405,11 @@ export interface components {
         };
         /** @description A server's id (a UUID) or its name; one that names no server is a 404 `unknown_server`. */
         ServerRef: string;
+        /** @description Servers: `all: true`, or `labels` (every label must match), not both. */
+        ServersDto: {
+            all?: boolean;
+            labels?: components["schemas"]["Labels"];
+        };
         /** @description A live login session. */
         SessionDto: {
             /** Format: date-time */
@@ -2267,6 +2458,64 @@ export interface components {
              *     `If-Match` header carries it). A POST from an older version is refused with 409.
              */
             version?: number | null;
+        };
+        /** @description A shared ban on one target server, with its origin. */
+        SharedBanDto: {
+            /** Format: date-time */
+            createdAt: string;
+            /** Format: date-time */
+            deliveredAt?: string | null;
+            /**
+             * Format: date-time
+             * @description Absent: until lifted.
+             */
+            expiresAt?: string | null;
+            /** Format: int64 */
+            id: number;
+            ip: string;
+            /** Format: date-time */
+            liftedAt?: string | null;
+            /**
+             * Format: int64
+             * @description The origin's ban event.
+             */
+            originEventId?: number | null;
+            originJail: string;
+            originServerId: string;
+            originServerName?: string | null;
+            /** @description The policy (or rule) id and name. */
+            policyId: string;
+            policyName: string;
+            /** @description The server that holds it. */
+            serverId: string;
+            serverName?: string | null;
+            /** @description Why it was not sent (the lockout guard's rule). */
+            skipReason?: string | null;
+            /** @description `policy` or `rule`. */
+            sourceKind: string;
+            status: components["schemas"]["SharedBanStatus"];
+            /**
+             * Format: int32
+             * @description The n-th time this policy shared the address.
+             */
+            step: number;
+        };
+        /**
+         * @description Where a shared ban stands.
+         * @enum {string}
+         */
+        SharedBanStatus: "pending" | "delivered" | "lifted" | "expired" | "skipped";
+        /** @description Where a shared ban an event reports came from. */
+        SharedOriginDto: {
+            /** Format: int64 */
+            originEventId?: number | null;
+            originJail: string;
+            originServerId: string;
+            originServerName?: string | null;
+            policyId: string;
+            policyName: string;
+            /** @description `policy` or `rule`. */
+            sourceKind: string;
         };
         SmtpDocument: {
             /** @description Sender, e.g. `banhub <banhub@example.org>`. */
@@ -2498,6 +2747,73 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    address: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An address or CIDR network */
+                ip: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AddressDto"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not an address */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     deliveries: {
         parameters: {
             query?: {
@@ -7163,6 +7479,479 @@ export interface operations {
             };
             /** @description The mail server could not be reached or refused */
             502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_shared_bans: {
+        parameters: {
+            query?: {
+                /** @description One address or network, as shared. */
+                ip?: string;
+                /** @description The target server (id or name). */
+                server?: string;
+                /** @description The policy id. */
+                policy?: string;
+                /** @description `pending`, `delivered`, `lifted`, `expired` or `skipped`. */
+                status?: string;
+                /** @description At most this many (1 to 1000, 100 by default). */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SharedBanDto"][];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A parameter breaks its rule; `field` names it. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_policies: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PolicyDto"][];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    create_policy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PolicyBody"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PolicyDto"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks its rule or the name is taken; `field` names it. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_policy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Policy id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PolicyDto"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    update_policy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Policy id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PolicyBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PolicyDto"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks its rule or the name is taken; `field` names it. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    delete_policy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Policy id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
