@@ -11,6 +11,7 @@ export type Route =
   | { name: 'filters' }
   | { name: 'settings' }
   | { name: 'audit' }
+  | { name: 'defence' }
   | { name: 'login' }
   | { name: 'not-found'; path: string };
 
@@ -36,6 +37,7 @@ export function parseRoute(path: string): Route {
     case 'filters':
     case 'settings':
     case 'audit':
+    case 'defence':
     case 'login':
       return second === undefined ? { name: head } : { name: 'not-found', path };
     case 'jails':
