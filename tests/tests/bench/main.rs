@@ -3,3 +3,4 @@
 
 mod agent_commands;
 mod spool;
+mod storm;
