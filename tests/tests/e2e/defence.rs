@@ -3,8 +3,8 @@
 //! two of the three hosts on every host, in fail2ban's shared jail, and a second firing climbs to
 //! the ladder's next step; the storm breaker pauses sharing from a host whose bans would pass the
 //! configured limit, says so through the API, the metrics and a webhook, while every event is
-//! still stored, and sharing goes on once an admin resumes the host; bad rules are refused with
-//! 422s naming the field.
+//! still stored, and sharing goes on once an admin resumes the host (both also on PostgreSQL); bad
+//! rules are refused with 422s naming the field.
 
 use std::ffi::OsStr;
 use std::time::Duration;
@@ -14,7 +14,7 @@ use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubBuilder;
 use banhub_tests::wait::{wait_for_async, wait_until};
 use banhub_tests::webhook::WebhookReceiver;
-use banhub_tests::{TestFleet, TestHost};
+use banhub_tests::{PostgresServer, TestFleet, TestHost};
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -124,7 +124,22 @@ fn lasts_about(ban: &Value, secs: i64) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_address_banned_on_two_hosts_is_banned_on_every_host_and_escalates() {
-    let fleet = start(TestFleet::hub_builder()).await;
+    recidive_scenario(&start(TestFleet::hub_builder()).await).await;
+}
+
+/// The same on PostgreSQL: the rules, their firings and an address's sightings in the other
+/// backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recidive_escalates_on_postgresql() {
+    let postgres =
+        PostgresServer::start().unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e:#}"));
+    let url = postgres
+        .create_database("banhub_recidive")
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", postgres.logs()));
+    recidive_scenario(&start(TestFleet::hub_builder().database_url(url)).await).await;
+}
+
+async fn recidive_scenario(fleet: &TestFleet) {
     let (status, rule) = fleet
         .api()
         .post(
@@ -139,10 +154,10 @@ async fn an_address_banned_on_two_hosts_is_banned_on_every_host_and_escalates() 
     let (a, b, c) = (&fleet.hosts[0], &fleet.hosts[1], &fleet.hosts[2]);
 
     // Banned on one host: below the rule's two servers.
-    attack(&fleet, a, ip);
+    attack(fleet, a, ip);
     // Banned on a second host within the window: the rule fires, on every host.
-    attack(&fleet, b, ip);
-    let first = wait_rule_bans(&fleet, ip, 1, 3).await;
+    attack(fleet, b, ip);
+    let first = wait_rule_bans(fleet, ip, 1, 3).await;
     for ban in &first {
         assert_eq!(ban["policyName"], "spread", "{ban}");
         assert_eq!(ban["originJail"], "testauth", "{ban}");
@@ -155,7 +170,7 @@ async fn an_address_banned_on_two_hosts_is_banned_on_every_host_and_escalates() 
     // The host that never saw the address bans it in fail2ban's shared jail, and so do the two
     // that did, for the rule's longer time.
     for host in [c, a, b] {
-        wait_banned(&fleet, host, SHARED, ip);
+        wait_banned(fleet, host, SHARED, ip);
     }
 
     // Banned again on two hosts: the second firing takes the next step.
@@ -164,15 +179,15 @@ async fn an_address_banned_on_two_hosts_is_banned_on_every_host_and_escalates() 
             .client(&["set", "testauth", "unbanip", ip])
             .expect("unban in testauth");
     }
-    attack(&fleet, a, ip);
-    attack(&fleet, b, ip);
-    let second = wait_rule_bans(&fleet, ip, 2, 3).await;
+    attack(fleet, a, ip);
+    attack(fleet, b, ip);
+    let second = wait_rule_bans(fleet, ip, 2, 3).await;
     for ban in &second {
         assert!(lasts_about(ban, 7200), "the ladder's second step: {ban}");
     }
-    wait_banned(&fleet, c, SHARED, ip);
+    wait_banned(fleet, c, SHARED, ip);
     // The shared jail's own bans never counted as evidence: two firings, six shared bans.
-    let all = shared_bans(&fleet, &format!("ip={ip}")).await;
+    let all = shared_bans(fleet, &format!("ip={ip}")).await;
     assert_eq!(all.len(), 6, "{all:?}");
 }
 
@@ -215,9 +230,26 @@ async fn pauses(fleet: &TestFleet) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storm_pauses_sharing_from_its_host_until_an_admin_resumes_it() {
+    let hub = TestFleet::hub_builder().env("BANHUB_DEFENCE__STORM_LIMIT_PER_MINUTE", "5");
+    storm_scenario(&start(hub).await).await;
+}
+
+/// The same on PostgreSQL: the pauses (one open per server) in the other backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_pauses_its_host_on_postgresql() {
+    let postgres =
+        PostgresServer::start().unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e:#}"));
+    let url = postgres
+        .create_database("banhub_storm")
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", postgres.logs()));
+    let hub = TestFleet::hub_builder()
+        .database_url(url)
+        .env("BANHUB_DEFENCE__STORM_LIMIT_PER_MINUTE", "5");
+    storm_scenario(&start(hub).await).await;
+}
+
+async fn storm_scenario(fleet: &TestFleet) {
     let receiver = WebhookReceiver::start().await.expect("receiver");
-    let fleet =
-        start(TestFleet::hub_builder().env("BANHUB_DEFENCE__STORM_LIMIT_PER_MINUTE", "5")).await;
     let (_, current) = fleet.api().get("/api/settings").await;
     let (status, saved) = fleet
         .api()
@@ -244,7 +276,7 @@ async fn a_storm_pauses_sharing_from_its_host_until_an_admin_resumes_it() {
     let storm: Vec<String> = (1..=20).map(|i| format!("203.0.113.{i}")).collect();
     report_bans(a, &storm).await;
     let paused = wait_for_async(DEADLINE, "A's sharing paused", || async {
-        let p = pauses(&fleet).await;
+        let p = pauses(fleet).await;
         (!p.is_empty()).then_some(p)
     })
     .await
@@ -255,13 +287,13 @@ async fn a_storm_pauses_sharing_from_its_host_until_an_admin_resumes_it() {
 
     // Ingest was never paused: every ban is stored.
     wait_for_async(DEADLINE, "every ban of the storm stored", || async {
-        (stored_bans(&fleet, a).await == 20).then_some(())
+        (stored_bans(fleet, a).await == 20).then_some(())
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
     // Only the bans before the trip were shared.
     let shared = shared_bans(
-        &fleet,
+        fleet,
         &format!("policy={}", policy["id"].as_str().unwrap_or_default()),
     )
     .await;
@@ -301,7 +333,7 @@ async fn a_storm_pauses_sharing_from_its_host_until_an_admin_resumes_it() {
     // B is not paused: its ban is shared.
     report_bans(b, &["203.0.113.200".to_owned()]).await;
     wait_for_async(DEADLINE, "B's ban shared", || async {
-        (shared_bans(&fleet, "ip=203.0.113.200").await.len() == 2).then_some(())
+        (shared_bans(fleet, "ip=203.0.113.200").await.len() == 2).then_some(())
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
@@ -318,12 +350,12 @@ async fn a_storm_pauses_sharing_from_its_host_until_an_admin_resumes_it() {
         .await;
     assert_eq!(status, StatusCode::OK, "{resumed}");
     assert!(resumed["resumedAt"].is_string(), "{resumed}");
-    assert!(pauses(&fleet).await.is_empty());
+    assert!(pauses(fleet).await.is_empty());
 
     // A's next ban is shared again.
     report_bans(a, &["203.0.113.201".to_owned()]).await;
     wait_for_async(DEADLINE, "A's ban shared after the resume", || async {
-        (shared_bans(&fleet, "ip=203.0.113.201").await.len() == 2).then_some(())
+        (shared_bans(fleet, "ip=203.0.113.201").await.len() == 2).then_some(())
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));

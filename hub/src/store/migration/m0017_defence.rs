@@ -20,7 +20,7 @@ const UP: &[&str] = &[
     "CREATE TABLE recidive_firings (
         rule_id BIGINT NOT NULL,
         ip VARCHAR(64) NOT NULL,
-        count INTEGER NOT NULL,
+        count BIGINT NOT NULL,
         last_fired_at BIGINT NOT NULL,
         last_duration_secs BIGINT NOT NULL,
         last_event_id BIGINT NOT NULL,
