@@ -35,6 +35,7 @@ pub struct Metrics {
     pub events_rejected: Counter,
     pub commands: Family<CommandLabels, Counter>,
     pub http_requests: Family<HttpLabels, Counter>,
+    pub sharing_paused_sources: Gauge,
 }
 
 impl Metrics {
@@ -80,6 +81,11 @@ impl Metrics {
             "http_requests",
             "HTTP requests answered, by method and status",
             self.http_requests.clone(),
+        );
+        registry.register(
+            "sharing_paused_sources",
+            "Source servers whose sharing the storm breaker paused, not yet resumed",
+            self.sharing_paused_sources.clone(),
         );
         let mut out = String::new();
         // Writing into a String cannot fail.

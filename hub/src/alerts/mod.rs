@@ -17,6 +17,7 @@
 pub mod geoip;
 pub mod insights;
 pub mod mail;
+pub mod notice;
 pub mod places;
 pub mod render;
 pub mod test_mail;

@@ -27,7 +27,7 @@ fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-fn escape(text: &str) -> String {
+pub(super) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -44,6 +44,9 @@ fn escape(text: &str) -> String {
 
 /// Renders `digest`; `servers` names servers by id.
 pub fn render(digest: &Digest, servers: &HashMap<String, String>) -> Rendered {
+    if let Some(notice) = &digest.summary.notice {
+        return super::notice::render(digest, notice);
+    }
     let s = &digest.summary;
     let name = |id: &str| servers.get(id).cloned().unwrap_or_else(|| id.to_owned());
     let subject = format!(

@@ -19,7 +19,9 @@ mod guards;
 mod health;
 mod jails;
 mod openapi;
+mod pauses;
 mod protected;
+mod recidive;
 mod schemas;
 mod servers;
 mod settings;
@@ -67,6 +69,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(protected::router())
         .merge(sharing::router())
         .merge(addresses::router())
+        .merge(recidive::router())
+        .merge(pauses::router())
         .merge(events::router())
         .merge(callbacks::router())
         .merge(callback_secrets::router())

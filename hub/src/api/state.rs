@@ -6,6 +6,7 @@ use crate::alerts::Alerts;
 use crate::auth::Auth;
 use crate::cluster::Cluster;
 use crate::config::Config;
+use crate::defence::Defence;
 use crate::domain::Guards;
 use crate::events::Events;
 use crate::feeds::Feeds;
@@ -40,4 +41,6 @@ pub struct AppState {
     pub feeds: Feeds,
     /// Sharing policies and the shared bans they make.
     pub sharing: Sharing,
+    /// Fleet recidive rules and the storm breaker's pauses.
+    pub defence: Defence,
 }

@@ -19,6 +19,7 @@ pub use crate::api::AppState;
 use crate::auth::{Auth, AuthError, Site};
 use crate::cluster::{Cluster, JoinError};
 use crate::config::Config;
+use crate::defence::Defence;
 use crate::domain::{Guards, PrefixLimits};
 use crate::events::Events;
 use crate::feeds::Feeds;
@@ -137,6 +138,12 @@ impl App {
             events.clone(),
             shutdown.clone(),
         );
+        let defence = Defence::new(
+            store.clone(),
+            alerts.clone(),
+            metrics.clone(),
+            config.defence.storm_limit_per_minute,
+        );
         let guards = Guards::new(
             PrefixLimits {
                 v4: config.guards.ban_min_prefix_v4,
@@ -187,6 +194,7 @@ impl App {
             Arc::clone(&guards),
             shutdown.clone(),
         );
+        sharing.set_defence(defence.clone());
         tracing::info!(
             database = store.backend_name(),
             data_dir = %config.data_dir.display(),
@@ -209,6 +217,7 @@ impl App {
                 protection,
                 feeds,
                 sharing,
+                defence,
             },
             http,
             grpc,

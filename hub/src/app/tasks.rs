@@ -34,6 +34,7 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         protection,
         feeds,
         sharing,
+        defence,
         ..
     } = state;
 
@@ -73,6 +74,8 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         }),
     );
     spawn("sharing_delivery", sharing.clone().run_delivery());
+    // On every replica: the breaker follows the stored pauses (a resume anywhere takes effect).
+    spawn("defence", defence.clone().run(shutdown.clone()));
 
     // On every replica: the fleet's own passes, and the retention setting (it sets local state).
     spawn("seen_writer", fleet.clone().run_seen_writer());

@@ -33,6 +33,8 @@ pub struct Config {
     pub probe: ProbeConfig,
     /// Bans and allowlist entries that need an admin's explicit override.
     pub guards: GuardsConfig,
+    /// Fleet defence: the storm breaker of shared bans.
+    pub defence: DefenceConfig,
     pub secrets: SecretsConfig,
     /// Hub replicas on one PostgreSQL database, and the CA they share.
     pub cluster: ClusterConfig,
@@ -208,6 +210,23 @@ impl Default for GuardsConfig {
     }
 }
 
+/// Fleet defence's limits.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DefenceConfig {
+    /// Shared bans (by sharing policies and recidive rules) one source server's events may cause
+    /// within a minute; past this, sharing from that server pauses until an admin resumes it.
+    pub storm_limit_per_minute: u32,
+}
+
+impl Default for DefenceConfig {
+    fn default() -> Self {
+        Self {
+            storm_limit_per_minute: 600,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -227,6 +246,7 @@ impl Default for Config {
             events: EventsConfig::default(),
             probe: ProbeConfig::default(),
             guards: GuardsConfig::default(),
+            defence: DefenceConfig::default(),
             secrets: SecretsConfig::default(),
             cluster: ClusterConfig::default(),
             auth: AuthConfig::default(),
@@ -437,6 +457,12 @@ impl Config {
                 "must be at most a year (31536000 seconds); 0 protects no token's address",
             );
         }
+        if !(1..=1_000_000).contains(&self.defence.storm_limit_per_minute) {
+            return invalid(
+                "defence.storm_limit_per_minute",
+                "must be between 1 and 1000000 shared bans per minute",
+            );
+        }
         if self.agents.heartbeat_interval_ms < 100 {
             return invalid("agents.heartbeat_interval_ms", "must be at least 100");
         }
@@ -592,6 +618,21 @@ mod tests {
         let overrides = Figment::from(Serialized::default("guards.ban_min_prefix_v6", 48));
         let config = Config::load(None, overrides).expect("valid");
         assert_eq!(config.guards.ban_min_prefix_v6, 48);
+    }
+
+    #[test]
+    fn the_storm_limit_is_a_positive_count() {
+        let config = Config::load(None, Figment::new()).expect("defaults are valid");
+        assert_eq!(config.defence.storm_limit_per_minute, 600);
+        let overrides = Figment::from(Serialized::default("defence.storm_limit_per_minute", 0));
+        let err = Config::load(None, overrides).expect_err("refused");
+        assert!(
+            err.to_string().contains("defence.storm_limit_per_minute"),
+            "{err}"
+        );
+        let overrides = Figment::from(Serialized::default("defence.storm_limit_per_minute", 5));
+        let config = Config::load(None, overrides).expect("valid");
+        assert_eq!(config.defence.storm_limit_per_minute, 5);
     }
 
     #[test]

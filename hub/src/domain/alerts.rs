@@ -48,6 +48,10 @@ pub struct DigestSummary {
     pub samples: Vec<MatchSample>,
     pub first_at: Option<DateTime<Utc>>,
     pub last_at: Option<DateTime<Utc>>,
+    /// Set on a notice: a message of the hub itself (e.g. sharing paused for a server) delivered
+    /// like a digest, with no events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice: Option<String>,
 }
 
 impl DigestSummary {

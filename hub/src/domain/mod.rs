@@ -1,14 +1,17 @@
 //! Domain types and rules that know nothing of HTTP, gRPC or SQL: identifiers, validated names, and
-//! the models the store keeps and returns (events, alert digests, sessions and tokens, settings).
+//! the models the store keeps and returns (events, alert digests, sessions and tokens, settings),
+//! and the pure rules of fleet defence (recidive rules, the storm breaker).
 
 mod agent_cert;
 pub mod alerts;
 pub mod auth;
+pub mod breaker;
 pub mod events;
 pub mod feeds;
 mod guards;
 mod names;
 pub mod protected;
+pub mod recidive;
 mod server;
 mod settings;
 pub mod sharing;

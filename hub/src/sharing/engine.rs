@@ -149,7 +149,7 @@ impl Sharing {
         let relevant = batch
             .iter()
             .any(|e| matcher::origin_ban(e).is_some() || matcher::origin_unban(e).is_some());
-        let (bans, unbans) = if policies.is_empty() || !relevant {
+        let (mut bans, unbans) = if policies.is_empty() || !relevant {
             (Vec::new(), Vec::new())
         } else {
             let servers = self.0.store.list_servers().await?;
@@ -174,6 +174,7 @@ impl Sharing {
                 breaker.as_ref(),
             )
         };
+        bans.extend(self.recidive_bans(batch).await?);
         if !self
             .0
             .store

@@ -15,6 +15,7 @@
 //! 3. *Show*: the policies with live counters, the shared bans with their status, and why an
 //!    address is banned where.
 
+mod defence;
 mod delivery;
 mod engine;
 pub mod matcher;
@@ -59,6 +60,8 @@ struct Inner {
     events: Events,
     guards: Arc<Guards>,
     breaker: std::sync::RwLock<Arc<dyn Breaker>>,
+    /// Fleet defence, once handed over (see `defence.rs`).
+    defence: std::sync::OnceLock<crate::defence::Defence>,
     /// Wakes this replica's delivery pass.
     work_due: Notify,
     target_locks: delivery::TargetLocks,
@@ -103,6 +106,7 @@ impl Sharing {
             events,
             guards,
             breaker: std::sync::RwLock::new(Arc::new(NoBreaker)),
+            defence: std::sync::OnceLock::new(),
             work_due: Notify::new(),
             target_locks: delivery::TargetLocks::default(),
             shutdown,

@@ -207,29 +207,40 @@ impl Store {
         if closed.rows_affected != 1 {
             return Ok(false);
         }
-        for new in deliveries {
-            alert_delivery::ActiveModel {
-                digest_id: Set(digest.id),
-                rule_id: Set(digest.rule_id.clone()),
-                rule_name: Set(digest.rule_name.clone()),
-                channel: Set(new.channel.as_str().to_owned()),
-                target: Set(new.target.clone()),
-                status: Set(DeliveryStatus::Pending.as_str().to_owned()),
-                attempts: Set(0),
-                max_attempts: Set(i32::try_from(new.max_attempts).unwrap_or(i32::MAX)),
-                next_attempt_at: Set(now_ms),
-                last_error: Set(None),
-                response: Set(None),
-                created_at: Set(now_ms),
-                updated_at: Set(now_ms),
-                delivered_at: Set(None),
-                ..Default::default()
-            }
-            .insert(&txn)
-            .await?;
-        }
+        insert_deliveries(&txn, digest, deliveries, now_ms).await?;
         txn.commit().await?;
         Ok(true)
+    }
+
+    /// Stores a notice (a digest without events that says `summary.notice`), closed at once, with
+    /// its deliveries due now, in one transaction.
+    pub async fn record_notice(
+        &self,
+        rule_id: &str,
+        rule_name: &str,
+        summary: &DigestSummary,
+        deliveries: &[NewDelivery],
+        now_ms: i64,
+    ) -> Result<Digest, StoreError> {
+        let txn = self.db.begin().await?;
+        let row = alert_digest::ActiveModel {
+            rule_id: Set(rule_id.to_owned()),
+            rule_name: Set(rule_name.to_owned()),
+            opened_at: Set(now_ms),
+            due_at: Set(now_ms),
+            closed_at: Set(Some(now_ms)),
+            events: Set(0),
+            first_event_id: Set(0),
+            last_event_id: Set(0),
+            summary: Set(serde_json::to_string(summary).map_err(|e| corrupt(e.to_string()))?),
+            ..Default::default()
+        }
+        .insert(&txn)
+        .await?;
+        let digest = to_digest(row)?;
+        insert_deliveries(&txn, &digest, deliveries, now_ms).await?;
+        txn.commit().await?;
+        Ok(digest)
     }
 
     pub async fn digest(&self, id: i64) -> Result<Option<Digest>, StoreError> {
@@ -411,4 +422,35 @@ impl Store {
         }
         Ok(counts)
     }
+}
+
+/// Creates `digest`'s deliveries, due at `now_ms`.
+async fn insert_deliveries(
+    txn: &sea_orm::DatabaseTransaction,
+    digest: &Digest,
+    deliveries: &[NewDelivery],
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    for new in deliveries {
+        alert_delivery::ActiveModel {
+            digest_id: Set(digest.id),
+            rule_id: Set(digest.rule_id.clone()),
+            rule_name: Set(digest.rule_name.clone()),
+            channel: Set(new.channel.as_str().to_owned()),
+            target: Set(new.target.clone()),
+            status: Set(DeliveryStatus::Pending.as_str().to_owned()),
+            attempts: Set(0),
+            max_attempts: Set(i32::try_from(new.max_attempts).unwrap_or(i32::MAX)),
+            next_attempt_at: Set(now_ms),
+            last_error: Set(None),
+            response: Set(None),
+            created_at: Set(now_ms),
+            updated_at: Set(now_ms),
+            delivered_at: Set(None),
+            ..Default::default()
+        }
+        .insert(txn)
+        .await?;
+    }
+    Ok(())
 }

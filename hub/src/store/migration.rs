@@ -17,6 +17,7 @@ mod m0013_event_text_pg;
 mod m0014_sharing;
 mod m0015_protected_networks;
 mod m0016_feeds;
+mod m0017_defence;
 
 pub struct Migrator;
 
@@ -67,6 +68,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0014_sharing::M0014Sharing),
             Box::new(m0015_protected_networks::M0015ProtectedNetworks),
             Box::new(m0016_feeds::M0016Feeds),
+            Box::new(m0017_defence::M0017Defence),
         ]
     }
 }

@@ -20,12 +20,14 @@
 //! rollups, the deferred flusher and retention in `events/`; leases, forwarded commands, jobs and
 //! notifications in `cluster/`; fleet action targets in `fleet_actions`; users, sessions, tokens
 //! and audit in `auth`; alert state and deliveries in `alerts`; the settings row in `settings`;
+//! recidive rules, their firings and the breaker's pauses in `defence`;
 //! per-address ban counts in `places`; the health and write checks in `health`. Look for a
 //! method in the file of its concern.
 
 mod alerts;
 mod auth;
 pub mod cluster;
+mod defence;
 mod entities;
 pub mod events;
 pub mod feeds;
@@ -41,6 +43,7 @@ mod sql;
 mod sqlite_memory;
 mod writer;
 
+pub use defence::RuleWrite;
 pub use places::IpBans;
 pub use servers::{CallbackSecretRow, EnrollOutcome, RotateOutcome, TokenRefusal};
 

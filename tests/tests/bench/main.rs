@@ -4,3 +4,4 @@
 mod agent_commands;
 mod sharing;
 mod spool;
+mod storm;

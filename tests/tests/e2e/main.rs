@@ -12,6 +12,7 @@ mod auth;
 mod callback_secrets;
 mod cluster_store;
 mod control;
+mod defence;
 mod delivery;
 mod deploy_files;
 mod event_path;

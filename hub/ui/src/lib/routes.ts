@@ -15,6 +15,7 @@ export type Route =
   | { name: 'feeds' }
   | { name: 'sharing' }
   | { name: 'address'; ip: string }
+  | { name: 'defence' }
   | { name: 'login' }
   | { name: 'not-found'; path: string };
 
@@ -43,6 +44,7 @@ export function parseRoute(path: string): Route {
     case 'protected':
     case 'feeds':
     case 'sharing':
+    case 'defence':
     case 'login':
       return second === undefined ? { name: head } : { name: 'not-found', path };
     case 'jails':
