@@ -9,6 +9,7 @@ pub mod breaker;
 pub mod events;
 pub mod feeds;
 mod guards;
+mod jail_pattern;
 mod names;
 pub mod protected;
 pub mod recidive;
@@ -18,6 +19,7 @@ pub mod sharing;
 
 pub use agent_cert::{SignedAgentCert, sha256_hex};
 pub use guards::{GuardViolation, Guards, PrefixLimits};
+pub use jail_pattern::{JailPattern, PatternError};
 pub use names::{NameError, ServerName};
 pub use protected::{ProtectedEntry, ProtectedNetwork, ProtectionKind};
 pub use server::{

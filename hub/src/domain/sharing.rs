@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::events::{EventId, IpOrCidr, JailName};
+pub use super::jail_pattern::{JailPattern, PatternError};
 use super::{Labels, Server, ServerId};
 
 /// Longest policy name, in characters.
@@ -45,96 +46,6 @@ impl ServerSet {
     pub fn labels(labels: Labels) -> Self {
         Self::Labels(labels.into_map())
     }
-}
-
-/// A jail name, or a glob over jail names (`*` any run of characters, `?` one character).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct JailPattern(String);
-
-/// Why a jail pattern was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PatternError {
-    #[error(
-        "must be a jail name or a glob of one (letters, digits, `._@-`, `*` and `?`; at most 64 characters)"
-    )]
-    Invalid,
-    #[error("names a jail of banhub itself ({0}), whose bans are never shared")]
-    Reserved(&'static str),
-}
-
-impl JailPattern {
-    pub fn parse(raw: &str) -> Result<Self, PatternError> {
-        let ok_char = |c: char| c.is_ascii_alphanumeric() || "._@-*?".contains(c);
-        if raw.is_empty()
-            || raw.len() > banhub_proto::rules::MAX_NAME_LEN
-            || !raw.chars().all(ok_char)
-            || raw.starts_with(['.', '-', '@'])
-        {
-            return Err(PatternError::Invalid);
-        }
-        if !raw.contains(['*', '?']) {
-            JailName::parse(raw).map_err(|_| PatternError::Invalid)?;
-        }
-        for reserved in [
-            banhub_proto::rules::SHARED_JAIL,
-            banhub_proto::rules::PROBE_JAIL,
-        ] {
-            if raw == reserved {
-                return Err(PatternError::Reserved(reserved));
-            }
-        }
-        Ok(Self(raw.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// Whether `jail` matches this pattern.
-    pub fn matches(&self, jail: &str) -> bool {
-        glob(self.0.as_bytes(), jail.as_bytes())
-    }
-}
-
-impl TryFrom<String> for JailPattern {
-    type Error = PatternError;
-    fn try_from(raw: String) -> Result<Self, Self::Error> {
-        Self::parse(&raw)
-    }
-}
-
-impl From<JailPattern> for String {
-    fn from(p: JailPattern) -> Self {
-        p.0
-    }
-}
-
-/// Glob matching with `*` and `?`, iterative with one backtrack point (linear in practice).
-fn glob(pattern: &[u8], text: &[u8]) -> bool {
-    let (mut p, mut t) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while t < text.len() {
-        match pattern.get(p) {
-            Some(b'*') => {
-                star = Some((p, t));
-                p += 1;
-            }
-            Some(&c) if c == b'?' || c == text[t] => {
-                p += 1;
-                t += 1;
-            }
-            _ => match star {
-                Some((sp, st)) => {
-                    p = sp + 1;
-                    t = st + 1;
-                    star = Some((sp, st + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    pattern[p..].iter().all(|&c| c == b'*')
 }
 
 /// How long a shared ban lasts.
