@@ -19,6 +19,17 @@ pub const PROBE_JAIL: &str = "banhub-probe";
 /// bans (no echo); the hub shows them as shared, with their origin.
 pub const SHARED_JAIL: &str = "banhub-shared";
 
+/// banhub's own jails: `install-action` alone writes them and the agent alone drives them, so no
+/// configuration write, allowlist change, switch or manual ban from the hub names them.
+pub const BANHUB_JAILS: [&str; 2] = [PROBE_JAIL, SHARED_JAIL];
+
+/// Whether `jail` is one of [`BANHUB_JAILS`].
+pub fn is_banhub_jail(jail: &str) -> bool {
+    BANHUB_JAILS
+        .iter()
+        .any(|own| jail.eq_ignore_ascii_case(own))
+}
+
 /// Whether `ip` is a single address of a documentation range (RFC 5737 TEST-NET-1/2/3, RFC 3849
 /// `2001:db8::/32`): the only addresses the probe may ban, since no real client has one.
 pub fn is_probe_address(ip: &IpOrCidr) -> bool {

@@ -3,7 +3,7 @@
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use banhub_proto::rules::{IpOrCidr, JailName, unmapped_net};
+use banhub_proto::rules::{IpOrCidr, JailName, is_banhub_jail, unmapped_net};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -45,6 +45,22 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// reserved section name), which every route and the agent share.
 pub(super) fn jail_name(field: &str, raw: &str) -> Result<JailName, ApiError> {
     JailName::parse(raw).map_err(|e| ApiError::invalid(field, format!("{raw:?} {e}")))
+}
+
+/// A jail the hub may change (its configuration, allowlist, switch or a manual ban): [`jail_name`],
+/// and none of banhub's own jails, which `install-action` writes and the agent drives.
+pub(super) fn writable_jail_name(field: &str, raw: &str) -> Result<JailName, ApiError> {
+    let name = jail_name(field, raw)?;
+    if is_banhub_jail(name.as_str()) {
+        return Err(ApiError::invalid(
+            field,
+            format!(
+                "{raw:?} is banhub's own jail, written only by `banhub-agent install-action` on \
+                 the host and driven by the agent"
+            ),
+        ));
+    }
+    Ok(name)
 }
 
 fn address(raw: &str) -> Result<IpOrCidr, ApiError> {
@@ -130,7 +146,9 @@ async fn manage_jails(
         .jails
         .iter()
         .enumerate()
-        .map(|(i, t)| jail_name(&format!("jails[{i}].name"), &t.name).map(|name| (name, t.enabled)))
+        .map(|(i, t)| {
+            writable_jail_name(&format!("jails[{i}].name"), &t.name).map(|name| (name, t.enabled))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(ApiJson(
         state
@@ -277,7 +295,7 @@ async fn write_config(
     Path(jail): Path<String>,
     ApiJson(body): ApiJson<WriteConfig>,
 ) -> Result<ApiJson<ConfigChange>, ApiError> {
-    let jail = jail_name("jail", &jail)?;
+    let jail = writable_jail_name("jail", &jail)?;
     let (jail_override, filter_local) = body.parse(&jail)?;
     Ok(ApiJson(
         state
@@ -322,7 +340,7 @@ async fn ban(
     body: axum::body::Bytes,
 ) -> Result<ApiJson<BanOutcome>, ApiError> {
     let body: BanBody = optional_json(&body)?;
-    let jail = jail_name("jail", &jail)?;
+    let jail = writable_jail_name("jail", &jail)?;
     let ip = address(&ip)?;
     let overridden = guards::admin_override(&caller, body.guard_override)?;
     guards::check_ban(&state, &caller, "ip", &ip, overridden)?;
@@ -620,7 +638,7 @@ async fn set_jail_ignore(
     Path(jail): Path<String>,
     ApiJson(body): ApiJson<IgnoreListBody>,
 ) -> Result<ApiJson<ConfigChange>, ApiError> {
-    let jail = jail_name("jail", &jail)?;
+    let jail = writable_jail_name("jail", &jail)?;
     let entries = ignore_entries(&state, &caller, &body)?;
     Ok(ApiJson(
         state
@@ -715,6 +733,15 @@ mod tests {
             assert!(jail_name("jail", raw).is_err(), "{raw}");
         }
         assert!(jail_name("jail", "sshd").is_ok());
+    }
+
+    #[test]
+    fn banhubs_own_jails_are_readable_but_not_writable() {
+        for raw in ["banhub-shared", "banhub-probe", "BANHUB-SHARED"] {
+            assert!(writable_jail_name("jail", raw).is_err(), "{raw}");
+        }
+        assert!(jail_name("jail", "banhub-shared").is_ok());
+        assert!(writable_jail_name("jail", "sshd").is_ok());
     }
 
     #[test]

@@ -5,9 +5,7 @@
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use banhub_proto::rules::{
-    IpOrCidr, PROBE_JAIL, SHARED_JAIL, covers_everything, unmapped_ip, unmapped_net,
-};
+use banhub_proto::rules::{IpOrCidr, covers_everything, is_banhub_jail, unmapped_ip, unmapped_net};
 use ipnet::IpNet;
 
 use super::failure::Failure;
@@ -52,10 +50,7 @@ pub fn jail(raw: &str) -> Result<JailName, Failure> {
 /// drives. Their bans and status stay readable through [`jail`].
 pub fn writable_jail(raw: &str) -> Result<JailName, Failure> {
     let name = jail(raw)?;
-    if [PROBE_JAIL, SHARED_JAIL]
-        .iter()
-        .any(|own| name.as_str().eq_ignore_ascii_case(own))
-    {
+    if is_banhub_jail(name.as_str()) {
         return Err(Failure::invalid(format!(
             "jail {} is refused: it is banhub's own jail, written only by `banhub-agent \
              install-action` on the host",
