@@ -381,6 +381,47 @@ async fn reserved_section_names_are_refused_by_fleet_bans() {
 }
 
 #[tokio::test]
+async fn banhubs_own_jails_are_refused_by_every_write_of_the_hub() {
+    let fleet = TestFleet::start(&["alpha"]).await.expect("fleet");
+    let host = fleet.host(0);
+    let server = Some(host.id.as_str());
+    let files = snapshot(&host.sandbox.conf_dir());
+
+    for jail in ["banhub-shared", "banhub-probe"] {
+        let writes = [
+            (
+                format!("/api/jails/{jail}/config"),
+                json!({"jailOverride": {"content": format!("[{jail}]\nenabled = false\n")}}),
+            ),
+            (
+                "/api/jails/manage".to_owned(),
+                json!({"jails": [{"name": jail, "enabled": false}]}),
+            ),
+            (
+                format!("/api/jails/{jail}/ignoreip"),
+                json!({"entries": ["192.0.2.0/24"]}),
+            ),
+            (ban_path("ban", jail, "192.0.2.9"), json!({})),
+        ];
+        for (path, body) in writes {
+            let (status, problem) = fleet.post(&path, server, &body).await;
+            assert_eq!(
+                status,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "{path}: {problem}"
+            );
+            assert!(
+                problem["detail"]
+                    .as_str()
+                    .is_some_and(|d| d.contains("banhub's own jail")),
+                "{path}: {problem}"
+            );
+        }
+    }
+    assert_eq!(snapshot(&host.sandbox.conf_dir()), files);
+}
+
+#[tokio::test]
 async fn enabling_a_jail_the_host_does_not_define_is_a_404() {
     let fleet = TestFleet::start(&["alpha"]).await.expect("fleet");
     let host = fleet.host(0);
