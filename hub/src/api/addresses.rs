@@ -53,7 +53,7 @@ pub struct AddressDto {
 /// their origin and policy, and the shared bans skipped or ended.
 #[utoipa::path(get, path = "/api/addresses/{ip}", tag = "sharing",
     extensions(("x-required-role" = json!("viewer"))),
-    params(("ip" = String, Path, description = "An address or CIDR network")),
+    params(("ip" = super::schemas::Address, Path, description = "An address or CIDR network")),
     responses((status = 200, body = AddressDto),
               (status = 422, description = "Not an address", body = Problem)))]
 async fn address(

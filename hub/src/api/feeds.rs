@@ -398,7 +398,11 @@ pub struct CreatedFeedToken {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FeedTokenBody {
     /// Who uses it (e.g. the firewall's name): 1 to 128 characters, no control characters.
-    #[schema(min_length = 1, max_length = 128)]
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]+$"
+    )]
     name: String,
 }
 

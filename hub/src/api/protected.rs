@@ -4,6 +4,7 @@
 
 use std::net::IpAddr;
 
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use banhub_proto::rules::IpOrCidr;
@@ -93,9 +94,11 @@ pub struct ProtectedListDto {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AddProtectedBody {
     /// An address or a CIDR network; host bits are cleared.
+    #[schema(value_type = super::schemas::Address)]
     network: String,
     /// Why it is protected ("office VPN"), at most 200 characters.
     #[serde(default)]
+    #[schema(max_length = 200)]
     note: String,
     /// An admin's explicit go-ahead for a network wider than `guards.ban_min_prefix_v4`/`_v6`
     /// or one covering the broadcast address; never for one covering every address.
@@ -109,6 +112,7 @@ pub struct AddProtectedBody {
 #[into_params(parameter_in = Query)]
 pub struct CheckQuery {
     /// An address or a CIDR network.
+    #[param(value_type = super::schemas::Address)]
     ip: String,
 }
 
@@ -189,12 +193,18 @@ async fn add_protected(
 #[utoipa::path(delete, path = "/api/protected-networks/{id}", tag = "protected",
     extensions(("x-required-role" = json!("admin"))),
     params(("id" = i64, Path, description = "The protected network's id")),
-    responses((status = 204), (status = 404, body = Problem)))]
+    responses((status = 204),
+              (status = 400, description = "The id is not a whole number", body = Problem),
+              (status = 404, body = Problem)))]
 async fn delete_protected(
     _caller: Admin,
     State(state): State<AppState>,
-    Path(id): Path<i64>,
+    id: Result<Path<i64>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
+    let Path(id) = id.map_err(|rejection| ApiError::Malformed {
+        status: StatusCode::BAD_REQUEST,
+        detail: rejection.body_text(),
+    })?;
     state
         .protection
         .remove(id)
@@ -209,13 +219,15 @@ async fn delete_protected(
     params(CheckQuery),
     extensions(("x-required-role" = json!("operator"))),
     responses((status = 200, body = ProtectedCheckDto),
+              (status = 400, description = "The query string does not parse (`ip` missing)", body = Problem),
               (status = 422, description = "`ip` is not an address or a network", body = Problem)))]
 async fn check_protected(
     _caller: Operator,
     State(state): State<AppState>,
     ClientAddr(client): ClientAddr,
-    Query(query): Query<CheckQuery>,
+    query: Result<Query<CheckQuery>, QueryRejection>,
 ) -> Result<ApiJson<ProtectedCheckDto>, ApiError> {
+    let query = super::events::query(query)?;
     let ip = IpOrCidr::parse(&query.ip).map_err(|e| ApiError::invalid("ip", e))?;
     let client = client.map(banhub_proto::rules::unmapped_ip);
     Ok(ApiJson(ProtectedCheckDto {

@@ -381,8 +381,10 @@ async fn delete_policy(
 #[into_params(parameter_in = Query)]
 pub struct BanListParams {
     /// One address or network, as shared.
+    #[param(value_type = Option<super::schemas::Address>)]
     ip: Option<String>,
     /// The target server (id or name).
+    #[param(value_type = Option<super::schemas::ServerRef>)]
     server: Option<String>,
     /// The policy id.
     policy: Option<String>,
@@ -468,6 +470,7 @@ pub(super) async fn server_names(
 #[utoipa::path(get, path = "/api/sharing/bans", tag = "sharing", params(BanListParams),
     extensions(("x-required-role" = json!("viewer"))),
     responses((status = 200, body = Vec<SharedBanDto>),
+              (status = 404, description = "`server` names no server", body = Problem),
               (status = 422, description = "A parameter breaks its rule; `field` names it", body = Problem)))]
 async fn list_shared_bans(
     _caller: Viewer,

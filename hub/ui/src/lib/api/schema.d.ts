@@ -1507,7 +1507,7 @@ export interface components {
         /** @description A network to protect. */
         AddProtectedBody: {
             /** @description An address or a CIDR network; host bits are cleared. */
-            network: string;
+            network: components["schemas"]["Address"];
             /** @description Why it is protected ("office VPN"), at most 200 characters. */
             note?: string;
             /**
@@ -3324,7 +3324,7 @@ export interface operations {
             header?: never;
             path: {
                 /** @description An address or CIDR network */
-                ip: string;
+                ip: components["schemas"]["Address"];
             };
             cookie?: never;
         };
@@ -7482,7 +7482,7 @@ export interface operations {
         parameters: {
             query: {
                 /** @description An address or a CIDR network. */
-                ip: string;
+                ip: components["schemas"]["Address"];
             };
             header?: never;
             path?: never;
@@ -7498,7 +7498,7 @@ export interface operations {
                     "application/json": components["schemas"]["ProtectedCheckDto"];
                 };
             };
-            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            /** @description The query string does not parse (`ip` missing). Codes from the shared layers: `bad_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7571,6 +7571,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description The id is not a whole number */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
             };
             /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
             401: {
@@ -9128,9 +9137,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description One address or network, as shared. */
-                ip?: string;
+                ip?: components["schemas"]["Address"];
                 /** @description The target server (id or name). */
-                server?: string;
+                server?: components["schemas"]["ServerRef"];
                 /** @description The policy id. */
                 policy?: string;
                 /** @description `pending`, `delivered`, `lifted`, `expired` or `skipped`. */
@@ -9172,6 +9181,15 @@ export interface operations {
             };
             /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `server` names no server */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
