@@ -191,6 +191,68 @@ async fn recidive_scenario(fleet: &TestFleet) {
     assert_eq!(all.len(), 6, "{all:?}");
 }
 
+/// A recidive rule that fires for an address of a protected network records its bans as skipped,
+/// naming the lockout guard's rule, and no host's fail2ban bans it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recidive_ban_of_a_protected_network_is_skipped_and_never_sent() {
+    let fleet = start(TestFleet::hub_builder()).await;
+    let (status, rule) = fleet
+        .api()
+        .post(
+            "/api/sharing/recidive",
+            &json!({"name": "spread", "sources": {"all": true}, "jails": ["test*"],
+                    "minServers": 2, "windowSecs": 600, "targets": {"all": true},
+                    "ladderSecs": [600], "cooldownSecs": 0}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{rule}");
+    let (status, entry) = fleet
+        .api()
+        .post(
+            "/api/protected-networks",
+            &json!({"network": "198.51.100.0/24", "note": "office VPN"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{entry}");
+
+    // fail2ban's own jails ignore the network now, so the two bans come as its action would
+    // report them.
+    let ip = "198.51.100.77".to_owned();
+    let (a, b) = (&fleet.hosts[0], &fleet.hosts[1]);
+    report_bans(a, std::slice::from_ref(&ip)).await;
+    report_bans(b, std::slice::from_ref(&ip)).await;
+
+    let found = wait_for_async(DEADLINE, "the rule's bans, all skipped", || {
+        let ip = ip.clone();
+        let fleet = &fleet;
+        async move {
+            let bans: Vec<Value> = shared_bans(fleet, &format!("ip={ip}"))
+                .await
+                .into_iter()
+                .filter(|b| b["sourceKind"] == "rule")
+                .collect();
+            (bans.len() == 3 && bans.iter().all(|b| b["status"] == "skipped")).then_some(bans)
+        }
+    })
+    .await;
+    let bans = found.unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
+    for ban in &bans {
+        assert!(
+            ban["skipReason"].as_str().is_some_and(
+                |r| r.starts_with("protected_network:") && r.contains("198.51.100.0/24")
+            ),
+            "{ban}"
+        );
+    }
+    for host in &fleet.hosts {
+        assert!(
+            !banned(host, SHARED).contains(&ip),
+            "{} holds a ban of a protected address",
+            host.name
+        );
+    }
+}
+
 /// fail2ban's action on `host` reporting `ips` banned in `testauth`, through its agent's relay.
 async fn report_bans(host: &TestHost, ips: &[String]) {
     let relay = relay_addr(&host.state_dir()).expect("relay address");
