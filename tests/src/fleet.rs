@@ -2,6 +2,7 @@
 //! is a hub process plus, per host name, a fail2ban sandbox and an agent enrolled for it and online.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -38,6 +39,37 @@ impl TestHost {
     /// The agent's state directory (its certificate, spool, relay secret, `relay.json`).
     pub fn state_dir(&self) -> PathBuf {
         self.state.path().join("agent")
+    }
+
+    /// Runs `banhub-agent install-action` on this host's fail2ban once its agent's relay listens:
+    /// the banhub action on every jail, the probe jail and the shared-ban jail.
+    pub fn install_action(&self) -> anyhow::Result<()> {
+        let relay = self.state_dir().join("relay.json");
+        crate::wait::wait_until(Duration::from_secs(45), "the relay to listen", || {
+            relay.exists()
+        })?;
+        let conf = self.sandbox.conf_dir();
+        let state = self.state_dir();
+        let socket = self.sandbox.socket_path();
+        let args: Vec<&OsStr> = vec![
+            OsStr::new("install-action"),
+            OsStr::new("--config-dir"),
+            conf.as_os_str(),
+            OsStr::new("--state-dir"),
+            state.as_os_str(),
+            OsStr::new("--fail2ban-socket"),
+            socket.as_os_str(),
+        ];
+        let out = crate::agent::run_command(&args, &[])?;
+        anyhow::ensure!(
+            out.status.success(),
+            "install-action on {}: {}\n{}\n{}",
+            self.name,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.sandbox.logs()
+        );
+        Ok(())
     }
 }
 

@@ -6,10 +6,9 @@
 //! still stored, and sharing goes on once an admin resumes the host (both also on PostgreSQL); bad
 //! rules are refused with 422s naming the field.
 
-use std::ffi::OsStr;
 use std::time::Duration;
 
-use banhub_tests::agent::{relay_addr, relay_secret, run_command};
+use banhub_tests::agent::{relay_addr, relay_secret};
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubBuilder;
 use banhub_tests::wait::{wait_for_async, wait_until};
@@ -22,33 +21,6 @@ use serde_json::{Value, json};
 const DEADLINE: Duration = Duration::from_secs(45);
 const SHARED: &str = "banhub-shared";
 
-/// Installs the banhub action and the shared-ban jail on `host`'s fail2ban.
-fn install_action(host: &TestHost) {
-    let relay = host.state_dir().join("relay.json");
-    wait_until(DEADLINE, "the relay to listen", || relay.exists()).expect("relay.json");
-    let conf = host.sandbox.conf_dir();
-    let state = host.state_dir();
-    let socket = host.sandbox.socket_path();
-    let args: Vec<&OsStr> = vec![
-        OsStr::new("install-action"),
-        OsStr::new("--config-dir"),
-        conf.as_os_str(),
-        OsStr::new("--state-dir"),
-        state.as_os_str(),
-        OsStr::new("--fail2ban-socket"),
-        socket.as_os_str(),
-    ];
-    let out = run_command(&args, &[]).expect("the agent binary runs");
-    assert!(
-        out.status.success(),
-        "install-action on {}: {}\n{}\n{}",
-        host.name,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        host.sandbox.logs()
-    );
-}
-
 /// A hub started by `hub` and the hosts `a`, `b`, `c`, each online with the action and the
 /// shared jail installed.
 async fn start(hub: HubBuilder) -> TestFleet {
@@ -59,7 +31,7 @@ async fn start(hub: HubBuilder) -> TestFleet {
             .add_host(name, sandbox, &[])
             .await
             .unwrap_or_else(|e| panic!("{name} comes online: {e:#}"));
-        install_action(host);
+        host.install_action().unwrap_or_else(|e| panic!("{e:#}"));
     }
     fleet
 }

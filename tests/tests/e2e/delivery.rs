@@ -9,12 +9,11 @@
 //! restart stores no event at all. A ban the action did not report (a jail without banhub) is
 //! stored once, as observed, with fail2ban's ban time and duration.
 
-use std::ffi::OsStr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use banhub_tests::TestFleet;
-use banhub_tests::agent::{AgentProcess, run_command};
+use banhub_tests::agent::AgentProcess;
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::wait::{wait_for_async, wait_until, wait_until_async};
 use reqwest::StatusCode;
@@ -105,28 +104,9 @@ async fn start(name: &str) -> TestFleet {
         )
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
-    let host = &fleet.hosts[0];
-    let relay = host.state_dir().join("relay.json");
-    wait_until(DEADLINE, "the relay to listen", || relay.exists()).expect("relay.json");
-    let conf = host.sandbox.conf_dir();
-    let state_dir = host.state_dir();
-    let socket = host.sandbox.socket_path();
-    let args: Vec<&OsStr> = vec![
-        OsStr::new("install-action"),
-        OsStr::new("--config-dir"),
-        conf.as_os_str(),
-        OsStr::new("--state-dir"),
-        state_dir.as_os_str(),
-        OsStr::new("--fail2ban-socket"),
-        socket.as_os_str(),
-    ];
-    let out = run_command(&args, &[]).expect("install-action runs");
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    fleet.hosts[0]
+        .install_action()
+        .unwrap_or_else(|e| panic!("{e:#}"));
     fleet
 }
 
