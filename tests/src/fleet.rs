@@ -41,6 +41,13 @@ impl TestHost {
         self.state.path().join("agent")
     }
 
+    /// The addresses this host's fail2ban bans in `jail` (`get <jail> banned`).
+    pub fn banned(&self, jail: &str) -> String {
+        self.sandbox
+            .client(&["get", jail, "banned"])
+            .unwrap_or_else(|e| panic!("fail2ban lists its bans: {e:#}\n{}", self.sandbox.logs()))
+    }
+
     /// Runs `banhub-agent install-action` on this host's fail2ban once its agent's relay listens:
     /// the banhub action on every jail, the probe jail and the shared-ban jail.
     pub fn install_action(&self) -> anyhow::Result<()> {
@@ -107,6 +114,17 @@ impl TestFleet {
         for name in names {
             let sandbox = Fail2banSandbox::start(name)?;
             fleet.add_host(name, sandbox, agent_env).await?;
+        }
+        Ok(fleet)
+    }
+
+    /// A hub started by `hub` with one online host per name, each with `install-action` run: the
+    /// banhub action on every jail, the probe jail and the shared-ban jail.
+    pub async fn with_action_installed(hub: HubBuilder, names: &[&str]) -> anyhow::Result<Self> {
+        let mut fleet = Self::on(hub.start()?);
+        for name in names {
+            let sandbox = Fail2banSandbox::start(name)?;
+            fleet.add_host(name, sandbox, &[]).await?.install_action()?;
         }
         Ok(fleet)
     }

@@ -9,7 +9,6 @@
 use std::time::Duration;
 
 use banhub_tests::agent::{relay_addr, relay_secret};
-use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubBuilder;
 use banhub_tests::wait::{wait_for_async, wait_until};
 use banhub_tests::webhook::WebhookReceiver;
@@ -24,30 +23,16 @@ const SHARED: &str = "banhub-shared";
 /// A hub started by `hub` and the hosts `a`, `b`, `c`, each online with the action and the
 /// shared jail installed.
 async fn start(hub: HubBuilder) -> TestFleet {
-    let mut fleet = TestFleet::on(hub.start().expect("hub starts"));
-    for name in ["a", "b", "c"] {
-        let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
-        let host = fleet
-            .add_host(name, sandbox, &[])
-            .await
-            .unwrap_or_else(|e| panic!("{name} comes online: {e:#}"));
-        host.install_action().unwrap_or_else(|e| panic!("{e:#}"));
-    }
-    fleet
-}
-
-/// The addresses `host`'s fail2ban bans in `jail`.
-fn banned(host: &TestHost, jail: &str) -> String {
-    host.sandbox
-        .client(&["get", jail, "banned"])
-        .unwrap_or_else(|e| panic!("{e:#}\n{}", host.sandbox.logs()))
+    TestFleet::with_action_installed(hub, &["a", "b", "c"])
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 fn wait_banned(fleet: &TestFleet, host: &TestHost, jail: &str, ip: &str) {
     wait_until(
         DEADLINE,
         &format!("{ip} banned in {}'s {jail}", host.name),
-        || banned(host, jail).contains(ip),
+        || host.banned(jail).contains(ip),
     )
     .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
 }
@@ -218,7 +203,7 @@ async fn a_recidive_ban_of_a_protected_network_is_skipped_and_never_sent() {
     }
     for host in &fleet.hosts {
         assert!(
-            !banned(host, SHARED).contains(&ip),
+            !host.banned(SHARED).contains(&ip),
             "{} holds a ban of a protected address",
             host.name
         );

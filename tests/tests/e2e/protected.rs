@@ -16,13 +16,6 @@ const DEADLINE: Duration = Duration::from_secs(30);
 const OFFICE: &str = "198.51.100.0/24";
 const HAND_ENTRY: &str = "192.0.2.99";
 
-/// fail2ban's own list of the bans in `jail`.
-fn banned(host: &TestHost, jail: &str) -> String {
-    host.sandbox
-        .client(&["get", jail, "banned"])
-        .expect("fail2ban lists its bans")
-}
-
 /// fail2ban's allowlist of `jail`, as it applies it.
 fn ignored(host: &TestHost, jail: &str) -> String {
     host.sandbox
@@ -207,7 +200,7 @@ async fn a_protected_network_is_refused_by_every_ban_and_ignored_by_fail2ban() {
     assert_eq!(problem["field"], "ip", "{problem}");
 
     // Manual bans: refused, with or without the override; fail2ban untouched.
-    let before = banned(host, "testauth");
+    let before = host.banned("testauth");
     for (path, body) in [
         ("/api/jails/testauth/ban/198.51.100.7", json!({})),
         (
@@ -220,7 +213,7 @@ async fn a_protected_network_is_refused_by_every_ban_and_ignored_by_fail2ban() {
         assert_protected(path, status, &problem);
     }
     assert_eq!(
-        banned(host, "testauth"),
+        host.banned("testauth"),
         before,
         "a protected address reached fail2ban"
     );
@@ -239,7 +232,7 @@ async fn a_protected_network_is_refused_by_every_ban_and_ignored_by_fail2ban() {
         "a refused fleet ban was recorded: {actions}"
     );
     assert_eq!(
-        banned(host, "testauth"),
+        host.banned("testauth"),
         before,
         "a protected address reached fail2ban"
     );
@@ -268,14 +261,14 @@ async fn a_protected_network_is_refused_by_every_ban_and_ignored_by_fail2ban() {
     wait_until_async(
         DEADLINE,
         "fail2ban bans the unprotected address",
-        || async { banned(host, "testauth").contains("203.0.113.50") },
+        || async { host.banned("testauth").contains("203.0.113.50") },
     )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
     assert!(
-        !banned(host, "testauth").contains("198.51.100.7"),
+        !host.banned("testauth").contains("198.51.100.7"),
         "fail2ban banned a protected address: {}",
-        banned(host, "testauth")
+        host.banned("testauth")
     );
 
     // Lifting the protection: out of `ignoreip`, and the ban goes through.
@@ -300,7 +293,7 @@ async fn a_protected_network_is_refused_by_every_ban_and_ignored_by_fail2ban() {
         .post("/api/jails/testauth/ban/198.51.100.7", server, &json!({}))
         .await;
     assert_eq!(status, StatusCode::OK, "{outcome}");
-    assert!(banned(host, "testauth").contains("198.51.100.7"));
+    assert!(host.banned("testauth").contains("198.51.100.7"));
 
     // Every change was audited.
     let (_, page) = fleet.get("/api/audit?limit=500", None).await;

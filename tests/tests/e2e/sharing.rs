@@ -21,31 +21,16 @@ const SHARED: &str = "banhub-shared";
 
 /// A hub and the hosts `a`, `b`, `c`, each online with the action and the shared jail installed.
 async fn start() -> TestFleet {
-    let hub = TestFleet::hub_builder().start().expect("hub starts");
-    let mut fleet = TestFleet::on(hub);
-    for name in ["a", "b", "c"] {
-        let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
-        let host = fleet
-            .add_host(name, sandbox, &[])
-            .await
-            .unwrap_or_else(|e| panic!("{name} comes online: {e:#}"));
-        host.install_action().unwrap_or_else(|e| panic!("{e:#}"));
-    }
-    fleet
-}
-
-/// The addresses `host`'s fail2ban bans in `jail`.
-fn banned(host: &TestHost, jail: &str) -> String {
-    host.sandbox
-        .client(&["get", jail, "banned"])
-        .unwrap_or_else(|e| panic!("{e:#}\n{}", host.sandbox.logs()))
+    TestFleet::with_action_installed(TestFleet::hub_builder(), &["a", "b", "c"])
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 fn wait_banned(fleet: &TestFleet, host: &TestHost, ip: &str, want: bool) {
     wait_until(
         DEADLINE,
         &format!("{ip} banned={want} in {}'s shared jail", host.name),
-        || banned(host, SHARED).contains(ip) == want,
+        || host.banned(SHARED).contains(ip) == want,
     )
     .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
 }
@@ -197,7 +182,7 @@ async fn a_ban_on_one_host_is_banned_on_the_others_even_one_that_was_offline() {
     wait_banned(&fleet, c, "203.0.113.50", true);
     wait_banned(&fleet, c, "203.0.113.52", true);
     assert!(
-        !banned(c, SHARED).contains("203.0.113.51"),
+        !c.banned(SHARED).contains("203.0.113.51"),
         "the expired shared ban came in the same full set"
     );
     wait_statuses(
@@ -316,7 +301,7 @@ async fn a_ban_of_the_hubs_own_address_is_skipped_and_never_sent() {
         assert!(reason.starts_with("hub_address"), "{ban}");
     }
     for host in &fleet.hosts[1..] {
-        assert!(!banned(host, SHARED).contains(&own), "{}", host.name);
+        assert!(!host.banned(SHARED).contains(&own), "{}", host.name);
     }
     let (_, page) = fleet.api().get(&format!("/api/addresses/{own}")).await;
     assert_eq!(page["skipped"].as_array().map(Vec::len), Some(2), "{page}");
@@ -509,11 +494,11 @@ async fn replicas_share_each_origin_ban_once() {
             DEADLINE,
             &format!("{} holds every shared ban", host.name),
             || {
-                let held = banned(host, SHARED);
+                let held = host.banned(SHARED);
                 ips.iter().all(|ip| held.contains(ip.as_str()))
             },
         );
-        held.unwrap_or_else(|e| panic!("{e}: {}\n{}", banned(host, SHARED), logs(&hosts)));
+        held.unwrap_or_else(|e| panic!("{e}: {}\n{}", host.banned(SHARED), logs(&hosts)));
     }
     // The engine ran on one replica at a time: one replica has led it.
     let (_, cluster) = a.api().get("/api/cluster").await;

@@ -18,13 +18,6 @@ const DEADLINE: Duration = Duration::from_secs(20);
 /// The address the hub under test is told it is reached at (`auth.public_url`).
 const HUB_ADDRESS: &str = "203.0.113.9";
 
-/// fail2ban's own list of the bans in `jail`.
-fn banned(host: &TestHost, jail: &str) -> String {
-    host.sandbox
-        .client(&["get", jail, "banned"])
-        .expect("fail2ban lists its bans")
-}
-
 /// fail2ban's allowlist of `jail`, as it applies it.
 fn ignored(host: &TestHost, jail: &str) -> String {
     host.sandbox
@@ -79,7 +72,7 @@ async fn wide_and_broadcast_bans_need_an_admin_override() {
         ("3fff::/20", Some("guard_wide_network")),
     ] {
         let path = ban_path("ban", "testauth", ip);
-        let before = banned(host, "testauth");
+        let before = host.banned("testauth");
 
         let (status, problem) = fleet.post(&path, server, &json!({})).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{ip}: {problem}");
@@ -93,7 +86,7 @@ async fn wide_and_broadcast_bans_need_an_admin_override() {
         }
         assert_eq!(problem["field"], "ip", "{ip}: {problem}");
         let first_detail = problem["detail"].as_str().unwrap_or_default().to_owned();
-        assert_eq!(banned(host, "testauth"), before, "{ip} reached fail2ban");
+        assert_eq!(host.banned("testauth"), before, "{ip} reached fail2ban");
 
         let (status, problem) =
             post_as(&fleet, &operator, &path, server, &json!({"override": true})).await;
@@ -101,7 +94,7 @@ async fn wide_and_broadcast_bans_need_an_admin_override() {
             status == StatusCode::FORBIDDEN || rule == "guard_hub_address",
             "{ip}: {status} {problem}"
         );
-        assert_eq!(banned(host, "testauth"), before, "{ip} reached fail2ban");
+        assert_eq!(host.banned("testauth"), before, "{ip} reached fail2ban");
 
         let (status, outcome) = fleet.post(&path, server, &json!({"override": true})).await;
         if rule == "guard_hub_address" {
@@ -109,7 +102,7 @@ async fn wide_and_broadcast_bans_need_an_admin_override() {
             assert_eq!(outcome["code"], "guard_hub_address", "{ip}: {outcome}");
             let detail = outcome["detail"].as_str().unwrap_or_default();
             assert!(detail.contains("no override"), "{ip}: {detail}");
-            assert_eq!(banned(host, "testauth"), before, "{ip} reached fail2ban");
+            assert_eq!(host.banned("testauth"), before, "{ip} reached fail2ban");
             continue;
         }
         assert!(
@@ -119,9 +112,9 @@ async fn wide_and_broadcast_bans_need_an_admin_override() {
         assert_eq!(status, StatusCode::OK, "{ip}: {outcome}\n{}", fleet.logs());
         assert_eq!(outcome["changed"], true, "{ip}: {outcome}");
         assert!(
-            banned(host, "testauth").contains(&format!("'{ip}'")),
+            host.banned("testauth").contains(&format!("'{ip}'")),
             "{ip} not in {}",
-            banned(host, "testauth")
+            host.banned("testauth")
         );
         accepted += 1;
     }
@@ -143,7 +136,7 @@ async fn wide_and_broadcast_bans_need_an_admin_override() {
     assert_eq!(status, StatusCode::FORBIDDEN, "{problem}");
     let (_, actions) = fleet.get("/api/fleet/actions", None).await;
     assert_eq!(actions, json!([]), "a refused fleet ban was queued");
-    assert!(!banned(host, "dummyjail").contains("255.255.255.255"));
+    assert!(!host.banned("dummyjail").contains("255.255.255.255"));
     let (status, action) = fleet
         .post(
             "/api/fleet/bans",
@@ -153,7 +146,7 @@ async fn wide_and_broadcast_bans_need_an_admin_override() {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{action}");
     assert_eq!(action["counts"], json!({"done": 1}), "{action}");
-    assert!(banned(host, "dummyjail").contains("'255.255.255.255'"));
+    assert!(host.banned("dummyjail").contains("'255.255.255.255'"));
 
     // Each override is in the audit log with the rule it lifted.
     let entries = wait_for_async(DEADLINE, "the overrides in the audit log", || async {
@@ -257,7 +250,7 @@ async fn the_hubs_own_addresses_are_never_banned() {
     .expect("fleet");
     let host = fleet.host(0);
     let server = Some(host.id.as_str());
-    let before = banned(host, "testauth");
+    let before = host.banned("testauth");
 
     let loopback = ["127.0.0.1", "::1", "::ffff:127.0.0.1"];
     let public = [HUB_ADDRESS, "203.0.113.0/24", "203.0.0.0/16", "203.0.0.0/8"];
@@ -294,7 +287,7 @@ async fn the_hubs_own_addresses_are_never_banned() {
     let (_, actions) = fleet.get("/api/fleet/actions", None).await;
     assert_eq!(actions, json!([]), "a refused fleet ban was queued");
     assert_eq!(
-        banned(host, "testauth"),
+        host.banned("testauth"),
         before,
         "a hub address reached fail2ban"
     );
@@ -308,7 +301,7 @@ async fn the_hubs_own_addresses_are_never_banned() {
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{outcome}");
-    assert!(banned(host, "testauth").contains("'203.0.113.10'"));
+    assert!(host.banned("testauth").contains("'203.0.113.10'"));
 }
 
 #[tokio::test]
@@ -327,7 +320,7 @@ async fn a_mapped_ipv6_ban_and_its_unban_act_on_one_entry() {
     assert_eq!(status, StatusCode::OK, "{outcome}");
     assert_eq!(outcome["ip"], "192.0.2.7", "{outcome}");
     assert_eq!(outcome["changed"], true, "{outcome}");
-    assert!(banned(host, "testauth").contains("'192.0.2.7'"));
+    assert!(host.banned("testauth").contains("'192.0.2.7'"));
 
     let (status, outcome) = fleet
         .post(
@@ -338,7 +331,7 @@ async fn a_mapped_ipv6_ban_and_its_unban_act_on_one_entry() {
         .await;
     assert_eq!(status, StatusCode::OK, "{outcome}");
     assert_eq!(outcome["changed"], true, "{outcome}");
-    let left = banned(host, "testauth");
+    let left = host.banned("testauth");
     assert!(
         !left.contains("192.0.2.7"),
         "the ban stayed in fail2ban: {left}"
@@ -349,7 +342,7 @@ async fn a_mapped_ipv6_ban_and_its_unban_act_on_one_entry() {
 async fn reserved_section_names_are_refused_by_fleet_bans() {
     let fleet = TestFleet::start(&["alpha"]).await.expect("fleet");
     let host = fleet.host(0);
-    let before = [banned(host, "testauth"), banned(host, "dummyjail")];
+    let before = [host.banned("testauth"), host.banned("dummyjail")];
 
     for jail in ["DEFAULT", "INCLUDES", "default", "KNOWN", "banhub-defaults"] {
         let body = json!({"ip": "192.0.2.9", "jail": jail, "all": true});
@@ -374,10 +367,7 @@ async fn reserved_section_names_are_refused_by_fleet_bans() {
     let (status, actions) = fleet.get("/api/fleet/actions", None).await;
     assert_eq!(status, StatusCode::OK, "{actions}");
     assert_eq!(actions, json!([]), "a refused fleet ban was queued");
-    assert_eq!(
-        [banned(host, "testauth"), banned(host, "dummyjail")],
-        before
-    );
+    assert_eq!([host.banned("testauth"), host.banned("dummyjail")], before);
 }
 
 #[tokio::test]
