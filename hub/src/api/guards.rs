@@ -30,12 +30,7 @@ pub(super) fn check_ban(
     ip: &IpOrCidr,
     overridden: bool,
 ) -> Result<(), ApiError> {
-    let lifted = state
-        .guards
-        .check_ban(ip, overridden)
-        .map_err(|violation| refused(field, violation))?;
-    note_lifted(caller, field, lifted);
-    Ok(())
+    answer(caller, field, state.guards.check_ban(ip, overridden))
 }
 
 /// Checks a network of an allowlist against the guard rails; a lifted rail is noted in the audit
@@ -47,12 +42,7 @@ pub(super) fn check_allow(
     net: IpNet,
     overridden: bool,
 ) -> Result<(), ApiError> {
-    let lifted = state
-        .guards
-        .check_allow(net, overridden)
-        .map_err(|violation| refused(field, violation))?;
-    note_lifted(caller, field, lifted);
-    Ok(())
+    answer(caller, field, state.guards.check_allow(net, overridden))
 }
 
 /// Checks a network an admin protects against the guard rails (the override is an admin's anyway);
@@ -64,10 +54,16 @@ pub(super) fn check_protect(
     net: IpNet,
     overridden: bool,
 ) -> Result<(), ApiError> {
-    let lifted = state
-        .guards
-        .check_protect(net, overridden)
-        .map_err(|violation| refused(field, violation))?;
+    answer(caller, field, state.guards.check_protect(net, overridden))
+}
+
+/// A refused rail as the API's error; a lifted one noted in the audit entry.
+fn answer(
+    caller: &Caller,
+    field: &str,
+    checked: Result<Option<GuardViolation>, GuardViolation>,
+) -> Result<(), ApiError> {
+    let lifted = checked.map_err(|violation| refused(field, violation))?;
     note_lifted(caller, field, lifted);
     Ok(())
 }
