@@ -1,6 +1,6 @@
-//! What a digest says: the subject, a plain-text and an HTML body for e-mail, a short text for chat
-//! tools, and a JSON document for generic webhooks. Everything an attacker could have chosen (host
-//! names) is escaped in HTML.
+//! What a digest (or a notice, a digest without events) says: the subject, a plain-text and an
+//! HTML body for e-mail, a short text for chat tools, and a JSON document for generic webhooks.
+//! Everything an attacker could have chosen (host names) is escaped in HTML.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -27,7 +27,7 @@ fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-pub(super) fn escape(text: &str) -> String {
+fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -45,7 +45,7 @@ pub(super) fn escape(text: &str) -> String {
 /// Renders `digest`; `servers` names servers by id.
 pub fn render(digest: &Digest, servers: &HashMap<String, String>) -> Rendered {
     if let Some(notice) = &digest.summary.notice {
-        return super::notice::render(digest, notice);
+        return render_notice(digest, notice);
     }
     let s = &digest.summary;
     let name = |id: &str| servers.get(id).cloned().unwrap_or_else(|| id.to_owned());
@@ -191,5 +191,63 @@ pub fn render(digest: &Digest, servers: &HashMap<String, String>) -> Rendered {
         html,
         chat,
         json,
+    }
+}
+
+/// A notice (a digest without events, see `notice.rs`) rendered for every channel; its title is
+/// the digest's rule name.
+fn render_notice(digest: &Digest, notice: &str) -> Rendered {
+    let title = &digest.rule_name;
+    Rendered {
+        subject: format!("[banhub] {title}"),
+        text: format!("{notice}\n\nNotice {}. Sent by banhub.\n", digest.id),
+        html: format!(
+            "<html><body><p><b>{}</b></p><p>{}</p><p>Notice {}. Sent by banhub.</p></body></html>",
+            escape(title),
+            escape(notice),
+            digest.id
+        ),
+        chat: format!("*{title}*\n{notice}"),
+        json: json!({
+            "type": "banhub.alert.notice",
+            "digestId": digest.id,
+            "rule": {"id": digest.rule_id, "name": title},
+            "notice": notice,
+            "at": digest.opened_at,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+
+    use super::*;
+    use crate::domain::alerts::DigestSummary;
+
+    #[test]
+    fn a_notice_renders_its_title_and_text_escaped() {
+        let digest = Digest {
+            id: 7,
+            rule_id: "sharing-paused".to_owned(),
+            rule_name: "Sharing paused for <web-1>".to_owned(),
+            opened_at: Utc::now(),
+            due_at: Utc::now(),
+            closed_at: Some(Utc::now()),
+            events: 0,
+            first_event_id: 0,
+            last_event_id: 0,
+            summary: DigestSummary {
+                notice: Some("601 shared bans & more".to_owned()),
+                ..DigestSummary::default()
+            },
+        };
+        let rendered = render(&digest, &HashMap::new());
+        assert_eq!(rendered.subject, "[banhub] Sharing paused for <web-1>");
+        assert!(rendered.text.starts_with("601 shared bans & more"));
+        assert!(rendered.html.contains("&lt;web-1&gt;"));
+        assert!(rendered.html.contains("601 shared bans &amp; more"));
+        assert_eq!(rendered.json["type"], "banhub.alert.notice");
+        assert_eq!(rendered.json["rule"]["id"], "sharing-paused");
     }
 }
