@@ -107,3 +107,22 @@ describe('apiUrl', () => {
     expect(apiUrl('auth/status')).toBe('auth/status');
   });
 });
+
+describe('a lockout guard refusal', () => {
+  it('keeps the entry that protects the address', () => {
+    const e = errorFromResponse(
+      422,
+      'application/problem+json',
+      JSON.stringify({
+        status: 422,
+        code: 'guard_protected_network',
+        detail: 'is protected',
+        field: 'ip',
+        protectedBy: { network: '192.0.2.0/24', kind: 'configured', note: 'office' },
+      }),
+    );
+    expect(e.field).toBe('ip');
+    expect(e.protectedBy).toEqual({ network: '192.0.2.0/24', kind: 'configured', note: 'office' });
+    expect(errorFromResponse(422, 'application/json', '{"detail":"x"}').protectedBy).toBeUndefined();
+  });
+});

@@ -12,6 +12,14 @@ export interface ProblemBody {
   field?: string;
   details?: string[];
   currentVersion?: string;
+  protectedBy?: ProtectedBy | null;
+}
+
+/** The protected network that made the lockout guard refuse a ban (`guard_protected_network`). */
+export interface ProtectedBy {
+  network: string;
+  kind: string;
+  note: string;
 }
 
 /** A failed request, in words an operator can act on. */
@@ -26,6 +34,8 @@ export class ApiError extends Error {
   readonly details: string[];
   /** For a configuration conflict: the file's version now. */
   readonly currentVersion?: string;
+  /** For a ban the lockout guard refused: the entry that protects the address. */
+  readonly protectedBy?: ProtectedBy;
 
   constructor(init: {
     status: number;
@@ -35,6 +45,7 @@ export class ApiError extends Error {
     field?: string;
     details?: string[];
     currentVersion?: string;
+    protectedBy?: ProtectedBy;
   }) {
     super(init.detail);
     this.name = 'ApiError';
@@ -44,6 +55,7 @@ export class ApiError extends Error {
     this.field = init.field;
     this.details = init.details ?? [];
     this.currentVersion = init.currentVersion;
+    this.protectedBy = init.protectedBy;
   }
 
   /** The session ended or never existed: the UI goes to the login page. */
@@ -89,6 +101,7 @@ export function errorFromResponse(status: number, contentType: string | null, bo
           field: p.field ?? undefined,
           details: Array.isArray(p.details) ? p.details.map(String) : [],
           currentVersion: p.currentVersion ?? undefined,
+          protectedBy: p.protectedBy ?? undefined,
         });
       }
     } catch {
