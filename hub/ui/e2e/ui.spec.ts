@@ -288,6 +288,200 @@ test('events: filter by address, page, and export the same selection as CSV', as
   expect(text).toContain('203.0.113.77');
 });
 
+/** The first number cell (the "Shared" counter) of the policy row named `name` on the Sharing page. */
+const sharedCounter = (page: Page, name: string) =>
+  page.getByTestId('policies').locator('tr', { hasText: name }).locator('td.num').first();
+
+test('sharing: a bad field is refused at its field, then a policy shares a ban and counts it', async () => {
+  await pages(admin).getByRole('link', { name: 'Sharing', exact: true }).click();
+  await expect(admin.getByRole('heading', { level: 1 })).toHaveText('Sharing');
+  await admin.getByRole('button', { name: 'New policy' }).click();
+  const form = admin.getByTestId('policy-form');
+  await form.locator('input[name=policy-name]').fill('fleet-ssh');
+  await form.locator('input[name=policy-jails]').fill('../etc');
+  await form.getByRole('button', { name: 'Save', exact: true }).click();
+  await expect(admin.locator('#policy-jails-error')).toBeVisible();
+  await expect(form.locator('input[name=policy-jails]')).toHaveAttribute('aria-invalid', 'true');
+  await expect(admin.getByTestId('policies')).toHaveCount(0);
+
+  await form.locator('input[name=policy-jails]').fill(env.jail);
+  await form.locator('select[name=policy-mode]').selectOption('fixed');
+  await form.locator('input[name=policy-seconds]').fill('600');
+  await form.getByRole('button', { name: 'Save', exact: true }).click();
+  await expect(admin.getByTestId('policy-form')).toHaveCount(0);
+  const row = admin.getByTestId('policies').locator('tr', { hasText: 'fleet-ssh' });
+  await expect(row).toContainText('all servers');
+  await expect(sharedCounter(admin, 'fleet-ssh')).toHaveText('0');
+
+  // A ban on A from log lines: the policy shares it to B, and its counter follows while the page is open.
+  const ip = '198.51.100.61';
+  failLogins(ip, 3);
+  await expect(sharedCounter(admin, 'fleet-ssh')).toHaveText('1', { timeout: 45_000 });
+  const shared = admin.getByTestId('shared-bans').locator('tr', { hasText: ip });
+  await expect(shared).toContainText(env.serverB);
+  await expect(shared).toContainText(`${env.serverA}/${env.jail}`);
+  await expect(shared).toContainText('fleet-ssh');
+});
+
+test('the address page shows the bans across the fleet and why one is banned by sharing', async () => {
+  const ip = '198.51.100.61';
+  await pages(admin).getByRole('link', { name: 'Sharing', exact: true }).click();
+  await admin.getByTestId('shared-bans').getByRole('link', { name: ip }).click();
+  await expect(admin.getByRole('heading', { level: 1 })).toHaveText(`Address ${ip}`);
+  const onA = admin.getByTestId('address-server').filter({ has: admin.getByRole('heading', { name: env.serverA }) });
+  const onB = admin.getByTestId('address-server').filter({ has: admin.getByRole('heading', { name: env.serverB }) });
+  await expect(onA.locator('tbody tr', { hasText: env.jail }).first()).toContainText('ban');
+  await expect(onB).toContainText(`from ${env.serverA}/${env.jail} by policy fleet-ssh`);
+});
+
+test('the fleet-ban form warns about protected addresses, shows the refusal at the field, bans and unbans everywhere', async () => {
+  // An address that can be no client's is refused at the field.
+  await pages(admin).getByRole('link', { name: 'Servers', exact: true }).click();
+  const form = admin.getByTestId('fleet-ban');
+  await form.locator('input[name=fleet-ip]').fill('127.0.0.1');
+  await form.locator('input[name=fleet-jail]').fill(env.jail);
+  await form.getByRole('button', { name: 'Ban everywhere', exact: true }).click();
+  await expect(admin.locator('#fleet-ban-ip-error')).toContainText('loopback');
+  await expect(form.locator('input[name=fleet-ip]')).toHaveAttribute('aria-invalid', 'true');
+
+  // A network holding the operator's own address (the browser reaches the hub from 127.0.0.1):
+  // warned, then refused at the field.
+  await form.locator('input[name=fleet-ip]').fill('64.0.0.0/2');
+  await form.getByRole('button', { name: 'Ban everywhere', exact: true }).click();
+  await expect(admin.getByTestId('fleet-ban-warning')).toContainText('covers your own address (127.0.0.1)');
+  await form.getByRole('button', { name: 'Ban anyway', exact: true }).click();
+  await expect(admin.locator('#fleet-ban-ip-error')).toBeVisible();
+  await expect(admin.getByTestId('fleet-ban-result')).toHaveCount(0);
+
+  // A configured protected network: the warning and the refusal name it.
+  const network = '192.0.2.128/26';
+  await pages(admin).getByRole('link', { name: 'Protected', exact: true }).click();
+  await admin.locator('input[name=protect-network]').fill(network);
+  await admin.locator('input[name=protect-note]').fill('monitoring');
+  await admin.getByRole('button', { name: 'Protect', exact: true }).click();
+  const protectedRow = admin.getByTestId('protected-networks').locator('tr', { hasText: network });
+  await expect(protectedRow).toContainText('monitoring');
+  await pages(admin).getByRole('link', { name: 'Jails', exact: true }).click();
+  const jailsForm = admin.getByTestId('fleet-ban');
+  await jailsForm.locator('input[name=fleet-ip]').fill('192.0.2.130');
+  await jailsForm.locator('input[name=fleet-jail]').fill(env.jail);
+  await jailsForm.getByRole('button', { name: 'Ban everywhere', exact: true }).click();
+  await expect(admin.getByTestId('fleet-ban-warning')).toContainText(network);
+  await jailsForm.getByRole('button', { name: 'Ban anyway', exact: true }).click();
+  await expect(admin.locator('#fleet-ban-ip-error')).toContainText(network);
+  expect(bannedOnA()).not.toContain('192.0.2.130');
+  expect(bannedOnB()).not.toContain('192.0.2.130');
+  await pages(admin).getByRole('link', { name: 'Protected', exact: true }).click();
+  admin.once('dialog', (dialog) => dialog.accept());
+  await protectedRow.getByRole('button', { name: 'Delete' }).click();
+  await expect(protectedRow).toHaveCount(0);
+
+  // From the address page: banned on every server, then lifted everywhere; fail2ban follows.
+  const ip = '198.51.100.77';
+  await admin.goto(`addresses/${ip}`);
+  const onAddress = admin.getByTestId('fleet-ban');
+  await expect(onAddress.locator('input[name=fleet-ip]')).toHaveValue(ip);
+  await onAddress.locator('input[name=fleet-jail]').fill(env.jail);
+  await onAddress.getByRole('button', { name: 'Ban everywhere', exact: true }).click();
+  const result = admin.getByTestId('fleet-ban-result');
+  await expect(result.locator(`tr[data-server="${env.serverA}"]`)).toContainText('done');
+  await expect(result.locator(`tr[data-server="${env.serverB}"]`)).toContainText('done');
+  await expect.poll(() => bannedOnA()).toContain(ip);
+  await expect.poll(() => bannedOnB()).toContain(ip);
+
+  await onAddress.getByRole('button', { name: 'Unban everywhere', exact: true }).click();
+  await onAddress.getByRole('button', { name: 'Unban everywhere', exact: true }).click(); // confirm
+  const lifted = admin.getByTestId('unban-everywhere-result');
+  await expect(lifted.locator(`tr[data-server="${env.serverA}"]`)).toContainText('lifted');
+  await expect(lifted.locator(`tr[data-server="${env.serverB}"]`)).toContainText('lifted');
+  await expect.poll(() => bannedOnA()).not.toContain(ip);
+  await expect.poll(() => bannedOnB()).not.toContain(ip);
+});
+
+test('defence: a recidive rule is added and deleted', async () => {
+  await pages(admin).getByRole('link', { name: 'Defence', exact: true }).click();
+  await expect(admin.getByRole('heading', { level: 1 })).toHaveText('Fleet defence');
+  const form = admin.getByTestId('recidive-form');
+  await form.locator('input[name=recidive-name]').fill('   ');
+  await form.getByRole('button', { name: 'Add rule' }).click();
+  await expect(admin.locator('#recidive-name-error')).toBeVisible();
+  await expect(form.locator('input[name=recidive-name]')).toHaveAttribute('aria-invalid', 'true');
+
+  await form.locator('input[name=recidive-name]').fill('spread-out');
+  await form.locator('input[name=recidive-min-servers]').fill('2');
+  await form.getByRole('button', { name: 'Add rule' }).click();
+  const row = admin.getByTestId('recidive-rules').locator('tr', { hasText: 'spread-out' });
+  await expect(row).toContainText('2 servers');
+  await expect(admin.locator('#recidive-name-error')).toHaveCount(0);
+
+  await row.getByRole('button', { name: 'Delete' }).click();
+  await row.getByRole('button', { name: 'Delete' }).click(); // confirm
+  await expect(row).toHaveCount(0);
+});
+
+test('defence: a storm of bans from one server pauses its sharing, shown until an admin resumes it', async () => {
+  // The harness's hub allows 3 shared bans a minute per source: four bans on A pass it.
+  for (const ip of ['198.51.100.81', '198.51.100.82', '198.51.100.83', '198.51.100.84']) failLogins(ip, 3);
+  await admin.goto('defence');
+  const paused = admin.getByTestId('paused-sources').locator('tr', { hasText: env.serverA });
+  await expect(async () => {
+    await admin.reload();
+    await expect(paused).toBeVisible({ timeout: 2_000 });
+  }).toPass({ timeout: 60_000 });
+  await admin.goto('./');
+  await expect(admin.getByTestId('paused-banner')).toContainText(env.serverA);
+
+  await admin.getByTestId('paused-banner').getByRole('link', { name: 'Review and resume' }).click();
+  await paused.getByRole('button', { name: 'Resume' }).click();
+  await paused.getByRole('button', { name: 'Resume' }).click(); // confirm
+  await expect(paused).toHaveCount(0);
+  await admin.reload();
+  await expect(admin.getByTestId('paused-sources')).toContainText('No source is paused');
+  await admin.goto('./');
+  await expect(admin.getByRole('heading', { name: 'Dashboard', level: 1 })).toBeVisible();
+  await expect(admin.getByTestId('paused-banner')).toHaveCount(0);
+});
+
+test('feeds: a bad name refused at its field, a feed created with its URL, a token shown once and revoked', async () => {
+  await pages(admin).getByRole('link', { name: 'Feeds', exact: true }).click();
+  await expect(admin.getByRole('heading', { level: 1 })).toHaveText('Blocklist feeds');
+  const form = admin.getByRole('form', { name: 'New feed' });
+  await form.locator('input[name=feed-name]').fill('edge firewall');
+  await form.getByRole('button', { name: 'Create feed' }).click();
+  await expect(admin.locator('#feed-name-error')).toBeVisible();
+  await expect(form.locator('input[name=feed-name]')).toHaveAttribute('aria-invalid', 'true');
+
+  await form.locator('input[name=feed-name]').fill('edge');
+  await form.getByRole('button', { name: 'Create feed' }).click();
+  const row = admin.getByTestId('feeds').locator('tr', { hasText: 'edge' });
+  await expect(row).toBeVisible();
+  await row.getByRole('button', { name: 'edge' }).click();
+  const feed = admin.getByRole('region', { name: 'Feed edge' });
+  const txtUrl = feed.locator('code.url').first();
+  await expect(txtUrl).toContainText('/feeds/edge.txt?token=YOUR_FEED_TOKEN');
+
+  await feed.getByLabel('Used by').fill('pfsense');
+  await feed.getByRole('button', { name: 'Create token' }).click();
+  const secret = ((await feed.getByTestId('feed-token').textContent()) ?? '').trim();
+  expect(secret.length).toBeGreaterThanOrEqual(20);
+  await expect(txtUrl).toContainText(`token=${encodeURIComponent(secret)}`);
+  const url = ((await txtUrl.textContent()) ?? '').trim();
+  expect((await fetch(url)).status).toBe(200);
+
+  const token = feed.locator('tr', { hasText: 'pfsense' });
+  await token.getByRole('button', { name: 'Revoke' }).click();
+  await token.getByRole('button', { name: 'Yes, do it' }).click();
+  await expect(token).toContainText('revoked');
+  expect([401, 403]).toContain((await fetch(url)).status);
+
+  // Shown once: back on the page, the token is listed without its secret.
+  await admin.reload();
+  await admin.getByTestId('feeds').locator('tr', { hasText: 'edge' }).getByRole('button', { name: 'edge' }).click();
+  await expect(feed.locator('tr', { hasText: 'pfsense' })).toContainText('revoked');
+  await expect(feed.getByTestId('feed-token')).toHaveCount(0);
+  await expect(feed).not.toContainText(secret);
+});
+
 test('every page, light and dark, at laptop and phone widths', async () => {
   const pages: [string, string][] = [
     ['dashboard', './'],
@@ -299,6 +493,11 @@ test('every page, light and dark, at laptop and phone widths', async () => {
     ['filters', 'filters'],
     ['settings', 'settings'],
     ['audit', 'audit'],
+    ['sharing', 'sharing'],
+    ['defence', 'defence'],
+    ['protected', 'protected'],
+    ['feeds', 'feeds'],
+    ['address', 'addresses/198.51.100.61'],
   ];
   for (const scheme of ['light', 'dark'] as const) {
     await admin.emulateMedia({ colorScheme: scheme });

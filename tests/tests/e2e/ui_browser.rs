@@ -24,6 +24,8 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 const INSTALL_HINT: &str = "run .ci/install-deps (its .ci/deps.d/40-ui.sh installs Debian's chromium and runs npm ci in hub/ui)";
 /// The jail every sandbox watches with the shipped action attached.
 const JAIL: &str = "testauth";
+/// Shared bans a minute one server may cause before the storm breaker pauses it.
+const STORM_LIMIT: &str = "3";
 
 /// Installs the shipped fail2ban action on `testauth`, posting to the agent's relay, so bans caused
 /// by log lines travel the real event path to the hub.
@@ -69,6 +71,11 @@ fn expected_screenshots() -> Vec<String> {
         "filters",
         "settings",
         "audit",
+        "sharing",
+        "defence",
+        "protected",
+        "feeds",
+        "address",
     ];
     let mut names = Vec::new();
     for scheme in ["light", "dark"] {
@@ -105,6 +112,8 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
     let provider = OidcProvider::start().expect("the OpenID provider starts");
     let hub = TestFleet::hub_builder()
         .oidc(&provider)
+        // The storm scenario trips the breaker with a handful of bans.
+        .env("BANHUB_DEFENCE__STORM_LIMIT_PER_MINUTE", STORM_LIMIT)
         .start()
         .expect("hub starts");
     // Operator login is enforced: an anonymous browser gets nothing from the API, so the suite
@@ -181,6 +190,9 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
     assert!(!on_a.contains("198.51.100.23"), "fail2ban on web-1: {on_a}");
     let on_b = banned(&web2.sandbox);
     assert!(!on_b.contains("203.0.113.77"), "fail2ban on web-2: {on_b}");
+    // The address banned and lifted everywhere from its page is banned nowhere.
+    assert!(!on_a.contains("198.51.100.77"), "fail2ban on web-1: {on_a}");
+    assert!(!on_b.contains("198.51.100.77"), "fail2ban on web-2: {on_b}");
     let mails = smtp.emails().await.expect("maildev answers");
     assert!(
         mails
@@ -213,6 +225,33 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
         })
         .collect();
     assert_eq!(live, [("victor", "viewer", "oidc")], "{sessions}");
+
+    // Fleet defence as the hub keeps it: the policy shared a ban, the paused source was resumed,
+    // the feed's token is revoked.
+    let get = |path: &str| {
+        let request = hub.client().get(hub.url(path));
+        async move {
+            let response = request.send().await.expect("GET");
+            assert!(response.status().is_success(), "{}", response.status());
+            response.json::<Value>().await.expect("json")
+        }
+    };
+    let policies = get("/api/sharing/policies").await;
+    let policy = policies
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|p| p["name"] == "fleet-ssh")
+        .unwrap_or_else(|| panic!("no policy fleet-ssh in {policies}"));
+    assert!(
+        policy["counters"]["sharedTotal"].as_u64() >= Some(1),
+        "{policy}"
+    );
+    assert_eq!(get("/api/sharing/pauses").await, json!([]), "A was resumed");
+    let tokens = get("/api/feeds/edge/tokens").await;
+    let tokens = tokens.as_array().expect("a list");
+    assert_eq!(tokens.len(), 1, "{tokens:?}");
+    assert!(tokens[0]["revokedAt"].is_string(), "{tokens:?}");
 
     let missing: Vec<String> = expected_screenshots()
         .into_iter()
