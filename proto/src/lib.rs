@@ -10,6 +10,7 @@ pub mod v1 {
 
 pub mod event;
 pub mod jails;
+pub mod new_config;
 pub mod pipeline;
 pub mod problem;
 pub mod rules;

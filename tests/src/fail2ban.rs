@@ -21,6 +21,8 @@ const CLIENT: &str = "fail2ban-client";
 const INSTALL_HINT: &str = "install it with .ci/install-deps (Debian package `fail2ban`)";
 /// The stock action the `dummyjail` jail uses.
 const DUMMY_ACTION: &str = "/etc/fail2ban/action.d/dummy.conf";
+/// The filters the installed fail2ban package ships.
+const SHIPPED_FILTERS: &str = "/etc/fail2ban/filter.d";
 const READY_DEADLINE: Duration = Duration::from_secs(10);
 /// Stopping runs `actionunban` for every banned address (a shell each for `filelog`).
 const STOP_DEADLINE: Duration = Duration::from_secs(30);
@@ -41,6 +43,7 @@ pub struct SandboxBuilder {
     named_jails: Vec<String>,
     persistent_db: bool,
     backend: String,
+    shipped_filters: bool,
 }
 
 impl SandboxBuilder {
@@ -79,6 +82,13 @@ impl SandboxBuilder {
     /// `polling` (~0.6 s).
     pub fn backend(mut self, backend: &str) -> Self {
         self.backend = backend.to_owned();
+        self
+    }
+
+    /// Copies the filters the installed fail2ban ships (`/etc/fail2ban/filter.d`: `sshd`,
+    /// `nginx-http-auth`, `common.conf`, ...) into the sandbox's `filter.d`, beside `testauth`.
+    pub fn shipped_filters(mut self) -> Self {
+        self.shipped_filters = true;
         self
     }
 
@@ -143,6 +153,7 @@ impl Fail2banSandbox {
             named_jails: Vec::new(),
             persistent_db: false,
             backend: "auto".to_owned(),
+            shipped_filters: false,
         }
     }
 
@@ -364,6 +375,17 @@ impl Fail2banSandbox {
         }
         fs::copy(DUMMY_ACTION, conf.join("action.d/dummy.conf"))
             .with_context(|| format!("copying {DUMMY_ACTION}; {INSTALL_HINT}"))?;
+        if options.shipped_filters {
+            let shipped = fs::read_dir(SHIPPED_FILTERS)
+                .with_context(|| format!("reading {SHIPPED_FILTERS}; {INSTALL_HINT}"))?;
+            for entry in shipped {
+                let path = entry?.path();
+                if let Some(name) = path.file_name().filter(|_| path.is_file()) {
+                    fs::copy(&path, conf.join("filter.d").join(name))
+                        .with_context(|| format!("copying {}", path.display()))?;
+                }
+            }
+        }
         for jail in &self.jails {
             let log = self.log_path(jail);
             fs::write(&log, "").with_context(|| format!("creating {}", log.display()))?;

@@ -7,6 +7,7 @@
 //! enable/disable, filter tests), [`filter_test::test_filter`].
 
 pub mod content;
+pub mod create;
 mod dump;
 pub mod editor;
 pub mod error;

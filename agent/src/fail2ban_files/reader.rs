@@ -266,7 +266,7 @@ impl ConfigReader {
 
 /// Regular, non-hidden files in a directory sorted by name (Python's `sorted(glob(...))`);
 /// empty when the directory does not exist.
-fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+pub(super) fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

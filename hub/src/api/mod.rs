@@ -13,10 +13,12 @@ mod delivery;
 mod error;
 mod events;
 mod feeds;
+mod filter_create;
 mod filters;
 mod fleet;
 mod guards;
 mod health;
+mod jail_create;
 mod jails;
 mod openapi;
 mod pauses;
@@ -64,6 +66,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(delivery::router())
         .merge(jails::router())
         .merge(filters::router())
+        .merge(jail_create::router())
+        .merge(filter_create::router())
         .merge(control::router())
         .merge(fleet::router())
         .merge(protected::router())

@@ -4,6 +4,7 @@
 
 mod actions;
 mod callback_jails;
+mod config_create;
 mod control;
 mod defaults;
 mod direct_callbacks;
@@ -38,6 +39,9 @@ use crate::settings::SettingsService;
 use crate::store::{Store, StoreError};
 
 pub use actions::{ActionError, FleetBan, Selector};
+pub use config_create::{
+    CatalogFilter, CreatedConfig, FilterCatalog, JailTemplate, NewFilter, NewJail,
+};
 pub use control::*;
 pub use defaults::{DefaultsPush, DefaultsPushResult, DefaultsTargets, PushDefaultsError};
 pub use direct_callbacks::{DirectCallbackError, RecordedCallback, UnreadBody};
@@ -501,6 +505,9 @@ impl Fleet {
                 | command::Kind::SetIgnoreList(_)
                 | command::Kind::WriteDefaults(_)
                 | command::Kind::SyncSharedBans(_)
+                | command::Kind::CreateJail(_)
+                | command::Kind::WriteFilter(_)
+                | command::Kind::DeleteConfig(_)
         );
         let timeout = Duration::from_millis(if slow {
             self.0.agents.slow_command_timeout_ms

@@ -102,7 +102,15 @@ impl ConfigEditor {
         let mut filters: BTreeSet<(FilterName, Option<String>)> = BTreeSet::new();
         match scope {
             Scope::Filter(filter) => {
-                filters.insert((filter.clone(), None));
+                // A filter of its own whose file was removed has nothing left to compile; a jail
+                // still using it already failed `-t` above.
+                let dir = shadow.join("filter.d");
+                let exists = ["conf", "local"]
+                    .iter()
+                    .any(|ext| dir.join(format!("{filter}.{ext}")).exists());
+                if exists {
+                    filters.insert((filter.clone(), None));
+                }
             }
             Scope::Jails(jails) => {
                 let reader = self.inner.reader.clone();

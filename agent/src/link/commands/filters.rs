@@ -1,12 +1,12 @@
-//! Filters: the installed ones (ListFilters) and `fail2ban-regex` runs on given log lines
-//! (TestFilter), with an installed filter or a filter text that is never written to the
-//! configuration.
+//! Filter tests: `fail2ban-regex` runs on given log lines (TestFilter), with an installed filter or
+//! a filter text that is never written to the configuration. The list of filters is `create`'s
+//! catalog.
 
 use std::net::IpAddr;
 
 use banhub_proto::v1::command_result::Outcome;
 use banhub_proto::v1::test_filter::Filter;
-use banhub_proto::v1::{FilterList, FilterTestReport, MatchedLine, RegexHits, TestFilter};
+use banhub_proto::v1::{FilterTestReport, MatchedLine, RegexHits, TestFilter};
 
 use super::Context;
 use super::args;
@@ -14,14 +14,6 @@ use super::failure::{Failure, Reply};
 use crate::fail2ban_files::content;
 use crate::fail2ban_files::filter_test::{MAX_TEST_BYTES, MAX_TEST_LINE_BYTES, MAX_TEST_LINES};
 use crate::fail2ban_files::{self, FilterSource};
-
-/// `ListFilters`: the names of `filter.d/*.conf` and `*.local`.
-pub async fn list_filters(context: &Context) -> Reply {
-    let names = context.editor()?.read(|r| r.list_filters()).await?;
-    Ok(Outcome::Filters(FilterList {
-        names: names.into_iter().map(String::from).collect(),
-    }))
-}
 
 /// `TestFilter`: which lines the filter matches, the addresses it finds, and hits per regex.
 pub async fn test_filter(context: &Context, request: TestFilter) -> Reply {

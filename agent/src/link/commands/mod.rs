@@ -6,7 +6,8 @@
 //! `args`) before it reaches fail2ban or a file, whatever the hub already checked.
 //!
 //! Areas: `status` (ping, the dashboard's status), `bans` (banned lists, ban and unban),
-//! `jails` (the effective jail configuration and its safe edits), `filters` (list, test),
+//! `jails` (the effective jail configuration and its safe edits), `filters` (test), `create`
+//! (the catalog of filters and jail templates, creating and deleting jails and filters),
 //! `ignore` (allowlists), `defaults` (fail2ban's `[DEFAULT]` keys), `restart` (reload and restart), `logtail` (fail2ban's own log),
 //! `shared_bans` (the bans held for other hosts).
 //! The socket connections to fail2ban are shared through `pool`.
@@ -24,6 +25,7 @@ use crate::shared_bans::{SharedBans, SharedBansConfig};
 
 mod args;
 mod bans;
+mod create;
 mod defaults;
 mod diagnostics;
 mod failure;
@@ -62,6 +64,9 @@ pub const CAPABILITIES: &[&str] = &[
     "get_delivery_status",
     "probe_step",
     "sync_shared_bans",
+    "create_jail",
+    "write_filter",
+    "delete_config",
     "shared-bans",
 ];
 
@@ -178,6 +183,9 @@ pub fn kind_name(command: &Command) -> &'static str {
         Some(Kind::GetDeliveryStatus(_)) => "get_delivery_status",
         Some(Kind::ProbeStep(_)) => "probe_step",
         Some(Kind::SyncSharedBans(_)) => "sync_shared_bans",
+        Some(Kind::CreateJail(_)) => "create_jail",
+        Some(Kind::WriteFilter(_)) => "write_filter",
+        Some(Kind::DeleteConfig(_)) => "delete_config",
         None => "unknown",
     }
 }
@@ -211,7 +219,7 @@ pub async fn execute(context: &Context, command: Command) -> CommandResult {
         Some(Kind::SetJailsEnabled(request)) => jails::set_jails_enabled(context, request).await,
         Some(Kind::GetJailConfig(request)) => jails::get_jail_config(context, request).await,
         Some(Kind::WriteJailConfig(request)) => jails::write_jail_config(context, request).await,
-        Some(Kind::ListFilters(_)) => filters::list_filters(context).await,
+        Some(Kind::ListFilters(_)) => create::list_filters(context).await,
         Some(Kind::TestFilter(request)) => filters::test_filter(context, request).await,
         Some(Kind::Restart(request)) => restart::restart(context, request).await,
         Some(Kind::LogTail(request)) => logtail::log_tail(context, request).await,
@@ -223,6 +231,9 @@ pub async fn execute(context: &Context, command: Command) -> CommandResult {
         Some(Kind::SyncSharedBans(request)) => {
             shared_bans::sync_shared_bans(context, request).await
         }
+        Some(Kind::CreateJail(request)) => create::create_jail(context, request).await,
+        Some(Kind::WriteFilter(request)) => create::write_filter(context, request).await,
+        Some(Kind::DeleteConfig(request)) => create::delete_config(context, request).await,
         // prost leaves the oneof empty for a kind newer than this build.
         None => Err(Failure::new(
             ErrorCode::Unsupported,

@@ -127,6 +127,9 @@ fn every_kind_is_a_capability() {
         Kind::GetDeliveryStatus(Default::default()),
         Kind::ProbeStep(Default::default()),
         Kind::SyncSharedBans(Default::default()),
+        Kind::CreateJail(Default::default()),
+        Kind::WriteFilter(Default::default()),
+        Kind::DeleteConfig(Default::default()),
     ];
     let mut names: Vec<&str> = kinds
         .into_iter()

@@ -9,6 +9,7 @@ export type Capability =
   | 'ban' // ban and unban addresses
   | 'manage-jails' // enable/disable jails, edit configuration, reload/restart fail2ban
   | 'test-filters'
+  | 'create-config' // create jails and filters, delete those banhub created
   | 'test-servers'
   | 'manage-servers' // add and delete servers, issue enrollment tokens
   | 'settings' // read and change the hub's settings, send a test e-mail
@@ -18,6 +19,7 @@ const NEEDS: Record<Capability, Role> = {
   ban: 'operator',
   'manage-jails': 'operator',
   'test-filters': 'operator',
+  'create-config': 'admin',
   'test-servers': 'operator',
   'manage-servers': 'admin',
   settings: 'admin',

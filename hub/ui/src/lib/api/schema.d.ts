@@ -423,6 +423,33 @@ export interface paths {
          */
         get: operations["list_filters"];
         put?: never;
+        /**
+         * Creates a custom filter on the host (`filter.d/<name>.local`, marked as created by banhub):
+         *     its expressions compiled by `fail2ban-regex` and the configuration checked by fail2ban before
+         *     it becomes live. fail2ban's own messages come back in `details` when it refuses the filter.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        post: operations["create_filter"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/filters/catalog": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The host's filters with the files that define them, the jails of its `jail.conf` as templates,
+         *     and the jails and filters banhub created there (which banhub can delete).
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["catalog"];
+        put?: never;
         post?: never;
         delete?: never;
         options?: never;
@@ -445,6 +472,27 @@ export interface paths {
          */
         post: operations["test_filter"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/filters/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Deletes a filter banhub created (its `filter.d/<name>.local` starts with banhub's marker) that
+         *     no jail uses, then fail2ban reloads. Any other filter is refused and left as it is.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        delete: operations["delete_filter"];
         options?: never;
         head?: never;
         patch?: never;
@@ -536,6 +584,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/jails": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Creates a jail of its own on the host (`jail.d/<jail>.local`, marked as created by banhub):
+         *     validated by fail2ban before it becomes live, reloaded, health-checked, rolled back on any
+         *     failure. A name any file already defines is refused.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        post: operations["create_jail"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/jails/manage": {
         parameters: {
             query?: never;
@@ -555,6 +625,27 @@ export interface paths {
          */
         post: operations["manage_jails"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/jails/{jail}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Deletes a jail banhub created (its `jail.d/<jail>.local` starts with banhub's marker), then
+         *     fail2ban reloads. Any other jail is refused and left as it is.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        delete: operations["delete_jail"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1705,6 +1796,16 @@ export interface components {
              */
             rotationOverlapSecs?: number;
         };
+        /** @description A filter of the host's `filter.d`. */
+        CatalogFilter: {
+            /** @description `filter.d/<name>.conf` exists: shipped with fail2ban (or put there by hand). */
+            conf: boolean;
+            /** @description `filter.d/<name>.local` exists: an override of the `.conf`, or a filter of its own. */
+            local: boolean;
+            /** @description banhub created the `.local` file, so banhub can delete it. */
+            managed: boolean;
+            name: string;
+        };
         /**
          * @description Where a delivery goes.
          * @enum {string}
@@ -2190,6 +2291,13 @@ export interface components {
             path: string;
             version: string;
         };
+        /** @description What new jails and filters are made from on one host, and what banhub created there. */
+        FilterCatalog: {
+            filters: components["schemas"]["CatalogFilter"][];
+            jailTemplates: components["schemas"]["JailTemplate"][];
+            /** @description Jails banhub created (`jail.d/<jail>.local` with banhub's marker), which banhub can delete. */
+            managedJails: string[];
+        };
         FilterListDto: {
             filters: string[];
         };
@@ -2451,6 +2559,13 @@ export interface components {
                 [key: string]: string;
             };
         };
+        /** @description A jail of the host's `jail.conf`, whose filter and port a new jail can start from. */
+        JailTemplate: {
+            enabled: boolean;
+            filter: string;
+            name: string;
+            port: string;
+        };
         JailToggleBody: {
             enabled: boolean;
             name: components["schemas"]["JailName"];
@@ -2537,6 +2652,61 @@ export interface components {
              */
             ips: number;
             network: string;
+        };
+        /** @description A new custom filter. */
+        NewFilterBody: {
+            /** @description fail2ban's `datepattern`; by default its own date detection. */
+            datepattern?: string | null;
+            /**
+             * @description fail2ban's regular expressions (with `<HOST>`), one per element: 1 to 32 lines of at most
+             *     2048 bytes, not starting with `#` or `;`.
+             */
+            failregex: string[];
+            /** @description Lines that are never failures, like `failregex`; at most 32. */
+            ignoreregex?: string[];
+            /** @description No filter of that name may exist on the host (shipped or custom). */
+            name: components["schemas"]["Name"];
+        };
+        /** @description A new jail: its name, one of the host's filters, what it reads and its thresholds. */
+        NewJailBody: {
+            /**
+             * @description `auto`, `pyinotify`, `polling` or `systemd`; by default `auto` for log paths and `systemd`
+             *     for a journal match (the only backend it takes).
+             */
+            backend?: string | null;
+            /**
+             * Format: int64
+             * @description Seconds; -1 bans for good.
+             */
+            bantime: number;
+            /** @description Whether the jail starts; true by default. */
+            enabled?: boolean;
+            /** @description A filter of the host's `filter.d` (see `GET /api/filters/catalog`). */
+            filter: components["schemas"]["Name"];
+            /**
+             * Format: int64
+             * @description Seconds.
+             */
+            findtime: number;
+            /**
+             * @description The systemd journal match instead of log paths: `FIELD=value` terms separated by one
+             *     space, `+` between alternatives (`_SYSTEMD_UNIT=sshd.service + _COMM=sshd`).
+             */
+            journalMatch?: string | null;
+            /**
+             * @description Absolute, normalized log paths (no `.` or `..`, no empty component, no trailing `/`):
+             *     letters, digits, `/ . _ - + @` and the globs `* ?`. 1 to 16, or none with `journalMatch`.
+             */
+            logPaths?: string[];
+            /**
+             * Format: int32
+             * @description Failures within `findtime` that ban an address.
+             */
+            maxretry: number;
+            /** @description No jail of that name may exist on the host, in any file. */
+            name: components["schemas"]["JailName"];
+            /** @description Port names or numbers separated by commas, a range as `1000:2000`; by default the host's. */
+            port?: string | null;
         };
         /**
          * @description How a recorded action ended.
@@ -5463,6 +5633,252 @@ export interface operations {
             };
         };
     };
+    create_filter: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Server id or name */
+                "X-BanDaemon-Server"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NewFilterBody"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConfigChange"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict. Codes from the shared layers: `config_conflict`. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks its rule, the name is taken, or fail2ban refused the filter (nothing changed). Codes from the shared layers: `invalid_field`, `agent_refused_argument`, `host_policy`, `config_invalid`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    catalog: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Server id or name */
+                "X-BanDaemon-Server"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FilterCatalog"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `agent_refused_argument`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     test_filter: {
         parameters: {
             query?: never;
@@ -5561,6 +5977,120 @@ export interface operations {
             };
             /** @description A filter test runs on this server and another waits; try again after `Retry-After` seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    delete_filter: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Server id or name */
+                "X-BanDaemon-Server"?: string | null;
+            };
+            path: {
+                name: components["schemas"]["Name"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConfigChange"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such filter file on the host. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict. Codes from the shared layers: `config_conflict`. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not a filter banhub created (`host_policy`), a jail still uses it, or an invalid name. Codes from the shared layers: `agent_refused_argument`, `host_policy`, `config_invalid`. */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6101,6 +6631,149 @@ export interface operations {
             };
         };
     };
+    create_jail: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Server id or name */
+                "X-BanDaemon-Server"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NewJailBody"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConfigChange"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The filter is not on the host. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict. Codes from the shared layers: `config_conflict`. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks its rule, the name is taken, or fail2ban refused the jail (nothing changed). Codes from the shared layers: `invalid_field`, `agent_refused_argument`, `host_policy`, `config_invalid`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     list_jails: {
         parameters: {
             query?: never;
@@ -6292,6 +6965,120 @@ export interface operations {
                 };
             };
             /** @description Invalid name, or fail2ban refused the result (nothing changed). Codes from the shared layers: `invalid_field`, `agent_refused_argument`, `host_policy`, `config_invalid`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    delete_jail: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Server id or name */
+                "X-BanDaemon-Server"?: string | null;
+            };
+            path: {
+                jail: components["schemas"]["JailName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConfigChange"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such jail file on the host. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict. Codes from the shared layers: `config_conflict`. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not a jail banhub created (`host_policy`), or an invalid name. Codes from the shared layers: `agent_refused_argument`, `host_policy`, `config_invalid`. */
             422: {
                 headers: {
                     [name: string]: unknown;
