@@ -8,7 +8,7 @@
 //! Areas: `status` (ping, the dashboard's status), `bans` (banned lists, ban and unban),
 //! `jails` (the effective jail configuration and its safe edits), `filters` (list, test),
 //! `ignore` (allowlists), `defaults` (fail2ban's `[DEFAULT]` keys), `restart` (reload and restart), `logtail` (fail2ban's own log),
-//! `shared_bans` (the bans held for other hosts).
+//! `shared_bans` (the bans held for other hosts), `preview` (a filter over a jail's own log).
 //! The socket connections to fail2ban are shared through `pool`.
 
 use std::path::PathBuf;
@@ -32,6 +32,7 @@ mod ignore;
 mod jails;
 mod logtail;
 mod pool;
+mod preview;
 mod restart;
 mod shared_bans;
 mod status;
@@ -62,6 +63,7 @@ pub const CAPABILITIES: &[&str] = &[
     "get_delivery_status",
     "probe_step",
     "sync_shared_bans",
+    "preview_filter",
     "shared-bans",
 ];
 
@@ -89,6 +91,8 @@ pub struct Context {
     delivery: std::sync::OnceLock<DeliveryHandles>,
     /// The shared bans this host holds, or why their file could not be read.
     shared_bans: Result<SharedBans, String>,
+    /// Filter previews take turns.
+    previews: preview::PreviewTurns,
 }
 
 impl Context {
@@ -125,6 +129,7 @@ impl Context {
             config_gate: tokio::sync::Mutex::new(()),
             delivery: std::sync::OnceLock::new(),
             shared_bans,
+            previews: preview::PreviewTurns::default(),
         }
     }
 
@@ -178,6 +183,7 @@ pub fn kind_name(command: &Command) -> &'static str {
         Some(Kind::GetDeliveryStatus(_)) => "get_delivery_status",
         Some(Kind::ProbeStep(_)) => "probe_step",
         Some(Kind::SyncSharedBans(_)) => "sync_shared_bans",
+        Some(Kind::PreviewFilter(_)) => "preview_filter",
         None => "unknown",
     }
 }
@@ -223,6 +229,7 @@ pub async fn execute(context: &Context, command: Command) -> CommandResult {
         Some(Kind::SyncSharedBans(request)) => {
             shared_bans::sync_shared_bans(context, request).await
         }
+        Some(Kind::PreviewFilter(request)) => preview::preview_filter(context, request).await,
         // prost leaves the oneof empty for a kind newer than this build.
         None => Err(Failure::new(
             ErrorCode::Unsupported,
