@@ -20,6 +20,7 @@ mod health;
 mod jails;
 mod openapi;
 mod pauses;
+mod previews;
 mod protected;
 mod recidive;
 mod schemas;
@@ -64,6 +65,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(delivery::router())
         .merge(jails::router())
         .merge(filters::router())
+        .merge(previews::router())
         .merge(control::router())
         .merge(fleet::router())
         .merge(protected::router())
