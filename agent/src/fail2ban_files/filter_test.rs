@@ -243,7 +243,7 @@ pub(crate) fn prepare(
 }
 
 /// How the filter under test is named in messages instead of the alias.
-fn display_name(source: &FilterSource) -> String {
+pub(crate) fn display_name(source: &FilterSource) -> String {
     match source {
         FilterSource::Installed(name) | FilterSource::Edited { name, .. } => {
             format!("filter.d/{name}")
@@ -254,7 +254,7 @@ fn display_name(source: &FilterSource) -> String {
 
 /// The messages of a run that failed: `ERROR: ...` and `Wrong config file: ...` with their
 /// continuation lines, and the last line of a Python traceback.
-fn regex_messages(stdout: &str, stderr: &str, alias_as: &str) -> Vec<String> {
+pub(crate) fn regex_messages(stdout: &str, stderr: &str, alias_as: &str) -> Vec<String> {
     let mut messages: Vec<String> = Vec::new();
     let mut in_message = false;
     for line in stdout.lines() {

@@ -4,7 +4,8 @@
 //! on any failure; tests filters with `fail2ban-regex`.
 //!
 //! Entry points: [`ConfigReader`] (blocking reads), [`ConfigEditor`] (validated writes, jail
-//! enable/disable, filter tests), [`filter_test::test_filter`].
+//! enable/disable, filter tests), [`filter_test::test_filter`], [`preview::run`] (a filter over
+//! the recent end of a jail's own log).
 
 pub mod content;
 pub mod create;
@@ -16,6 +17,9 @@ pub mod filter_test;
 pub mod ini;
 pub mod names;
 pub mod policy;
+pub mod preview;
+pub mod preview_count;
+pub mod preview_logs;
 pub mod reader;
 pub mod running;
 mod staging;

@@ -268,7 +268,7 @@ impl<'a> Policy<'a> {
 
     /// Log paths, one a line, each optionally followed by ` head` or ` tail`: absolute, without
     /// `..`, under an allowed prefix (globs are fine below it).
-    fn logpath(&self, value: &str) -> Result<(), Refusal> {
+    pub(crate) fn logpath(&self, value: &str) -> Result<(), Refusal> {
         for line in value.lines().map(str::trim).filter(|l| !l.is_empty()) {
             let path = line
                 .strip_suffix(" head")

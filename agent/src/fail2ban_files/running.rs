@@ -362,7 +362,7 @@ fn option(options: &str, key: &str) -> Option<String> {
 
 /// `MyTime.str2seconds` for sums of `<number><unit>` terms (`1h 30m`, `1d+2h`, `600`); `None`
 /// for anything else it would evaluate.
-fn seconds(text: &str) -> Option<i64> {
+pub(crate) fn seconds(text: &str) -> Option<i64> {
     const UNITS: [(&[&str], f64); 7] = [
         (&["days", "day", "da", "dd", "d"], 86_400.0),
         (&["weeks", "week", "wee", "we", "ww", "w"], 604_800.0),

@@ -22,6 +22,7 @@ mod jail_create;
 mod jails;
 mod openapi;
 mod pauses;
+mod previews;
 mod protected;
 mod recidive;
 mod schemas;
@@ -68,6 +69,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(filters::router())
         .merge(jail_create::router())
         .merge(filter_create::router())
+        .merge(previews::router())
         .merge(control::router())
         .merge(fleet::router())
         .merge(protected::router())

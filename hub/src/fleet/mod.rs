@@ -14,6 +14,7 @@ mod forward;
 mod gateway;
 mod ingest;
 mod listener;
+mod previews;
 mod probe;
 mod sessions;
 mod shared_bans;
@@ -47,6 +48,9 @@ pub use defaults::{DefaultsPush, DefaultsPushResult, DefaultsTargets, PushDefaul
 pub use direct_callbacks::{DirectCallbackError, RecordedCallback, UnreadBody};
 pub use filter_tests::RETRY_AFTER_SECS as FILTER_TEST_RETRY_AFTER_SECS;
 pub use listener::{TlsListenerKind, accept_tls};
+pub use previews::{
+    FilterPreviewResult, PreviewAddress, PreviewInput, PreviewLog, PreviewProtection, PreviewSource,
+};
 pub use probe::{
     DeliveryReport, JailDelivery, ProbeFailure, ProbeFailureCode, ProbeResult, ProbeStepTiming,
     RelayDiagnostics, SpoolDiagnostics,
@@ -508,6 +512,7 @@ impl Fleet {
                 | command::Kind::CreateJail(_)
                 | command::Kind::WriteFilter(_)
                 | command::Kind::DeleteConfig(_)
+                | command::Kind::PreviewFilter(_)
         );
         let timeout = Duration::from_millis(if slow {
             self.0.agents.slow_command_timeout_ms

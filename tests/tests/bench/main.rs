@@ -2,6 +2,7 @@
 //! correctness and print their figures (`bench/README.md` has the commands and the current figures).
 
 mod agent_commands;
+mod preview;
 mod sharing;
 mod spool;
 mod storm;

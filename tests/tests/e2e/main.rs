@@ -12,6 +12,7 @@ mod auth;
 mod callback_secrets;
 mod cluster_store;
 mod config_create;
+mod config_preview;
 mod control;
 mod defence;
 mod delivery;

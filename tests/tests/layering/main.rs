@@ -42,6 +42,7 @@ const HUB: Layering = Layering {
         (
             "services",
             &[
+                "previews",
                 "sharing",
                 "defence",
                 "protected",
@@ -62,6 +63,7 @@ const HUB: Layering = Layering {
     sideways: &[
         ("ui", "serve"),
         ("api", "serve"),
+        ("previews", "fleet"),
         ("protected", "fleet"),
         ("protected", "auth"),
         ("fleet", "events"),

@@ -9,7 +9,7 @@
 //! `jails` (the effective jail configuration and its safe edits), `filters` (test), `create`
 //! (the catalog of filters and jail templates, creating and deleting jails and filters),
 //! `ignore` (allowlists), `defaults` (fail2ban's `[DEFAULT]` keys), `restart` (reload and restart), `logtail` (fail2ban's own log),
-//! `shared_bans` (the bans held for other hosts).
+//! `shared_bans` (the bans held for other hosts), `preview` (a filter over a jail's own log).
 //! The socket connections to fail2ban are shared through `pool`.
 
 use std::path::PathBuf;
@@ -34,6 +34,7 @@ mod ignore;
 mod jails;
 mod logtail;
 mod pool;
+mod preview;
 mod restart;
 mod shared_bans;
 mod status;
@@ -67,6 +68,7 @@ pub const CAPABILITIES: &[&str] = &[
     "create_jail",
     "write_filter",
     "delete_config",
+    "preview_filter",
     "shared-bans",
 ];
 
@@ -94,6 +96,8 @@ pub struct Context {
     delivery: std::sync::OnceLock<DeliveryHandles>,
     /// The shared bans this host holds, or why their file could not be read.
     shared_bans: Result<SharedBans, String>,
+    /// Filter previews take turns.
+    previews: preview::PreviewTurns,
 }
 
 impl Context {
@@ -130,6 +134,7 @@ impl Context {
             config_gate: tokio::sync::Mutex::new(()),
             delivery: std::sync::OnceLock::new(),
             shared_bans,
+            previews: preview::PreviewTurns::default(),
         }
     }
 
@@ -186,6 +191,7 @@ pub fn kind_name(command: &Command) -> &'static str {
         Some(Kind::CreateJail(_)) => "create_jail",
         Some(Kind::WriteFilter(_)) => "write_filter",
         Some(Kind::DeleteConfig(_)) => "delete_config",
+        Some(Kind::PreviewFilter(_)) => "preview_filter",
         None => "unknown",
     }
 }
@@ -234,6 +240,7 @@ pub async fn execute(context: &Context, command: Command) -> CommandResult {
         Some(Kind::CreateJail(request)) => create::create_jail(context, request).await,
         Some(Kind::WriteFilter(request)) => create::write_filter(context, request).await,
         Some(Kind::DeleteConfig(request)) => create::delete_config(context, request).await,
+        Some(Kind::PreviewFilter(request)) => preview::preview_filter(context, request).await,
         // prost leaves the oneof empty for a kind newer than this build.
         None => Err(Failure::new(
             ErrorCode::Unsupported,

@@ -761,6 +761,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/jails/{jail}/preview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Runs a filter over the end of the jail's own log on the host, without changing anything:
+         *     lines read and matched, the addresses that would be banned under `maxretry`/`findtime`, the
+         *     top addresses, and every protected address among them with the entry protecting it.
+         * @description Requires the `operator` role (or a higher one).
+         */
+        post: operations["preview_jail"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/jails/{jail}/unban/{ip}": {
         parameters: {
             query?: never;
@@ -775,6 +797,27 @@ export interface paths {
          * @description Requires the `operator` role (or a higher one).
          */
         post: operations["unban"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/previews": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Runs the same preview on every server the selector names, each host bounded by the
+         *     preview's time; nothing changes on any host.
+         * @description Requires the `operator` role (or a higher one).
+         */
+        post: operations["preview_fleet"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2301,6 +2344,47 @@ export interface components {
         FilterListDto: {
             filters: string[];
         };
+        /** @description What a filter would have banned on the end of the jail's log. */
+        FilterPreviewResult: {
+            /**
+             * Format: int64
+             * @description Distinct addresses matched.
+             */
+            addresses: number;
+            /** @description Bounds that cut the preview short: `size`, `time`, `matches`. */
+            boundsHit: string[];
+            /** @description The filter that ran. */
+            filter: string;
+            /** Format: int64 */
+            findtimeSecs: number;
+            /** Format: date-time */
+            firstMatchAt?: string | null;
+            /** @description The jail's `ignoreip` entries on the host. */
+            ignoreip: string[];
+            /** Format: date-time */
+            lastMatchAt?: string | null;
+            /** Format: int64 */
+            linesMatched: number;
+            /** Format: int64 */
+            linesRead: number;
+            logs: components["schemas"]["PreviewLog"][];
+            /** Format: int32 */
+            maxretry: number;
+            /**
+             * Format: int64
+             * @description Would-be-banned addresses that a protection covers.
+             */
+            protectedHits: number;
+            /** @description The addresses with the most matches (at most 20). */
+            top: components["schemas"]["PreviewAddress"][];
+            /** @description The addresses that reach `maxretry`, most matches first (at most 1,000). */
+            wouldBan: components["schemas"]["PreviewAddress"][];
+            /**
+             * Format: int64
+             * @description Addresses that reach `maxretry` within `findtime` (all of them, listed or not).
+             */
+            wouldBanTotal: number;
+        };
         /** @description What `fail2ban-regex` found. */
         FilterTestResult: {
             /** Format: int64 */
@@ -2366,6 +2450,18 @@ export interface components {
             /** @description `true` lifts the ban instead. */
             unban?: boolean;
         };
+        /** @description A preview on many servers: `all: true`, or the servers carrying all of `labels`. */
+        FleetPreviewBody: {
+            all?: boolean;
+            jail: components["schemas"]["JailName"];
+            labels?: components["schemas"]["Labels"];
+            preview?: components["schemas"]["PreviewBody"];
+        };
+        /** @description Each server's preview. */
+        FleetPreviewDto: {
+            /** @description In server name order; a host offline, not enrolled, too old or out of time is marked so. */
+            hosts: components["schemas"]["HostPreview"][];
+        };
         /**
          * @description A feed format: `txt` (one entry per line), `nft` (`nft -f`), `ipset` (`ipset restore`), `rsc`
          *     (MikroTik RouterOS script).
@@ -2383,6 +2479,20 @@ export interface components {
             status: string;
             version: string;
         };
+        /** @description One host of a fleet preview. */
+        HostPreview: {
+            /** @description Why the preview did not run (absent when `status` is `ok`). */
+            error?: string | null;
+            preview?: components["schemas"]["FilterPreviewResult"] | null;
+            serverId: string;
+            serverName: string;
+            status: components["schemas"]["HostPreviewStatus"];
+        };
+        /**
+         * @description How one host of a fleet preview ended.
+         * @enum {string}
+         */
+        HostPreviewStatus: "ok" | "offline" | "not_enrolled" | "unsupported" | "timeout" | "busy" | "failed";
         /** @description An allowlist to store, with the version it was edited from. */
         IgnoreListBody: {
             /**
@@ -2771,6 +2881,58 @@ export interface components {
             /** Format: date-time */
             updatedAt: string;
         };
+        /** @description One address of a preview. */
+        PreviewAddress: {
+            /**
+             * Format: date-time
+             * @description When it first reaches `maxretry`.
+             */
+            firstBanAt?: string | null;
+            /** @description The jail's `ignoreip` entry covering it on the host (then fail2ban does not ban it). */
+            ignoredBy?: string | null;
+            ip: string;
+            /** Format: int64 */
+            matches: number;
+            protectedBy?: components["schemas"]["PreviewProtection"] | null;
+            /** @description It reaches `maxretry` within `findtime`. */
+            reachesMaxretry: boolean;
+        };
+        /**
+         * @description What to preview. Give at most one of `filter`, `filterText` and `filterLocal`; none runs the
+         *     jail's own filter.
+         */
+        PreviewBody: {
+            filter?: components["schemas"]["Name"] | null;
+            /** @description The text the jail's `filter.d/<filter>.local` would hold (an edit being proposed). */
+            filterLocal?: string | null;
+            /** @description A whole filter file (never written by a preview). */
+            filterText?: string | null;
+            /**
+             * Format: int64
+             * @description The window in seconds (1 to 31536000); the jail's own when absent.
+             */
+            findtimeSecs?: number | null;
+            /**
+             * @description Log files to read instead of the jail's (absolute, under the host policy's log
+             *     directories; a `*` in a file name matches), at most 16.
+             */
+            logPaths?: string[];
+            /**
+             * Format: int64
+             * @description Bytes read from the end of each log file (1 to 268435456); 64 MiB when absent.
+             */
+            maxBytes?: number | null;
+            /**
+             * Format: int32
+             * @description Failures within `findtimeSecs` that ban (1 to 10000); the jail's own when absent.
+             */
+            maxretry?: number | null;
+            /**
+             * Format: int32
+             * @description How long the preview may run on a host, in milliseconds (100 to 60000); 20 s when absent.
+             */
+            timeBudgetMs?: number | null;
+        };
         /** @description The first lines of a feed's file. */
         PreviewDto: {
             etag: string;
@@ -2781,6 +2943,26 @@ export interface components {
              * @description Lines of the whole file.
              */
             totalLines: number;
+        };
+        /** @description One log file the preview read. */
+        PreviewLog: {
+            /** Format: int64 */
+            bytesRead: number;
+            path: string;
+            /** @description The file is longer than what was read from its end. */
+            truncated: boolean;
+        };
+        /** @description Why an address would not be banned, or must not be: the entry that protects it. */
+        PreviewProtection: {
+            /** @description The protecting network or `ignoreip` entry. */
+            entry: string;
+            /**
+             * @description `configured`, `hub_address`, `operator_session` (the hub's protected networks) or
+             *     `ignoreip` (the jail's own `ignoreip` on the host).
+             */
+            kind: string;
+            /** @description Who or what it protects (empty for `ignoreip`). */
+            note: string;
         };
         ProbeFailure: {
             code: components["schemas"]["ProbeFailureCode"];
@@ -7990,6 +8172,160 @@ export interface operations {
             };
         };
     };
+    preview_jail: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Server id or name */
+                "X-BanDaemon-Server"?: string | null;
+            };
+            path: {
+                jail: components["schemas"]["JailName"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PreviewBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FilterPreviewResult"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict. Codes from the shared layers: `config_conflict`. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid input, or fail2ban-regex refused the filter. Codes from the shared layers: `invalid_field`, `agent_refused_argument`, `host_policy`, `config_invalid`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A filter test or preview runs on this server and another waits; try again after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     unban: {
         parameters: {
             query?: never;
@@ -8097,6 +8433,101 @@ export interface operations {
             };
             /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
             504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    preview_fleet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FleetPreviewBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FleetPreviewDto"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid input. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
