@@ -13,6 +13,7 @@ pub mod error;
 pub mod files;
 pub mod filter_test;
 pub mod ini;
+pub mod local_files;
 pub mod names;
 pub mod policy;
 pub mod reader;

@@ -24,6 +24,7 @@ use crate::shared_bans::{SharedBans, SharedBansConfig};
 
 mod args;
 mod bans;
+mod config_files;
 mod defaults;
 mod diagnostics;
 mod failure;
@@ -62,6 +63,8 @@ pub const CAPABILITIES: &[&str] = &[
     "get_delivery_status",
     "probe_step",
     "sync_shared_bans",
+    "get_config_files",
+    "validate_config_set",
     "shared-bans",
 ];
 
@@ -178,6 +181,8 @@ pub fn kind_name(command: &Command) -> &'static str {
         Some(Kind::GetDeliveryStatus(_)) => "get_delivery_status",
         Some(Kind::ProbeStep(_)) => "probe_step",
         Some(Kind::SyncSharedBans(_)) => "sync_shared_bans",
+        Some(Kind::GetConfigFiles(_)) => "get_config_files",
+        Some(Kind::ValidateConfigSet(_)) => "validate_config_set",
         None => "unknown",
     }
 }
@@ -222,6 +227,10 @@ pub async fn execute(context: &Context, command: Command) -> CommandResult {
         Some(Kind::ProbeStep(request)) => diagnostics::probe_step(context, request).await,
         Some(Kind::SyncSharedBans(request)) => {
             shared_bans::sync_shared_bans(context, request).await
+        }
+        Some(Kind::GetConfigFiles(_)) => config_files::get_config_files(context).await,
+        Some(Kind::ValidateConfigSet(request)) => {
+            config_files::validate_config_set(context, request).await
         }
         // prost leaves the oneof empty for a kind newer than this build.
         None => Err(Failure::new(
