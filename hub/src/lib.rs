@@ -14,6 +14,7 @@ pub mod fleet;
 pub mod hub_addresses;
 pub mod metrics;
 pub mod pki;
+pub mod profiles;
 pub mod protected;
 pub mod serve;
 pub mod settings;

@@ -10,6 +10,7 @@ mod callback_secrets;
 mod callbacks;
 mod control;
 mod delivery;
+mod drift;
 mod error;
 mod events;
 mod feeds;
@@ -20,6 +21,7 @@ mod health;
 mod jails;
 mod openapi;
 mod pauses;
+mod profiles;
 mod protected;
 mod recidive;
 mod schemas;
@@ -79,6 +81,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(auth::router())
         .merge(audit::router())
         .merge(feeds::router())
+        .merge(profiles::router())
+        .merge(drift::router())
         .merge(health::router())
 }
 

@@ -4,6 +4,7 @@
 
 mod actions;
 mod callback_jails;
+mod config_files;
 mod control;
 mod defaults;
 mod direct_callbacks;
@@ -38,6 +39,7 @@ use crate::settings::SettingsService;
 use crate::store::{Store, StoreError};
 
 pub use actions::{ActionError, FleetBan, Selector};
+pub use config_files::{CONFIG_FILES_CAPABILITY, HostConfigFiles, VALIDATE_SET_CAPABILITY};
 pub use control::*;
 pub use defaults::{DefaultsPush, DefaultsPushResult, DefaultsTargets, PushDefaultsError};
 pub use direct_callbacks::{DirectCallbackError, RecordedCallback, UnreadBody};
@@ -501,6 +503,7 @@ impl Fleet {
                 | command::Kind::SetIgnoreList(_)
                 | command::Kind::WriteDefaults(_)
                 | command::Kind::SyncSharedBans(_)
+                | command::Kind::ValidateConfigSet(_)
         );
         let timeout = Duration::from_millis(if slow {
             self.0.agents.slow_command_timeout_ms

@@ -42,6 +42,7 @@ const HUB: Layering = Layering {
         (
             "services",
             &[
+                "profiles",
                 "sharing",
                 "defence",
                 "protected",
@@ -69,6 +70,8 @@ const HUB: Layering = Layering {
         ("fleet", "cluster"),
         ("defence", "alerts"),
         ("alerts", "events"),
+        ("profiles", "fleet"),
+        ("profiles", "alerts"),
         ("sharing", "fleet"),
         ("sharing", "events"),
         ("sharing", "defence"),
