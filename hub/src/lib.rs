@@ -15,6 +15,7 @@ pub mod hub_addresses;
 pub mod metrics;
 pub mod pki;
 pub mod previews;
+pub mod profiles;
 pub mod protected;
 pub mod serve;
 pub mod settings;

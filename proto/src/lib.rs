@@ -8,6 +8,7 @@ pub mod v1 {
     tonic::include_proto!("banhub.agent.v1");
 }
 
+pub mod config_path;
 pub mod event;
 pub mod jails;
 pub mod new_config;

@@ -15,6 +15,7 @@ pub mod error;
 pub mod files;
 pub mod filter_test;
 pub mod ini;
+pub mod local_files;
 pub mod names;
 pub mod policy;
 pub mod preview;

@@ -20,6 +20,7 @@ use crate::fleet::{
     BanOutcome, BannedPage, ConfigChange, Edit, IgnoreListView, JailConfig, JailList,
     LogTailResult, StatusReport,
 };
+use crate::profiles::Recheck;
 
 /// Largest configuration file accepted for writing.
 pub const MAX_CONFIG_BYTES: usize = 64 * 1024;
@@ -150,12 +151,12 @@ async fn manage_jails(
             writable_jail_name(&format!("jails[{i}].name"), &t.name).map(|name| (name, t.enabled))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(ApiJson(
-        state
-            .fleet
-            .set_jails_enabled(server, &changes, &caller.requested_by())
-            .await?,
-    ))
+    let change = state
+        .fleet
+        .set_jails_enabled(server, &changes, &caller.requested_by())
+        .await?;
+    state.profiles.recheck(Recheck::Server(server));
+    Ok(ApiJson(change))
 }
 
 /// A jail's override file, its filter's files and its effective settings.
@@ -297,18 +298,18 @@ async fn write_config(
 ) -> Result<ApiJson<ConfigChange>, ApiError> {
     let jail = writable_jail_name("jail", &jail)?;
     let (jail_override, filter_local) = body.parse(&jail)?;
-    Ok(ApiJson(
-        state
-            .fleet
-            .write_jail_config(
-                server,
-                &jail,
-                jail_override,
-                filter_local,
-                &caller.requested_by(),
-            )
-            .await?,
-    ))
+    let change = state
+        .fleet
+        .write_jail_config(
+            server,
+            &jail,
+            jail_override,
+            filter_local,
+            &caller.requested_by(),
+        )
+        .await?;
+    state.profiles.recheck(Recheck::Server(server));
+    Ok(ApiJson(change))
 }
 
 /// The optional body of a ban.

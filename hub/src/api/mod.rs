@@ -10,6 +10,7 @@ mod callback_secrets;
 mod callbacks;
 mod control;
 mod delivery;
+mod drift;
 mod error;
 mod events;
 mod feeds;
@@ -23,6 +24,7 @@ mod jails;
 mod openapi;
 mod pauses;
 mod previews;
+mod profiles;
 mod protected;
 mod recidive;
 mod schemas;
@@ -85,6 +87,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(auth::router())
         .merge(audit::router())
         .merge(feeds::router())
+        .merge(profiles::router())
+        .merge(drift::router())
         .merge(health::router())
 }
 

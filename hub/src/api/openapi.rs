@@ -49,6 +49,7 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
          (name = "control", description = "Reload, restart, fleet-wide actions"),
          (name = "protected", description = "Protected networks: what nothing in banhub bans (the lockout guard)"),
          (name = "sharing", description = "Sharing policies, the shared bans they make, why an address is banned where, fleet recidive rules and the sources paused by the storm breaker"),
+         (name = "profiles", description = "Profiles: versioned jail and filter files assigned to servers by label, and each server's drift from its profile"),
          (name = "events", description = "Ban events: history, stats, insights and the live stream"),
          (name = "callbacks", description = "fail2ban's action reporting to the hub directly (hosts without an agent)"),
          (name = "settings", description = "Settings (SMTP, alerts, webhooks, retention, GeoIP, fail2ban defaults), the test e-mail and the defaults push"),

@@ -11,9 +11,11 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
+use super::drift::DriftStateDto;
 use super::error::{ApiError, ApiJson, Problem};
 use super::target::ServerPath;
 use crate::auth::{Admin, Operator, Viewer};
+use crate::domain::profiles::drift::DriftState;
 use crate::domain::{Labels, NewServer, ServerName, ServerStatus};
 use crate::fleet::{IssuedToken, PingReport, ServerView};
 
@@ -80,6 +82,8 @@ pub struct ServerDto {
     /// The hub replica holding the agent's session (only with several replicas on PostgreSQL).
     #[serde(skip_serializing_if = "Option::is_none")]
     replica: Option<String>,
+    /// Where the server stands against its profile (`GET /api/servers/{id}/drift` has the diff).
+    drift: DriftStateDto,
 }
 
 impl From<ServerView> for ServerDto {
@@ -119,7 +123,15 @@ impl From<ServerView> for ServerDto {
             hostname: session.as_ref().map(|i| i.hostname.clone()).or(s.hostname),
             address: session.map(|i| i.address).or(s.last_address),
             replica,
+            drift: DriftStateDto::Unknown,
         }
+    }
+}
+
+impl ServerDto {
+    fn with_drift(mut self, drift: Option<DriftState>) -> Self {
+        self.drift = drift.map_or(DriftStateDto::Unknown, Into::into);
+        self
     }
 }
 
@@ -207,7 +219,16 @@ async fn list_servers(
     State(state): State<AppState>,
 ) -> Result<ApiJson<Vec<ServerDto>>, ApiError> {
     let servers = state.fleet.list().await?;
-    Ok(ApiJson(servers.into_iter().map(ServerDto::from).collect()))
+    let drift = state.profiles.drift_states().await?;
+    Ok(ApiJson(
+        servers
+            .into_iter()
+            .map(|view| {
+                let state = drift.get(&view.server.id).copied();
+                ServerDto::from(view).with_drift(state)
+            })
+            .collect(),
+    ))
 }
 
 /// Registers a server and returns its one-time enrollment token.
@@ -241,7 +262,10 @@ async fn get_server(
     State(state): State<AppState>,
     ServerPath(id): ServerPath,
 ) -> Result<ApiJson<ServerDto>, ApiError> {
-    Ok(ApiJson(state.fleet.get(id).await?.into()))
+    let drift = state.profiles.server_drift(id).await?.state;
+    Ok(ApiJson(
+        ServerDto::from(state.fleet.get(id).await?).with_drift(Some(drift)),
+    ))
 }
 
 /// Deletes a server: its agent's certificate is revoked and its live session cut.

@@ -12,6 +12,7 @@ use crate::events::Events;
 use crate::feeds::Feeds;
 use crate::fleet::Fleet;
 use crate::metrics::Metrics;
+use crate::profiles::Profiles;
 use crate::protected::Protection;
 use crate::settings::SettingsService;
 use crate::sharing::Sharing;
@@ -43,4 +44,6 @@ pub struct AppState {
     pub sharing: Sharing,
     /// Fleet recidive rules and the storm breaker's pauses.
     pub defence: Defence,
+    /// Profiles, their versions and assignment, and each server's drift from its profile.
+    pub profiles: Profiles,
 }

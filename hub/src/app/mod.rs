@@ -26,6 +26,7 @@ use crate::feeds::Feeds;
 use crate::fleet::{Fleet, FleetParts};
 use crate::metrics::Metrics;
 use crate::pki::{Ca, PkiError, RevocationList, server_tls_config};
+use crate::profiles::Profiles;
 use crate::protected::{Protection, ProtectionParts};
 use crate::settings::{SecretsKey, SettingsError, SettingsService};
 use crate::sharing::Sharing;
@@ -195,6 +196,12 @@ impl App {
             shutdown.clone(),
         );
         sharing.set_defence(defence.clone());
+        let profiles = Profiles::new(
+            store.clone(),
+            fleet.clone(),
+            alerts.clone(),
+            Duration::from_secs(config.profiles.drift_interval_secs),
+        );
         tracing::info!(
             database = store.backend_name(),
             data_dir = %config.data_dir.display(),
@@ -218,6 +225,7 @@ impl App {
                 feeds,
                 sharing,
                 defence,
+                profiles,
             },
             http,
             grpc,

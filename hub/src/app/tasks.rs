@@ -35,6 +35,7 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         feeds,
         sharing,
         defence,
+        profiles,
         ..
     } = state;
 
@@ -81,6 +82,8 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
     spawn("seen_writer", fleet.clone().run_seen_writer());
     spawn("queued_delivery", fleet.clone().run_queued_delivery());
     spawn("protected_networks", protection.clone().run());
+    // On every replica: the hosts whose sessions it holds are compared with their profiles.
+    spawn("drift", profiles.clone().run(shutdown.clone()));
     // Each replica renders the feeds itself from the shared database.
     spawn("feeds", feeds.clone().run());
     spawn(

@@ -35,6 +35,8 @@ pub struct Config {
     pub guards: GuardsConfig,
     /// Fleet defence: the storm breaker of shared bans.
     pub defence: DefenceConfig,
+    /// Profiles: how often hosts are compared with their profile.
+    pub profiles: ProfilesConfig,
     pub secrets: SecretsConfig,
     /// Hub replicas on one PostgreSQL database, and the CA they share.
     pub cluster: ClusterConfig,
@@ -227,6 +229,23 @@ impl Default for DefenceConfig {
     }
 }
 
+/// Profiles and drift.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProfilesConfig {
+    /// Seconds between two comparisons of every host with its profile (besides the one when an
+    /// agent connects and after each change banhub makes on a host).
+    pub drift_interval_secs: u64,
+}
+
+impl Default for ProfilesConfig {
+    fn default() -> Self {
+        Self {
+            drift_interval_secs: 300,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -247,6 +266,7 @@ impl Default for Config {
             probe: ProbeConfig::default(),
             guards: GuardsConfig::default(),
             defence: DefenceConfig::default(),
+            profiles: ProfilesConfig::default(),
             secrets: SecretsConfig::default(),
             cluster: ClusterConfig::default(),
             auth: AuthConfig::default(),
@@ -455,6 +475,12 @@ impl Config {
             return invalid(
                 "guards.operator_token_window_secs",
                 "must be at most a year (31536000 seconds); 0 protects no token's address",
+            );
+        }
+        if !(1..=86_400).contains(&self.profiles.drift_interval_secs) {
+            return invalid(
+                "profiles.drift_interval_secs",
+                "must be between 1 and 86400 seconds",
             );
         }
         if !(1..=1_000_000).contains(&self.defence.storm_limit_per_minute) {

@@ -11,6 +11,7 @@ pub mod feeds;
 mod guards;
 mod jail_pattern;
 mod names;
+pub mod profiles;
 pub mod protected;
 pub mod recidive;
 mod server;

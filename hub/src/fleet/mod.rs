@@ -5,6 +5,7 @@
 mod actions;
 mod callback_jails;
 mod config_create;
+mod config_files;
 mod control;
 mod defaults;
 mod direct_callbacks;
@@ -43,6 +44,7 @@ pub use actions::{ActionError, FleetBan, Selector};
 pub use config_create::{
     CatalogFilter, CreatedConfig, FilterCatalog, JailTemplate, NewFilter, NewJail,
 };
+pub use config_files::{CONFIG_FILES_CAPABILITY, HostConfigFiles, VALIDATE_SET_CAPABILITY};
 pub use control::*;
 pub use defaults::{DefaultsPush, DefaultsPushResult, DefaultsTargets, PushDefaultsError};
 pub use direct_callbacks::{DirectCallbackError, RecordedCallback, UnreadBody};
@@ -513,6 +515,7 @@ impl Fleet {
                 | command::Kind::WriteFilter(_)
                 | command::Kind::DeleteConfig(_)
                 | command::Kind::PreviewFilter(_)
+                | command::Kind::ValidateConfigSet(_)
         );
         let timeout = Duration::from_millis(if slow {
             self.0.agents.slow_command_timeout_ms

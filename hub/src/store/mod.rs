@@ -35,6 +35,7 @@ pub mod fleet_actions;
 mod health;
 mod migration;
 mod places;
+pub mod profiles;
 mod protected;
 mod servers;
 mod settings;

@@ -13,6 +13,7 @@ mod callback_secrets;
 mod cluster_store;
 mod config_create;
 mod config_preview;
+mod config_profiles;
 mod control;
 mod defence;
 mod delivery;

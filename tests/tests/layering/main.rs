@@ -43,6 +43,7 @@ const HUB: Layering = Layering {
             "services",
             &[
                 "previews",
+                "profiles",
                 "sharing",
                 "defence",
                 "protected",
@@ -71,6 +72,8 @@ const HUB: Layering = Layering {
         ("fleet", "cluster"),
         ("defence", "alerts"),
         ("alerts", "events"),
+        ("profiles", "fleet"),
+        ("profiles", "alerts"),
         ("sharing", "fleet"),
         ("sharing", "events"),
         ("sharing", "defence"),

@@ -26,6 +26,7 @@ use crate::shared_bans::{SharedBans, SharedBansConfig};
 mod args;
 mod bans;
 mod create;
+mod config_files;
 mod defaults;
 mod diagnostics;
 mod failure;
@@ -69,6 +70,8 @@ pub const CAPABILITIES: &[&str] = &[
     "write_filter",
     "delete_config",
     "preview_filter",
+    "get_config_files",
+    "validate_config_set",
     "shared-bans",
 ];
 
@@ -192,6 +195,8 @@ pub fn kind_name(command: &Command) -> &'static str {
         Some(Kind::WriteFilter(_)) => "write_filter",
         Some(Kind::DeleteConfig(_)) => "delete_config",
         Some(Kind::PreviewFilter(_)) => "preview_filter",
+        Some(Kind::GetConfigFiles(_)) => "get_config_files",
+        Some(Kind::ValidateConfigSet(_)) => "validate_config_set",
         None => "unknown",
     }
 }
@@ -241,6 +246,10 @@ pub async fn execute(context: &Context, command: Command) -> CommandResult {
         Some(Kind::WriteFilter(request)) => create::write_filter(context, request).await,
         Some(Kind::DeleteConfig(request)) => create::delete_config(context, request).await,
         Some(Kind::PreviewFilter(request)) => preview::preview_filter(context, request).await,
+        Some(Kind::GetConfigFiles(_)) => config_files::get_config_files(context).await,
+        Some(Kind::ValidateConfigSet(request)) => {
+            config_files::validate_config_set(context, request).await
+        }
         // prost leaves the oneof empty for a kind newer than this build.
         None => Err(Failure::new(
             ErrorCode::Unsupported,
