@@ -14,6 +14,7 @@ pub mod files;
 pub mod filter_test;
 pub mod ini;
 pub mod names;
+pub mod pending;
 pub mod policy;
 pub mod reader;
 pub mod running;
@@ -23,7 +24,7 @@ pub mod version;
 
 pub use editor::{
     AgentEdit, AgentEditReport, AgentWrite, ConfigEditor, EditError, EditReport, EditTimings,
-    EditorSettings, FileChange, ReloadScope, RollbackReport, Stage,
+    EditorSettings, FileChange, ReloadScope, RollbackReport, SetFile, Stage,
 };
 pub use error::ConfigError;
 pub use files::{AgentFile, EditableFile, VersionedFile};

@@ -11,6 +11,7 @@ mod audit;
 mod auth;
 mod callback_secrets;
 mod cluster_store;
+mod config_confirm;
 mod control;
 mod defence;
 mod delivery;

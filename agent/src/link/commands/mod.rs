@@ -8,7 +8,7 @@
 //! Areas: `status` (ping, the dashboard's status), `bans` (banned lists, ban and unban),
 //! `jails` (the effective jail configuration and its safe edits), `filters` (list, test),
 //! `ignore` (allowlists), `defaults` (fail2ban's `[DEFAULT]` keys), `restart` (reload and restart), `logtail` (fail2ban's own log),
-//! `shared_bans` (the bans held for other hosts).
+//! `shared_bans` (the bans held for other hosts), `config_set` (sets of files with commit-confirm).
 //! The socket connections to fail2ban are shared through `pool`.
 
 use std::path::PathBuf;
@@ -19,11 +19,13 @@ use banhub_proto::v1::{Command, CommandError, CommandResult, ErrorCode};
 
 use crate::config::Settings;
 use crate::fail2ban::Fail2banError;
+use crate::fail2ban_files::pending::ConfigChanges;
 use crate::fail2ban_files::{ConfigEditor, EditorSettings, Fail2banTools};
 use crate::shared_bans::{SharedBans, SharedBansConfig};
 
 mod args;
 mod bans;
+mod config_set;
 mod defaults;
 mod diagnostics;
 mod failure;
@@ -62,6 +64,9 @@ pub const CAPABILITIES: &[&str] = &[
     "get_delivery_status",
     "probe_step",
     "sync_shared_bans",
+    "apply_config_set",
+    "settle_config_set",
+    "config_set_status",
     "shared-bans",
 ];
 
@@ -89,6 +94,8 @@ pub struct Context {
     delivery: std::sync::OnceLock<DeliveryHandles>,
     /// The shared bans this host holds, or why their file could not be read.
     shared_bans: Result<SharedBans, String>,
+    /// Config sets applied with commit-confirm (whose loop reverts them at their deadline).
+    config_changes: Result<ConfigChanges, String>,
 }
 
 impl Context {
@@ -117,6 +124,10 @@ impl Context {
             tracing::error!(error = %e, "shared bans are not kept on this host");
             format!("the agent cannot keep shared bans: {e}")
         });
+        let config_changes = editor
+            .as_ref()
+            .map(|editor| ConfigChanges::new(editor.clone(), &settings.state_dir))
+            .map_err(Clone::clone);
         Self {
             fail2ban: Fail2banPool::new(&settings.fail2ban.socket, settings.fail2ban_timeout()),
             editor,
@@ -125,7 +136,13 @@ impl Context {
             config_gate: tokio::sync::Mutex::new(()),
             delivery: std::sync::OnceLock::new(),
             shared_bans,
+            config_changes,
         }
+    }
+
+    /// The config-set changes of this host (whose loop the agent runs beside the session).
+    pub fn config_changes(&self) -> Result<&ConfigChanges, Failure> {
+        self.config_changes.as_ref().map_err(Failure::internal)
     }
 
     /// The shared bans this host holds (whose loop the agent runs beside the session).
@@ -178,6 +195,9 @@ pub fn kind_name(command: &Command) -> &'static str {
         Some(Kind::GetDeliveryStatus(_)) => "get_delivery_status",
         Some(Kind::ProbeStep(_)) => "probe_step",
         Some(Kind::SyncSharedBans(_)) => "sync_shared_bans",
+        Some(Kind::ApplyConfigSet(_)) => "apply_config_set",
+        Some(Kind::SettleConfigSet(_)) => "settle_config_set",
+        Some(Kind::ConfigSetStatus(_)) => "config_set_status",
         None => "unknown",
     }
 }
@@ -223,6 +243,9 @@ pub async fn execute(context: &Context, command: Command) -> CommandResult {
         Some(Kind::SyncSharedBans(request)) => {
             shared_bans::sync_shared_bans(context, request).await
         }
+        Some(Kind::ApplyConfigSet(r)) => config_set::apply_config_set(context, r).await,
+        Some(Kind::SettleConfigSet(r)) => config_set::settle_config_set(context, r).await,
+        Some(Kind::ConfigSetStatus(r)) => config_set::config_set_status(context, r).await,
         // prost leaves the oneof empty for a kind newer than this build.
         None => Err(Failure::new(
             ErrorCode::Unsupported,

@@ -127,6 +127,9 @@ fn every_kind_is_a_capability() {
         Kind::GetDeliveryStatus(Default::default()),
         Kind::ProbeStep(Default::default()),
         Kind::SyncSharedBans(Default::default()),
+        Kind::ApplyConfigSet(Default::default()),
+        Kind::SettleConfigSet(Default::default()),
+        Kind::ConfigSetStatus(Default::default()),
     ];
     let mut names: Vec<&str> = kinds
         .into_iter()
