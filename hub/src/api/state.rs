@@ -6,6 +6,7 @@ use crate::alerts::Alerts;
 use crate::auth::Auth;
 use crate::cluster::Cluster;
 use crate::config::Config;
+use crate::config_changes::ConfigChanges;
 use crate::defence::Defence;
 use crate::domain::Guards;
 use crate::events::Events;
@@ -43,4 +44,6 @@ pub struct AppState {
     pub sharing: Sharing,
     /// Fleet recidive rules and the storm breaker's pauses.
     pub defence: Defence,
+    /// Sets of fail2ban files applied to servers with commit-confirm.
+    pub config_changes: ConfigChanges,
 }

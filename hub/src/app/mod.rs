@@ -19,6 +19,7 @@ pub use crate::api::AppState;
 use crate::auth::{Auth, AuthError, Site};
 use crate::cluster::{Cluster, JoinError};
 use crate::config::Config;
+use crate::config_changes::ConfigChanges;
 use crate::defence::Defence;
 use crate::domain::{Guards, PrefixLimits};
 use crate::events::Events;
@@ -195,6 +196,7 @@ impl App {
             shutdown.clone(),
         );
         sharing.set_defence(defence.clone());
+        let config_changes = ConfigChanges::new(store.clone(), fleet.clone(), shutdown.clone());
         tracing::info!(
             database = store.backend_name(),
             data_dir = %config.data_dir.display(),
@@ -218,6 +220,7 @@ impl App {
                 feeds,
                 sharing,
                 defence,
+                config_changes,
             },
             http,
             grpc,

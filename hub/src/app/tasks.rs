@@ -35,6 +35,7 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         feeds,
         sharing,
         defence,
+        config_changes,
         ..
     } = state;
 
@@ -81,6 +82,8 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
     spawn("seen_writer", fleet.clone().run_seen_writer());
     spawn("queued_delivery", fleet.clone().run_queued_delivery());
     spawn("protected_networks", protection.clone().run());
+    // On every replica: confirms the config changes of the agents it holds, or records their end.
+    spawn("config_changes", config_changes.clone().run());
     // Each replica renders the feeds itself from the shared database.
     spawn("feeds", feeds.clone().run());
     spawn(

@@ -4,6 +4,7 @@
 
 mod actions;
 mod callback_jails;
+mod config_sets;
 mod control;
 mod defaults;
 mod direct_callbacks;
@@ -38,6 +39,7 @@ use crate::settings::SettingsService;
 use crate::store::{Store, StoreError};
 
 pub use actions::{ActionError, FleetBan, Selector};
+pub use config_sets::{AgentChange, AgentPhase};
 pub use control::*;
 pub use defaults::{DefaultsPush, DefaultsPushResult, DefaultsTargets, PushDefaultsError};
 pub use direct_callbacks::{DirectCallbackError, RecordedCallback, UnreadBody};
@@ -501,6 +503,8 @@ impl Fleet {
                 | command::Kind::SetIgnoreList(_)
                 | command::Kind::WriteDefaults(_)
                 | command::Kind::SyncSharedBans(_)
+                | command::Kind::ApplyConfigSet(_)
+                | command::Kind::SettleConfigSet(_)
         );
         let timeout = Duration::from_millis(if slow {
             self.0.agents.slow_command_timeout_ms

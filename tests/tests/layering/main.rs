@@ -42,6 +42,7 @@ const HUB: Layering = Layering {
         (
             "services",
             &[
+                "config_changes",
                 "sharing",
                 "defence",
                 "protected",
@@ -69,6 +70,7 @@ const HUB: Layering = Layering {
         ("fleet", "cluster"),
         ("defence", "alerts"),
         ("alerts", "events"),
+        ("config_changes", "fleet"),
         ("sharing", "fleet"),
         ("sharing", "events"),
         ("sharing", "defence"),
