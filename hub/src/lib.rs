@@ -6,6 +6,7 @@ pub mod app;
 pub mod auth;
 pub mod cluster;
 pub mod config;
+pub mod config_changes;
 pub mod defence;
 pub mod domain;
 pub mod events;

@@ -38,10 +38,12 @@ use crate::fail2ban::{Fail2banError, Fail2banSocket};
 
 mod agent_files;
 mod dry_run;
+mod config_set;
 mod pipeline;
 mod settle;
 mod validate;
 pub use agent_files::{AgentEdit, AgentEditReport, AgentWrite};
+pub use config_set::{Previous, SetFile};
 use pipeline::{Edit, Scope, Writer};
 
 /// Backups kept per file by default.

@@ -17,6 +17,7 @@ pub mod filter_test;
 pub mod ini;
 pub mod local_files;
 pub mod names;
+pub mod pending;
 pub mod policy;
 pub mod preview;
 pub mod preview_count;
@@ -29,7 +30,7 @@ pub mod version;
 
 pub use editor::{
     AgentEdit, AgentEditReport, AgentWrite, ConfigEditor, EditError, EditReport, EditTimings,
-    EditorSettings, FileChange, ReloadScope, RollbackReport, Stage,
+    EditorSettings, FileChange, ReloadScope, RollbackReport, SetFile, Stage,
 };
 pub use error::ConfigError;
 pub use files::{AgentFile, EditableFile, VersionedFile};

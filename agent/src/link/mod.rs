@@ -91,6 +91,16 @@ pub async fn run_with_relay(
                 .instrument(tracing::info_span!("shared_bans")),
         );
     }
+    // A pending config change reverts at its deadline whether or not the hub is reachable; one
+    // whose deadline passed while the agent was down reverts now.
+    if let Ok(changes) = link.commands.config_changes() {
+        tokio::spawn(
+            changes
+                .clone()
+                .run(shutdown.clone())
+                .instrument(tracing::info_span!("config_changes")),
+        );
+    }
     Ok(link.run(shutdown).instrument(span).await)
 }
 

@@ -8,6 +8,7 @@ mod audit;
 mod auth;
 mod callback_secrets;
 mod callbacks;
+mod config_changes;
 mod control;
 mod delivery;
 mod drift;
@@ -66,6 +67,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 fn api_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(servers::router())
+        .merge(config_changes::router())
         .merge(delivery::router())
         .merge(jails::router())
         .merge(filters::router())

@@ -69,6 +69,12 @@ const AGENT_PATHS: [&str; 3] = [
     "/api/servers/{id}/delivery",
 ];
 
+/// Operations that reach a server's agent although other methods of their path do not.
+const AGENT_OPERATIONS: [(&str, &str); 2] = [
+    ("post", "/api/servers/{id}/config-changes"),
+    ("post", "/api/servers/{id}/config-changes/{change}/revert"),
+];
+
 /// Routes that name a server in their path (by id or name).
 const SERVER_PATH_PREFIX: &str = "/api/servers/{id}";
 
@@ -133,7 +139,7 @@ impl Facts {
             }
         }
         facts.names_server |= in_path;
-        facts.agent |= AGENT_PATHS.contains(&path);
+        facts.agent |= AGENT_PATHS.contains(&path) || AGENT_OPERATIONS.contains(&(method, path));
         facts
     }
 }

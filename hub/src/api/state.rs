@@ -6,6 +6,7 @@ use crate::alerts::Alerts;
 use crate::auth::Auth;
 use crate::cluster::Cluster;
 use crate::config::Config;
+use crate::config_changes::ConfigChanges;
 use crate::defence::Defence;
 use crate::domain::Guards;
 use crate::events::Events;
@@ -46,4 +47,6 @@ pub struct AppState {
     pub defence: Defence,
     /// Profiles, their versions and assignment, and each server's drift from its profile.
     pub profiles: Profiles,
+    /// Sets of fail2ban files applied to servers with commit-confirm.
+    pub config_changes: ConfigChanges,
 }

@@ -19,6 +19,7 @@ pub use crate::api::AppState;
 use crate::auth::{Auth, AuthError, Site};
 use crate::cluster::{Cluster, JoinError};
 use crate::config::Config;
+use crate::config_changes::ConfigChanges;
 use crate::defence::Defence;
 use crate::domain::{Guards, PrefixLimits};
 use crate::events::Events;
@@ -202,6 +203,7 @@ impl App {
             alerts.clone(),
             Duration::from_secs(config.profiles.drift_interval_secs),
         );
+        let config_changes = ConfigChanges::new(store.clone(), fleet.clone(), shutdown.clone());
         tracing::info!(
             database = store.backend_name(),
             data_dir = %config.data_dir.display(),
@@ -226,6 +228,7 @@ impl App {
                 sharing,
                 defence,
                 profiles,
+                config_changes,
             },
             http,
             grpc,

@@ -36,6 +36,7 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         sharing,
         defence,
         profiles,
+        config_changes,
         ..
     } = state;
 
@@ -84,6 +85,8 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
     spawn("protected_networks", protection.clone().run());
     // On every replica: the hosts whose sessions it holds are compared with their profiles.
     spawn("drift", profiles.clone().run(shutdown.clone()));
+    // On every replica: confirms the config changes of the agents it holds, or records their end.
+    spawn("config_changes", config_changes.clone().run());
     // Each replica renders the feeds itself from the shared database.
     spawn("feeds", feeds.clone().run());
     spawn(

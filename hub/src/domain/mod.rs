@@ -6,6 +6,7 @@ mod agent_cert;
 pub mod alerts;
 pub mod auth;
 pub mod breaker;
+pub mod config_changes;
 pub mod events;
 pub mod feeds;
 mod guards;

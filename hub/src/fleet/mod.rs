@@ -6,6 +6,7 @@ mod actions;
 mod callback_jails;
 mod config_create;
 mod config_files;
+mod config_sets;
 mod control;
 mod defaults;
 mod direct_callbacks;
@@ -45,6 +46,7 @@ pub use config_create::{
     CatalogFilter, CreatedConfig, FilterCatalog, JailTemplate, NewFilter, NewJail,
 };
 pub use config_files::{CONFIG_FILES_CAPABILITY, HostConfigFiles, VALIDATE_SET_CAPABILITY};
+pub use config_sets::{AgentChange, AgentPhase};
 pub use control::*;
 pub use defaults::{DefaultsPush, DefaultsPushResult, DefaultsTargets, PushDefaultsError};
 pub use direct_callbacks::{DirectCallbackError, RecordedCallback, UnreadBody};
@@ -516,6 +518,8 @@ impl Fleet {
                 | command::Kind::DeleteConfig(_)
                 | command::Kind::PreviewFilter(_)
                 | command::Kind::ValidateConfigSet(_)
+                | command::Kind::ApplyConfigSet(_)
+                | command::Kind::SettleConfigSet(_)
         );
         let timeout = Duration::from_millis(if slow {
             self.0.agents.slow_command_timeout_ms

@@ -27,6 +27,7 @@
 mod alerts;
 mod auth;
 pub mod cluster;
+pub mod config_changes;
 mod defence;
 mod entities;
 pub mod events;

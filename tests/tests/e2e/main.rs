@@ -14,6 +14,7 @@ mod cluster_store;
 mod config_create;
 mod config_preview;
 mod config_profiles;
+mod config_confirm;
 mod control;
 mod defence;
 mod delivery;

@@ -44,6 +44,7 @@ const HUB: Layering = Layering {
             &[
                 "previews",
                 "profiles",
+                "config_changes",
                 "sharing",
                 "defence",
                 "protected",
@@ -74,6 +75,7 @@ const HUB: Layering = Layering {
         ("alerts", "events"),
         ("profiles", "fleet"),
         ("profiles", "alerts"),
+        ("config_changes", "fleet"),
         ("sharing", "fleet"),
         ("sharing", "events"),
         ("sharing", "defence"),

@@ -10,6 +10,7 @@
 //! (the catalog of filters and jail templates, creating and deleting jails and filters),
 //! `ignore` (allowlists), `defaults` (fail2ban's `[DEFAULT]` keys), `restart` (reload and restart), `logtail` (fail2ban's own log),
 //! `shared_bans` (the bans held for other hosts), `preview` (a filter over a jail's own log).
+//! `shared_bans` (the bans held for other hosts), `config_set` (sets of files with commit-confirm).
 //! The socket connections to fail2ban are shared through `pool`.
 
 use std::path::PathBuf;
@@ -20,6 +21,7 @@ use banhub_proto::v1::{Command, CommandError, CommandResult, ErrorCode};
 
 use crate::config::Settings;
 use crate::fail2ban::Fail2banError;
+use crate::fail2ban_files::pending::ConfigChanges;
 use crate::fail2ban_files::{ConfigEditor, EditorSettings, Fail2banTools};
 use crate::shared_bans::{SharedBans, SharedBansConfig};
 
@@ -27,6 +29,7 @@ mod args;
 mod bans;
 mod create;
 mod config_files;
+mod config_set;
 mod defaults;
 mod diagnostics;
 mod failure;
@@ -72,6 +75,9 @@ pub const CAPABILITIES: &[&str] = &[
     "preview_filter",
     "get_config_files",
     "validate_config_set",
+    "apply_config_set",
+    "settle_config_set",
+    "config_set_status",
     "shared-bans",
 ];
 
@@ -101,6 +107,8 @@ pub struct Context {
     shared_bans: Result<SharedBans, String>,
     /// Filter previews take turns.
     previews: preview::PreviewTurns,
+    /// Config sets applied with commit-confirm (whose loop reverts them at their deadline).
+    config_changes: Result<ConfigChanges, String>,
 }
 
 impl Context {
@@ -129,6 +137,10 @@ impl Context {
             tracing::error!(error = %e, "shared bans are not kept on this host");
             format!("the agent cannot keep shared bans: {e}")
         });
+        let config_changes = editor
+            .as_ref()
+            .map(|editor| ConfigChanges::new(editor.clone(), &settings.state_dir))
+            .map_err(Clone::clone);
         Self {
             fail2ban: Fail2banPool::new(&settings.fail2ban.socket, settings.fail2ban_timeout()),
             editor,
@@ -138,7 +150,13 @@ impl Context {
             delivery: std::sync::OnceLock::new(),
             shared_bans,
             previews: preview::PreviewTurns::default(),
+            config_changes,
         }
+    }
+
+    /// The config-set changes of this host (whose loop the agent runs beside the session).
+    pub fn config_changes(&self) -> Result<&ConfigChanges, Failure> {
+        self.config_changes.as_ref().map_err(Failure::internal)
     }
 
     /// The shared bans this host holds (whose loop the agent runs beside the session).
@@ -197,6 +215,9 @@ pub fn kind_name(command: &Command) -> &'static str {
         Some(Kind::PreviewFilter(_)) => "preview_filter",
         Some(Kind::GetConfigFiles(_)) => "get_config_files",
         Some(Kind::ValidateConfigSet(_)) => "validate_config_set",
+        Some(Kind::ApplyConfigSet(_)) => "apply_config_set",
+        Some(Kind::SettleConfigSet(_)) => "settle_config_set",
+        Some(Kind::ConfigSetStatus(_)) => "config_set_status",
         None => "unknown",
     }
 }
@@ -250,6 +271,9 @@ pub async fn execute(context: &Context, command: Command) -> CommandResult {
         Some(Kind::ValidateConfigSet(request)) => {
             config_files::validate_config_set(context, request).await
         }
+        Some(Kind::ApplyConfigSet(r)) => config_set::apply_config_set(context, r).await,
+        Some(Kind::SettleConfigSet(r)) => config_set::settle_config_set(context, r).await,
+        Some(Kind::ConfigSetStatus(r)) => config_set::config_set_status(context, r).await,
         // prost leaves the oneof empty for a kind newer than this build.
         None => Err(Failure::new(
             ErrorCode::Unsupported,

@@ -8,6 +8,7 @@ pub mod alert_digest;
 pub mod alert_state;
 pub mod api_token;
 pub mod audit_entry;
+pub mod config_change;
 pub mod enrollment_token;
 pub mod event;
 pub mod feed;

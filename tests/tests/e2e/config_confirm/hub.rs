@@ -1,0 +1,1 @@
+//! Config sets through the hub.
