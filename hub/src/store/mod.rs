@@ -26,6 +26,7 @@
 
 mod alerts;
 mod auth;
+pub mod backup;
 pub mod cluster;
 mod defence;
 mod entities;

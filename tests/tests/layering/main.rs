@@ -42,6 +42,7 @@ const HUB: Layering = Layering {
         (
             "services",
             &[
+                "backup",
                 "sharing",
                 "defence",
                 "protected",
