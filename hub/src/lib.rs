@@ -4,6 +4,7 @@ pub mod alerts;
 pub mod api;
 pub mod app;
 pub mod auth;
+pub mod backup;
 pub mod cluster;
 pub mod config;
 pub mod config_changes;

@@ -56,6 +56,19 @@ enum Command {
     Config,
     /// Print the OpenAPI document of the REST API and exit.
     Openapi,
+    /// Copy the live hub (database, CA, secrets key, manifest) into a new or empty directory.
+    Backup {
+        /// Where the backup goes.
+        dir: PathBuf,
+    },
+    /// Restore a backup into the data directory (and database) of a stopped hub.
+    Restore {
+        /// The backup's directory.
+        dir: PathBuf,
+        /// Replace an existing database, CA and secrets key.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 impl Cli {
@@ -152,6 +165,42 @@ async fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Backup { dir } => match banhub::backup::backup(&config, &dir).await {
+            Ok(taken) => {
+                println!(
+                    "backup of {} ({} schema {}) written to {} in {:.1} s",
+                    config.data_dir.display(),
+                    format!("{:?}", taken.manifest.database).to_lowercase(),
+                    taken.manifest.schema_version,
+                    dir.display(),
+                    taken.elapsed.as_secs_f64()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("banhub: backup refused: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Restore { dir, force } => {
+            match banhub::backup::restore(&config, &dir, force).await {
+                Ok(restored) => {
+                    println!(
+                        "restored the backup of {} (banhub {}, schema {}) from {} in {:.1} s",
+                        restored.manifest.created_at.to_rfc3339(),
+                        restored.manifest.banhub_version,
+                        restored.manifest.schema_version,
+                        dir.display(),
+                        restored.elapsed.as_secs_f64()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("banhub: restore refused: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Serve => {
             init_tracing(&config);
             let app = match App::build(config).await {

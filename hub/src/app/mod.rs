@@ -114,11 +114,7 @@ impl App {
         let events = Events::new(store.clone(), &config.events, shutdown.clone());
         let cluster = Cluster::new(store.clone(), &config.cluster, shutdown.clone());
         cluster.join(ca.fingerprint()).await?;
-        let key_file = config
-            .secrets
-            .key_file
-            .clone()
-            .unwrap_or_else(|| config.data_dir.join("secrets.key"));
+        let key_file = config.secrets_key_file();
         let key = SecretsKey::load_or_create(&key_file).map_err(SettingsError::from)?;
         let settings =
             SettingsService::load(store.clone(), key, |path| GeoIp::open(path).map(drop)).await?;

@@ -561,6 +561,14 @@ impl Config {
         }
     }
 
+    /// The file of the key that seals stored secrets.
+    pub fn secrets_key_file(&self) -> PathBuf {
+        self.secrets
+            .key_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("secrets.key"))
+    }
+
     /// The internal CA's directory.
     pub fn ca_dir(&self) -> PathBuf {
         if self.cluster.ca_dir.as_os_str().is_empty() {

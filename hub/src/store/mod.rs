@@ -26,6 +26,7 @@
 
 mod alerts;
 mod auth;
+pub mod backup;
 pub mod cluster;
 pub mod config_changes;
 mod defence;

@@ -9,6 +9,7 @@ mod alerts;
 mod api;
 mod audit;
 mod auth;
+mod backup;
 mod callback_secrets;
 mod cluster_store;
 mod config_create;

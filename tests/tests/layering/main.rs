@@ -45,6 +45,7 @@ const HUB: Layering = Layering {
                 "previews",
                 "profiles",
                 "config_changes",
+                "backup",
                 "sharing",
                 "defence",
                 "protected",
