@@ -27,6 +27,7 @@
 mod alerts;
 mod auth;
 pub mod cluster;
+mod cursors;
 mod defence;
 mod entities;
 pub mod events;
@@ -43,6 +44,7 @@ mod sql;
 mod sqlite_memory;
 mod writer;
 
+pub use cursors::Cursor;
 pub use defence::RuleWrite;
 pub use places::IpBans;
 pub use servers::{CallbackSecretRow, EnrollOutcome, RotateOutcome, TokenRefusal};
