@@ -40,7 +40,7 @@ use crate::domain::events::{EventFilter, EventId, EventKind, StoredEvent};
 use crate::events::Events;
 use crate::settings::SettingsService;
 use crate::settings::model::Alerts as AlertSettings;
-use crate::store::{Store, StoreError};
+use crate::store::{Cursor, Store, StoreError};
 
 /// Events read per step.
 const BATCH: usize = 500;
@@ -166,11 +166,11 @@ impl Alerts {
     /// Where matching resumes: the stored cursor, or (first start) the newest event, so history is
     /// not alerted on.
     async fn start_cursor(&self) -> Result<i64, StoreError> {
-        if let Some(cursor) = self.0.store.alert_cursor().await? {
+        if let Some(cursor) = self.0.store.cursor(Cursor::Alerts).await? {
             return Ok(cursor);
         }
         let newest = self.0.store.last_event_id().await?.map_or(0, |id| id.0);
-        self.0.store.init_alert_cursor(newest).await
+        self.0.store.init_cursor(Cursor::Alerts, newest).await
     }
 
     /// The spike windows as they stood after event `cursor`, rebuilt from the stored bans (the
@@ -363,7 +363,7 @@ impl Alerts {
         } else {
             // Another hub moved the cursor: follow it, with the spike windows as that hub
             // left them (it matched events this one never saw).
-            position.cursor = self.0.store.alert_cursor().await?.unwrap_or(upto);
+            position.cursor = self.0.store.cursor(Cursor::Alerts).await?.unwrap_or(upto);
             *state = self.seeded_state(position.cursor).await;
         }
         position.stored = position.cursor;

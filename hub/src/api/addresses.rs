@@ -14,8 +14,9 @@ use utoipa_axum::routes;
 
 use super::AppState;
 use super::error::{ApiError, ApiJson, Problem};
-use super::events::EventDto;
-use super::sharing::{SharedBanDto, server_names, shared_ban_dto};
+use super::events::{EventDto, mark_shared};
+use super::shared_origin::server_names;
+use super::sharing::{SharedBanDto, shared_ban_dto};
 use crate::auth::Viewer;
 use crate::domain::ServerId;
 use crate::domain::sharing::SharedBanStatus;
@@ -99,7 +100,7 @@ async fn address(
     }
     let mut servers: Vec<AddressServerDto> = servers.into_values().collect();
     for server in &mut servers {
-        super::sharing::mark_shared(&names, &mut server.events, &origins);
+        mark_shared(&names, &mut server.events, &origins);
     }
     servers.sort_by(|a, b| a.server_name.cmp(&b.server_name));
     Ok(ApiJson(AddressDto {

@@ -10,8 +10,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
+use super::error::query;
 use super::error::{ApiError, ApiJson, Problem};
-use super::events::query;
 use crate::auth::Viewer;
 use crate::domain::alerts::{Delivery, DeliveryFilter, DeliveryStatus, Digest};
 

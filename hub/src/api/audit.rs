@@ -104,7 +104,7 @@ async fn list_audit(
     _admin: Admin,
     params: Result<Query<AuditParams>, QueryRejection>,
 ) -> Result<ApiJson<AuditPageDto>, ApiError> {
-    let params = super::events::query(params)?.parse()?;
+    let params = super::error::query(params)?.parse()?;
     let server_id = target::filter(&state, params.server.as_deref()).await?;
     let page = state.auth.audit_page(params.query(server_id)).await?;
     Ok(ApiJson(page.into()))

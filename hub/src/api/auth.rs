@@ -19,8 +19,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
+use super::error::query;
 use super::error::{ApiError, ApiJson, Problem};
-use super::events::query;
 use crate::auth::policy::check_same_origin_navigation;
 use crate::auth::{
     Admin, ApiTokenRecord, AuthError, AuthMode, Authn, Callback, Credential, NewSession, Principal,

@@ -1,8 +1,8 @@
 //! `ApiError`, the only error type that becomes an HTTP response: every failure is an RFC 9457
 //! `application/problem+json` body with a stable `code`. 5xx details are logged here, never sent.
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, Request};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{FromRequest, Query, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use banhub_proto::problem::type_of;
@@ -386,6 +386,16 @@ fn shape_error(message: &str) -> ApiError {
         (None, None) => "body".to_owned(),
     };
     ApiError::invalid(&field, reason)
+}
+
+/// A query string that does not even parse (unknown parameter, bad encoding) is a 400.
+pub(super) fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    query
+        .map(|Query(q)| q)
+        .map_err(|rejection| ApiError::Malformed {
+            status: StatusCode::BAD_REQUEST,
+            detail: rejection.body_text(),
+        })
 }
 
 /// An optional JSON body: empty (or only whitespace) is `T::default()`; otherwise it is read

@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
@@ -18,7 +18,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::error::{ApiError, ApiJson, Problem};
+use super::error::{ApiError, ApiJson, Problem, query};
+use super::shared_origin::{SharedOriginDto, server_names};
 use super::{schemas, target};
 use crate::alerts::insights::LocatedInsights;
 use crate::auth::Viewer;
@@ -27,6 +28,7 @@ use crate::domain::events::{
     Counts, Cursor, EventBody, EventFilter, EventId, EventKind, EventPage, EventSource,
     InsightsQuery, IpOrCidr, IpSummary, JailName, SearchText, Stats, StatsQuery, StoredEvent,
 };
+use crate::domain::sharing::SharedBan;
 use crate::events::{EventsError, MAX_PAGE};
 
 /// Events per page unless `limit` says otherwise.
@@ -52,16 +54,6 @@ impl From<EventsError> for ApiError {
             EventsError::Invalid { field, reason } => ApiError::invalid(field, reason),
         }
     }
-}
-
-/// A query string that does not even parse (unknown parameter, bad encoding) is a 400.
-pub(super) fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
-    query
-        .map(|Query(q)| q)
-        .map_err(|rejection| ApiError::Malformed {
-            status: StatusCode::BAD_REQUEST,
-            detail: rejection.body_text(),
-        })
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -363,16 +355,19 @@ pub struct EventDto {
     gap_ranges: Option<Vec<SeqRangeDto>>,
     /// For an event of the shared-ban jail (`banhub-shared`): the origin of the shared ban.
     #[serde(skip_serializing_if = "Option::is_none")]
-    shared: Option<super::sharing::SharedOriginDto>,
+    shared: Option<SharedOriginDto>,
 }
 
-impl EventDto {
-    pub(super) fn id(&self) -> i64 {
-        self.id
-    }
-
-    pub(super) fn set_shared(&mut self, origin: super::sharing::SharedOriginDto) {
-        self.shared = Some(origin);
+/// Marks each event of `events` whose shared ban `origins` knows (by event id) with its origin.
+pub(super) fn mark_shared(
+    names: &HashMap<ServerId, String>,
+    events: &mut [EventDto],
+    origins: &HashMap<i64, SharedBan>,
+) {
+    for event in events {
+        if let Some(ban) = origins.get(&event.id) {
+            event.shared = Some(SharedOriginDto::of(ban, names));
+        }
     }
 }
 
@@ -619,16 +614,6 @@ pub struct NetworkCountDto {
 // Handlers
 // ----------------------------------------------------------------------------------------------
 
-async fn server_names(state: &AppState) -> Result<HashMap<ServerId, String>, ApiError> {
-    Ok(state
-        .store
-        .list_servers()
-        .await?
-        .into_iter()
-        .map(|s| (s.id, s.name.to_string()))
-        .collect())
-}
-
 fn server_counts(
     rows: Vec<(ServerId, Counts)>,
     names: &HashMap<ServerId, String>,
@@ -678,8 +663,8 @@ async fn list_bans(
     let origins = state.sharing.origins(&page.events).await?;
     let mut dto = EventPageDto::from(page);
     if !origins.is_empty() {
-        let names = super::sharing::server_names(&state).await?;
-        super::sharing::mark_shared(&names, &mut dto.events, &origins);
+        let names = server_names(&state).await?;
+        mark_shared(&names, &mut dto.events, &origins);
     }
     Ok(ApiJson(dto).into_response())
 }

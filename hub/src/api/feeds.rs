@@ -327,7 +327,7 @@ async fn preview_feed(
     Path(name): Path<String>,
     params: Result<Query<PreviewParams>, QueryRejection>,
 ) -> Result<ApiJson<PreviewDto>, ApiError> {
-    let params = super::events::query(params)?;
+    let params = super::error::query(params)?;
     let lines = params.lines.unwrap_or(PREVIEW_LINES);
     if !(1..=MAX_PREVIEW_LINES).contains(&lines) {
         return Err(ApiError::invalid(
@@ -557,7 +557,7 @@ async fn serve_file(
     params: Result<Query<FileParams>, QueryRejection>,
     headers: &HeaderMap,
 ) -> Result<Response, FileError> {
-    let params = super::events::query(params)?;
+    let params = super::error::query(params)?;
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

@@ -250,7 +250,7 @@ async fn list_actions(
     State(state): State<AppState>,
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<ApiJson<Vec<FleetActionDto>>, ApiError> {
-    let params = super::events::query(params)?;
+    let params = super::error::query(params)?;
     let limit = params.limit.unwrap_or(50);
     if !(1..=MAX_LIST).contains(&limit) {
         return Err(ApiError::invalid(

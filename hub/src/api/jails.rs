@@ -10,8 +10,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
+use super::error::query;
 use super::error::{ApiError, ApiJson, Problem, optional_json};
-use super::events::query;
 use super::guards;
 use super::servers::ServerDto;
 use super::target::Target;

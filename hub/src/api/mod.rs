@@ -31,6 +31,7 @@ mod recidive;
 mod schemas;
 mod servers;
 mod settings;
+mod shared_origin;
 mod sharing;
 mod state;
 pub(crate) mod target;

@@ -227,7 +227,7 @@ async fn check_protected(
     ClientAddr(client): ClientAddr,
     query: Result<Query<CheckQuery>, QueryRejection>,
 ) -> Result<ApiJson<ProtectedCheckDto>, ApiError> {
-    let query = super::events::query(query)?;
+    let query = super::error::query(query)?;
     let ip = IpOrCidr::parse(&query.ip).map_err(|e| ApiError::invalid("ip", e))?;
     let client = client.map(banhub_proto::rules::unmapped_ip);
     Ok(ApiJson(ProtectedCheckDto {

@@ -15,7 +15,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::error::{ApiError, ApiJson, Problem};
+use super::error::{ApiError, ApiJson, Problem, query};
+use super::shared_origin::server_names;
 use crate::auth::{Admin, Viewer};
 use crate::domain::Labels;
 use crate::domain::sharing::{
@@ -454,18 +455,6 @@ pub(super) fn shared_ban_dto(
     }
 }
 
-pub(super) async fn server_names(
-    state: &AppState,
-) -> Result<std::collections::HashMap<crate::domain::ServerId, String>, ApiError> {
-    Ok(state
-        .store
-        .list_servers()
-        .await?
-        .into_iter()
-        .map(|s| (s.id, s.name.to_string()))
-        .collect())
-}
-
 /// Shared bans, newest first, with their origin and status.
 #[utoipa::path(get, path = "/api/sharing/bans", tag = "sharing", params(BanListParams),
     extensions(("x-required-role" = json!("viewer"))),
@@ -477,7 +466,7 @@ async fn list_shared_bans(
     State(state): State<AppState>,
     params: Result<Query<BanListParams>, QueryRejection>,
 ) -> Result<ApiJson<Vec<SharedBanDto>>, ApiError> {
-    let params = super::events::query(params)?;
+    let params = query(params)?;
     let limit = params.limit.unwrap_or(DEFAULT_LIST);
     if !(1..=MAX_LIST).contains(&limit) {
         return Err(ApiError::invalid(
@@ -514,41 +503,6 @@ async fn list_shared_bans(
             .map(|b| shared_ban_dto(b, &names, now))
             .collect(),
     ))
-}
-
-/// Where a shared ban an event reports came from.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SharedOriginDto {
-    origin_server_id: String,
-    origin_server_name: Option<String>,
-    origin_jail: String,
-    origin_event_id: Option<i64>,
-    /// `policy` or `rule`.
-    source_kind: String,
-    policy_id: String,
-    policy_name: String,
-}
-
-/// Marks each event of `events` whose shared ban `origins` knows (by event id) with its origin.
-pub(super) fn mark_shared(
-    names: &std::collections::HashMap<crate::domain::ServerId, String>,
-    events: &mut [super::events::EventDto],
-    origins: &std::collections::HashMap<i64, SharedBan>,
-) {
-    for event in events {
-        if let Some(ban) = origins.get(&event.id()) {
-            event.set_shared(SharedOriginDto {
-                origin_server_id: ban.origin_server.to_string(),
-                origin_server_name: names.get(&ban.origin_server).cloned(),
-                origin_jail: ban.origin_jail.clone(),
-                origin_event_id: ban.origin_event.map(|e| e.0),
-                source_kind: ban.source.kind.as_str().to_owned(),
-                policy_id: ban.source.id.clone(),
-                policy_name: ban.source.name.clone(),
-            });
-        }
-    }
 }
 
 /// Lifts every shared ban of `ip`, for "unban everywhere".

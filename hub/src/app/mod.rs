@@ -140,7 +140,7 @@ impl App {
             store.clone(),
             alerts.clone(),
             metrics.clone(),
-            config.defence.storm_limit_per_minute,
+            config.defence.storm_limits(),
         );
         let guards = Guards::new(
             PrefixLimits {

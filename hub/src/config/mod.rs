@@ -212,19 +212,33 @@ impl Default for GuardsConfig {
     }
 }
 
-/// Fleet defence's limits.
+/// Fleet defence's limits: the storm breaker pauses sharing from a source server past either.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct DefenceConfig {
-    /// Shared bans (by sharing policies and recidive rules) one source server's events may cause
-    /// within a minute; past this, sharing from that server pauses until an admin resumes it.
-    pub storm_limit_per_minute: u32,
+    /// Origin bans of one source server that cause sharing (by sharing policies and recidive
+    /// rules) within a sliding minute, whatever the number of targets.
+    pub storm_origin_bans_per_minute: u32,
+    /// Shared bans one source server's bans may cause within a sliding minute (each origin ban
+    /// counts once per target); unset: no such limit.
+    pub storm_limit_per_minute: Option<u32>,
 }
 
 impl Default for DefenceConfig {
     fn default() -> Self {
         Self {
-            storm_limit_per_minute: 600,
+            storm_origin_bans_per_minute: crate::domain::breaker::DEFAULT_ORIGIN_BANS_PER_MINUTE,
+            storm_limit_per_minute: None,
+        }
+    }
+}
+
+impl DefenceConfig {
+    /// The storm breaker's limits.
+    pub fn storm_limits(&self) -> crate::domain::breaker::StormLimits {
+        crate::domain::breaker::StormLimits {
+            origin_bans: self.storm_origin_bans_per_minute,
+            shared_bans: self.storm_limit_per_minute,
         }
     }
 }
@@ -483,10 +497,20 @@ impl Config {
                 "must be between 1 and 86400 seconds",
             );
         }
-        if !(1..=1_000_000).contains(&self.defence.storm_limit_per_minute) {
+        if !(1..=1_000_000).contains(&self.defence.storm_origin_bans_per_minute) {
+            return invalid(
+                "defence.storm_origin_bans_per_minute",
+                "must be between 1 and 1000000 origin bans per minute",
+            );
+        }
+        if self
+            .defence
+            .storm_limit_per_minute
+            .is_some_and(|limit| !(1..=100_000_000).contains(&limit))
+        {
             return invalid(
                 "defence.storm_limit_per_minute",
-                "must be between 1 and 1000000 shared bans per minute",
+                "must be between 1 and 100000000 shared bans per minute, or unset",
             );
         }
         if self.agents.heartbeat_interval_ms < 100 {
@@ -657,7 +681,8 @@ mod tests {
     #[test]
     fn the_storm_limit_is_a_positive_count() {
         let config = Config::load(None, Figment::new()).expect("defaults are valid");
-        assert_eq!(config.defence.storm_limit_per_minute, 600);
+        assert_eq!(config.defence.storm_limit_per_minute, None);
+        assert_eq!(config.defence.storm_origin_bans_per_minute, 300);
         let overrides = Figment::from(Serialized::default("defence.storm_limit_per_minute", 0));
         let err = Config::load(None, overrides).expect_err("refused");
         assert!(
@@ -666,7 +691,17 @@ mod tests {
         );
         let overrides = Figment::from(Serialized::default("defence.storm_limit_per_minute", 5));
         let config = Config::load(None, overrides).expect("valid");
-        assert_eq!(config.defence.storm_limit_per_minute, 5);
+        assert_eq!(config.defence.storm_limit_per_minute, Some(5));
+        let overrides = Figment::from(Serialized::default(
+            "defence.storm_origin_bans_per_minute",
+            0,
+        ));
+        let err = Config::load(None, overrides).expect_err("refused");
+        assert!(
+            err.to_string()
+                .contains("defence.storm_origin_bans_per_minute"),
+            "{err}"
+        );
     }
 
     #[test]

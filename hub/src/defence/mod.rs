@@ -1,19 +1,19 @@
 //! Fleet defence beside the sharing engine: the fleet recidive rules (kept, and evaluated for each
-//! ban event the engine reads) and the storm breaker (asked before a source's shared bans are
-//! recorded; when it trips, the pause is stored, an alert notice is sent and the
+//! ban event the engine reads) and the storm breaker (built for each batch the engine matches from
+//! the store's window of what each source shared and the stored pauses; when it trips a source,
+//! the engine stores the pause with its batch, an alert notice is sent and the
 //! `banhub_sharing_paused_sources` gauge counts it until an admin resumes the source).
 //!
-//! The breaker's windows live in the memory of the replica running the engine (a singleton job);
-//! the pauses live in the store, which stays the truth: [`Defence::run`] reads them again every
-//! few seconds, so a source resumed on another replica shares again.
+//! The store is the breaker's only memory, so every replica counts the same window and a resume
+//! on any replica takes effect at the engine's next batch.
 
 mod recidive;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
 pub use recidive::RecidiveBan;
@@ -21,12 +21,12 @@ pub use recidive::RecidiveBan;
 use crate::alerts::Alerts;
 use crate::alerts::notice::Notice;
 use crate::domain::ServerId;
-use crate::domain::breaker::{Admission, SourcePause, StormBreaker};
+use crate::domain::breaker::{SourcePause, StormBreaker, StormLimits, Trip};
 use crate::domain::recidive::{RecidiveRule, RecidiveSpec, RuleError, StoredRule};
 use crate::metrics::Metrics;
 use crate::store::{RuleWrite, Store, StoreError};
 
-/// How often the stored pauses are read again (a resume on another replica takes effect then).
+/// How often the gauge of paused sources is read again from the store.
 const PAUSES_RELOAD: Duration = Duration::from_secs(2);
 
 /// The `rule.id` of the alert notice sent when a source is paused.
@@ -47,26 +47,11 @@ pub enum DefenceError {
     Store(#[from] StoreError),
 }
 
-/// A trip of this replica's breaker, until the store shows its pause.
-#[derive(Debug, Clone, Copy)]
-struct Trip {
-    at: DateTime<Utc>,
-    count: u64,
-    /// When the pause was written (`None`: not yet).
-    stored_at: Option<Instant>,
-}
-
-/// The breaker and the trips the store may not show yet.
-struct BreakerState {
-    breaker: StormBreaker,
-    trips: HashMap<ServerId, Trip>,
-}
-
 struct Inner {
     store: Store,
     alerts: Alerts,
     metrics: Metrics,
-    breaker: Mutex<BreakerState>,
+    limits: StormLimits,
     rules: recidive::RuleCache,
 }
 
@@ -81,26 +66,15 @@ impl std::fmt::Debug for Defence {
 }
 
 impl Defence {
-    /// A service whose breaker trips a source past `storm_limit` shared bans a minute.
-    pub fn new(store: Store, alerts: Alerts, metrics: Metrics, storm_limit: u32) -> Self {
+    /// A service whose breaker trips a source past `limits`.
+    pub fn new(store: Store, alerts: Alerts, metrics: Metrics, limits: StormLimits) -> Self {
         Self(Arc::new(Inner {
             store,
             alerts,
             metrics,
-            breaker: Mutex::new(BreakerState {
-                breaker: StormBreaker::new(storm_limit),
-                trips: HashMap::new(),
-            }),
+            limits,
             rules: recidive::RuleCache::default(),
         }))
-    }
-
-    fn breaker(&self) -> MutexGuard<'_, BreakerState> {
-        // A panic while holding the lock leaves counts only; they are still usable.
-        self.0
-            .breaker
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub async fn rules(&self) -> Result<Vec<StoredRule>, DefenceError> {
@@ -159,65 +133,60 @@ impl Defence {
         let Some(pause) = resumed else {
             return Err(DefenceError::NotPaused(server));
         };
-        {
-            let mut state = self.breaker();
-            state.breaker.resume(server);
-            state.trips.remove(&server);
-        }
         tracing::info!(server = %server, by, "sharing from the server resumed");
         self.pauses().await?;
         Ok(pause)
     }
 
-    /// Asks the breaker whether `bans` shared bans caused by an event of `source` may be
-    /// recorded now. False while the source is paused, and when these bans trip it: the pause is
-    /// then stored and announced in the background. Only sharing stops; the source's events are
-    /// stored as always.
-    pub fn admit(&self, source: ServerId, bans: usize) -> bool {
-        let bans = u32::try_from(bans).unwrap_or(u32::MAX);
-        let now = Utc::now();
-        let mut state = self.breaker();
-        match state.breaker.admit(source, bans, now) {
-            Admission::Admitted => true,
-            Admission::Paused => false,
-            Admission::Tripped { count } => {
+    /// The breaker of one batch whose origin bans come from `sources`: their window ending at
+    /// `now_ms` and the paused sources, as stored.
+    pub async fn breaker(
+        &self,
+        sources: &[ServerId],
+        now_ms: i64,
+    ) -> Result<StormBreaker, StoreError> {
+        let paused: HashSet<ServerId> = self
+            .0
+            .store
+            .open_pauses()
+            .await?
+            .into_iter()
+            .map(|p| p.server)
+            .collect();
+        let counts = self.0.store.storm_counts(sources, now_ms).await?;
+        Ok(StormBreaker::new(self.0.limits, counts, paused))
+    }
+
+    /// Says that the engine stored the pauses of `trips`: logged, announced by an alert notice,
+    /// and counted by the gauge, in the background.
+    pub fn tripped(&self, trips: Vec<Trip>) {
+        if trips.is_empty() {
+            return;
+        }
+        let defence = self.clone();
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
+            for trip in trips {
                 tracing::warn!(
-                    server = %source,
-                    shared_bans = count,
-                    limit = state.breaker.limit(),
+                    server = %trip.server,
+                    origin_bans = trip.count.origin_bans,
+                    shared_bans = trip.count.shared_bans,
+                    reason = %trip.reason,
                     "storm breaker tripped: sharing from the server is paused until an admin \
                      resumes it"
                 );
-                state.trips.insert(
-                    source,
-                    Trip {
-                        at: now,
-                        count,
-                        stored_at: None,
-                    },
-                );
-                drop(state);
-                let defence = self.clone();
-                tokio::spawn(tracing::Instrument::in_current_span(async move {
-                    if let Err(e) = defence.store_trips().await {
-                        tracing::warn!(error = %e, "cannot store a pause yet; retrying");
-                    }
-                }));
-                false
+                defence.announce(&trip).await;
             }
-        }
+            if let Err(e) = defence.pauses().await {
+                tracing::warn!(error = %e, "defence: cannot count the paused sources");
+            }
+        }));
     }
 
-    /// Whether sharing from `source` is paused (as this replica last knew).
-    pub fn is_paused(&self, source: ServerId) -> bool {
-        self.breaker().breaker.is_paused(source)
-    }
-
-    /// Keeps the breaker's paused sources those of the store (plus this replica's trips not yet
-    /// stored, stored again meanwhile) until shutdown. Spawn it once.
+    /// Keeps the gauge of paused sources the stored count (pauses and resumes on any replica)
+    /// until shutdown. Spawn it once.
     pub async fn run(self, shutdown: CancellationToken) {
         loop {
-            if let Err(e) = self.reload_pauses().await {
+            if let Err(e) = self.pauses().await {
                 tracing::warn!(error = %e, "defence: cannot read the paused sources; retrying");
             }
             tokio::select! {
@@ -227,38 +196,9 @@ impl Defence {
         }
     }
 
-    /// Stores the pauses of this replica's trips not stored yet, and announces the new ones.
-    async fn store_trips(&self) -> Result<(), StoreError> {
-        let (limit, unstored) = {
-            let state = self.breaker();
-            let unstored: Vec<(ServerId, Trip)> = state
-                .trips
-                .iter()
-                .filter(|(_, trip)| trip.stored_at.is_none())
-                .map(|(server, trip)| (*server, *trip))
-                .collect();
-            (state.breaker.limit(), unstored)
-        };
-        for (server, trip) in unstored {
-            let reason = storm_reason(trip.count, limit);
-            let new = self
-                .0
-                .store
-                .pause_source(server, trip.at, trip.count, &reason)
-                .await?;
-            if let Some(stored) = self.breaker().trips.get_mut(&server) {
-                stored.stored_at = Some(Instant::now());
-            }
-            if new {
-                self.announce(server, trip.count, limit).await;
-            }
-        }
-        self.pauses().await.map_err(store_error)?;
-        Ok(())
-    }
-
     /// Sends the alert notice of a new pause.
-    async fn announce(&self, source: ServerId, count: u64, limit: u32) {
+    async fn announce(&self, trip: &Trip) {
+        let source = trip.server;
         let name = match self.0.store.get_server(source).await {
             Ok(Some(server)) => server.name.to_string(),
             _ => source.to_string(),
@@ -268,44 +208,16 @@ impl Defence {
             title: format!("Sharing paused for server {name}"),
             text: format!(
                 "The storm breaker paused sharing from server {name} ({source}): its bans would \
-                 have caused {count} shared bans within a minute, over the limit of {limit} \
-                 (defence.storm_limit_per_minute). Its events are still stored, but none of its \
-                 bans is shared until an admin resumes it (Sharing → Paused sources, or POST \
-                 /api/sharing/pauses/{source}/resume)."
+                 have shared {} origin bans causing {} shared bans within a minute ({}). Its \
+                 events are still stored, but none of its bans is shared until an admin resumes \
+                 it (Sharing → Paused sources, or POST /api/sharing/pauses/{source}/resume).",
+                trip.count.origin_bans, trip.count.shared_bans, trip.reason
             ),
         };
         if let Err(e) = self.0.alerts.notify(notice).await {
             tracing::warn!(error = %e, server = %source, "cannot send the pause notice");
         }
     }
-
-    /// Makes the breaker's paused sources the stored ones, plus the trips the store did not show
-    /// when it was read. A trip stored before the read and missing from it was resumed meanwhile.
-    async fn reload_pauses(&self) -> Result<(), StoreError> {
-        self.store_trips().await?;
-        let read_at = Instant::now();
-        let stored = self.pauses().await.map_err(store_error)?;
-        let mut state = self.breaker();
-        let mut paused: HashSet<ServerId> = stored.iter().map(|p| p.server).collect();
-        state.trips.retain(|server, trip| {
-            !paused.contains(server) && trip.stored_at.is_none_or(|at| at > read_at)
-        });
-        paused.extend(state.trips.keys().copied());
-        state.breaker.set_paused(paused);
-        state.breaker.prune(Utc::now());
-        Ok(())
-    }
-}
-
-fn store_error(e: DefenceError) -> StoreError {
-    match e {
-        DefenceError::Store(e) => e,
-        other => StoreError::Corrupt(other.to_string()),
-    }
-}
-
-fn storm_reason(count: u64, limit: u32) -> String {
-    format!("storm: {count} shared bans within a minute, over the limit of {limit}")
 }
 
 fn saved(written: RuleWrite, rule: &RecidiveRule, id: i64) -> Result<StoredRule, DefenceError> {

@@ -1,16 +1,20 @@
 //! Evaluating the fleet recidive rules for one ban event: the address's ban sightings across the
 //! fleet are read once for the widest window, each rule whose scope the event is in is evaluated,
-//! and each firing is remembered (for escalation and the cooldown) and returned as the bans the
-//! engine shares with the rule's targets.
+//! and each firing is returned as the bans the engine shares with the rule's targets. The engine
+//! remembers a firing (for escalation and the cooldown) with its batch, unless the storm breaker
+//! dropped its bans; the firings of the batch so far are passed in, so the next event of the same
+//! address in the batch sees them.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use banhub_proto::rules::IpOrCidr;
+use chrono::{DateTime, Utc};
 
 use super::Defence;
 use crate::domain::events::{EventId, EventKind, StoredEvent};
-use crate::domain::recidive::{Firing, StoredRule, Verdict};
+use crate::domain::recidive::{Firing, NewFiring, PastFirings, StoredRule, Verdict};
 use crate::domain::{Server, ServerId};
 use crate::store::{Store, StoreError};
 
@@ -29,8 +33,9 @@ pub struct RecidiveBan {
     pub duration_secs: u32,
     /// The how-manieth firing in a row for this address.
     pub count: u32,
-    /// The event that made the rule fire.
+    /// The event that made the rule fire, and when it happened.
     pub origin_event: EventId,
+    pub fired_at: DateTime<Utc>,
     pub origin_server: ServerId,
     pub origin_jail: String,
 }
@@ -76,14 +81,15 @@ impl Defence {
         Ok(rules.iter().any(|r| r.rule.spec().enabled))
     }
 
-    /// The recidive bans `event` causes: none unless it is a ban of a source whose sharing is
-    /// not paused, in the scope of an enabled rule that fires. `servers` are the registered
-    /// servers (for the rules' label selectors). Each firing is remembered, with the event, before
-    /// it is returned; matching the same event again gives the same bans.
+    /// The recidive bans `event` causes: none unless it is a ban in the scope of an enabled rule
+    /// that fires. `servers` are the registered servers (for the rules' label selectors);
+    /// `batch` the firings the engine remembers from the events of its batch before this one,
+    /// which count before the stored ones. Nothing is remembered here.
     pub async fn recidive(
         &self,
         event: &StoredEvent,
         servers: &[Server],
+        batch: &HashMap<(i64, IpOrCidr), (PastFirings, EventId)>,
     ) -> Result<Vec<RecidiveBan>, StoreError> {
         let Some(facts) = event
             .body
@@ -92,9 +98,6 @@ impl Defence {
         else {
             return Ok(Vec::new());
         };
-        if self.is_paused(event.server_id) {
-            return Ok(Vec::new());
-        }
         let Some(origin) = servers.iter().find(|s| s.id == event.server_id) else {
             return Ok(Vec::new());
         };
@@ -114,10 +117,13 @@ impl Defence {
             .await?;
         let mut bans = Vec::new();
         for stored in rules {
-            let remembered = self.0.store.recidive_firings(stored.id, &facts.ip).await?;
+            let remembered = match batch.get(&(stored.id, facts.ip)) {
+                Some(remembered) => Some(*remembered),
+                None => self.0.store.recidive_firings(stored.id, &facts.ip).await?,
+            };
             let firing = match remembered {
-                // This event made the rule fire already (the engine matches it again after a
-                // failed step): the same ban again, which the store records once.
+                // This event made the rule fire already: the same ban again, which the store
+                // records once.
                 Some((past, fired_by)) if fired_by == event.id => Firing {
                     count: past.count,
                     duration_secs: stored.rule.step(past.count),
@@ -131,16 +137,6 @@ impl Defence {
                     else {
                         continue;
                     };
-                    self.0
-                        .store
-                        .record_recidive_firing(
-                            stored.id,
-                            &facts.ip,
-                            (firing.count, firing.duration_secs),
-                            at,
-                            event.id,
-                        )
-                        .await?;
                     tracing::info!(
                         rule = %stored.rule.spec().name,
                         ip = %facts.ip,
@@ -161,10 +157,25 @@ impl Defence {
                 duration_secs: firing.duration_secs,
                 count: firing.count,
                 origin_event: event.id,
+                fired_at: at,
                 origin_server: event.server_id,
                 origin_jail: facts.jail.as_str().to_owned(),
             });
         }
         Ok(bans)
+    }
+}
+
+impl RecidiveBan {
+    /// The firing to remember for this ban.
+    pub fn firing(&self) -> NewFiring {
+        NewFiring {
+            rule_id: self.rule_id,
+            ip: self.ip,
+            count: self.count,
+            duration_secs: self.duration_secs,
+            at: self.fired_at,
+            event: self.origin_event,
+        }
     }
 }

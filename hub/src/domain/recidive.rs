@@ -169,6 +169,18 @@ pub struct PastFirings {
     pub last_fired_at: DateTime<Utc>,
 }
 
+/// A firing to remember: rule `rule_id` fired for `ip` at `at`, the `count`-th time in a row, for
+/// ban `event`, banning for `duration_secs`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewFiring {
+    pub rule_id: i64,
+    pub ip: banhub_proto::rules::IpOrCidr,
+    pub count: u32,
+    pub duration_secs: u32,
+    pub at: DateTime<Utc>,
+    pub event: super::events::EventId,
+}
+
 /// A rule firing for an address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Firing {

@@ -191,6 +191,16 @@ pub struct NewSharedBan {
     pub skipped: Option<String>,
 }
 
+/// An unban at an origin, as it lifts shared bans: those of `ip` that `origin_jail` on
+/// `origin_server` caused by a ban before `event`, of the policies whose bans follow the origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OriginLift {
+    pub event: EventId,
+    pub ip: String,
+    pub origin_server: ServerId,
+    pub origin_jail: String,
+}
+
 /// A stored shared ban.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SharedBan {

@@ -1,7 +1,7 @@
 //! The matching step of the sharing engine: a singleton job that follows committed events after
-//! its stored cursor, records the shared bans of each batch with the cursor past it in one
-//! transaction, lifts the shared bans that origin unbans release, and hands the touched targets to
-//! delivery. Woken by the live event broadcast (which also carries other replicas' events), and
+//! its stored cursor, records what each batch makes (its shared bans, the lifts of its origin
+//! unbans, the storm breaker's counts and trips, the recidive firings) with the cursor past it in
+//! one transaction, and hands the touched targets to delivery. Woken by the live event broadcast (which also carries other replicas' events), and
 //! by a short tick.
 
 use std::collections::BTreeSet;
@@ -11,10 +11,11 @@ use chrono::Utc;
 
 use super::Sharing;
 use super::matcher::{self, Steps};
-use crate::domain::ServerId;
 use crate::domain::events::{EventId, StoredEvent};
 use crate::domain::sharing::SourceKind;
-use crate::store::StoreError;
+use crate::domain::{ServerId, breaker};
+use crate::store::sharing::SharingBatch;
+use crate::store::{Cursor, StoreError};
 
 /// Events matched per step.
 const BATCH: usize = 500;
@@ -76,6 +77,10 @@ impl Sharing {
                         tracing::warn!(error = %e, "sharing: cannot mark expired shared bans")
                     }
                 }
+                let out_of_window = now - 2 * breaker::WINDOW.num_milliseconds();
+                if let Err(e) = self.0.store.prune_origin_shares(out_of_window).await {
+                    tracing::warn!(error = %e, "sharing: cannot forget the breaker's old counts");
+                }
             }
             tokio::select! {
                 () = self.0.shutdown.cancelled() => return,
@@ -90,11 +95,11 @@ impl Sharing {
     /// Where matching resumes: the stored cursor, or (first start) the newest event, so history is
     /// not shared.
     async fn start_cursor(&self) -> Result<i64, StoreError> {
-        if let Some(cursor) = self.0.store.sharing_cursor().await? {
+        if let Some(cursor) = self.0.store.cursor(Cursor::Sharing).await? {
             return Ok(cursor);
         }
         let newest = self.0.store.last_event_id().await?.map_or(0, |id| id.0);
-        self.0.store.init_sharing_cursor(newest).await
+        self.0.store.init_cursor(Cursor::Sharing, newest).await
     }
 
     /// Matches every event after the cursor that can be matched now.
@@ -120,7 +125,7 @@ impl Sharing {
                 }
                 None => {
                     // Another engine moved the cursor: follow it.
-                    *cursor = self.0.store.sharing_cursor().await?.unwrap_or(upto);
+                    *cursor = self.0.store.cursor(Cursor::Sharing).await?.unwrap_or(upto);
                     return Ok(());
                 }
             }
@@ -130,9 +135,10 @@ impl Sharing {
         }
     }
 
-    /// Records the shared bans of `batch` and moves the cursor from `from` to `upto`, then lifts
-    /// what its origin unbans release. Returns the targets with work to deliver, or `None` when
-    /// another engine had moved the cursor (nothing recorded).
+    /// Records what `batch` makes (shared bans, lifts, the breaker's counts and trips, recidive
+    /// firings) and moves the cursor from `from` to `upto`, in one transaction. Returns the
+    /// targets with work to deliver, or `None` when another engine had moved the cursor (nothing
+    /// recorded).
     async fn match_batch(
         &self,
         from: i64,
@@ -149,9 +155,9 @@ impl Sharing {
         let relevant = batch
             .iter()
             .any(|e| matcher::origin_ban(e).is_some() || matcher::origin_unban(e).is_some());
-        let (mut bans, unbans) = if policies.is_empty() || !relevant {
-            (Vec::new(), Vec::new())
-        } else {
+        let mut breaker = self.breaker_for(batch, now).await?;
+        let mut record = SharingBatch::default();
+        if !policies.is_empty() && relevant {
             let servers = self.0.store.list_servers().await?;
             let mut ips: Vec<String> = batch
                 .iter()
@@ -164,25 +170,30 @@ impl Sharing {
             } else {
                 Steps::new(self.0.store.shared_counts(SourceKind::Policy, &ips).await?)
             };
-            let breaker = self.breaker();
-            matcher::plan(
+            (record.bans, record.lifts) = matcher::plan(
                 &enabled,
                 &servers,
                 batch,
                 &mut steps,
                 &self.0.guards,
-                breaker.as_ref(),
-            )
-        };
-        bans.extend(self.recidive_bans(batch).await?);
-        if !self
+                &mut breaker,
+            );
+            record.follows = Self::follows_origin(&policies);
+        }
+        let (recidive, firings) = self.recidive_bans(batch, &mut breaker).await?;
+        record.bans.extend(recidive);
+        record.firings = firings;
+        record.shares = breaker.shares();
+        record.trips = breaker.trips().to_vec();
+        let Some(recorded) = self
             .0
             .store
-            .record_shared_bans(from, upto, &bans, now)
+            .record_sharing_batch(from, upto, &record, now)
             .await?
-        {
+        else {
             return Ok(None);
-        }
+        };
+        let bans = &record.bans;
         let mut touched: BTreeSet<ServerId> = bans
             .iter()
             .filter(|b| b.skipped.is_none())
@@ -203,18 +214,15 @@ impl Sharing {
                 "shared bans skipped: the lockout guard refused the address"
             );
         }
-        let follows = Self::follows_origin(&policies);
-        for (server, jail, ip) in unbans {
-            let lifted = self
-                .0
-                .store
-                .lift_shared_bans(&ip, Some((server, &jail)), Some(&follows), now)
-                .await?;
-            if !lifted.is_empty() {
-                tracing::info!(%ip, origin = %server, %jail, targets = lifted.len(), "the origin's unban lifts its shared bans");
-            }
-            touched.extend(lifted);
+        if !recorded.lifted.is_empty() {
+            tracing::info!(
+                unbans = record.lifts.len(),
+                targets = recorded.lifted.len(),
+                "origin unbans lift their shared bans"
+            );
         }
+        touched.extend(recorded.lifted);
+        self.tripped(recorded.paused);
         Ok(Some(touched.into_iter().collect()))
     }
 }

@@ -1,15 +1,16 @@
 //! Which bans a policy shares, with whom and for how long; and [`into_shared_bans`], the one place
 //! where a match (of a policy, or of any other source such as a fleet recidive rule) becomes the
-//! shared bans recorded per target: refused addresses become skips, and a source server's breaker
-//! may veto them all. Pure: no store, no clock.
+//! shared bans recorded per target: refused addresses become skips, and the storm breaker of the
+//! batch may veto them all. Pure: no store, no clock.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 
+use crate::domain::breaker::{Admission, StormBreaker};
 use crate::domain::events::{BanDuration, BanFacts, EventBody, EventId, StoredEvent};
 use crate::domain::sharing::{
-    NewSharedBan, ORIGIN_UNKNOWN_SECS, PolicySpec, ShareDuration, ShareSource,
+    NewSharedBan, ORIGIN_UNKNOWN_SECS, OriginLift, PolicySpec, ShareDuration, ShareSource,
 };
 use crate::domain::{Guards, Server, ServerId};
 
@@ -95,43 +96,34 @@ pub struct ShareMatch {
     pub ip: banhub_proto::rules::IpOrCidr,
     pub origin_server: ServerId,
     pub origin_jail: banhub_proto::rules::JailName,
-    pub origin_event: Option<EventId>,
+    pub origin_event: EventId,
     pub source: ShareSource,
     pub step: u32,
     pub expires_at: Option<DateTime<Utc>>,
     pub targets: Vec<ServerId>,
 }
 
-/// What may stop every shared ban of one source server (the storm breaker).
-pub trait Breaker: Send + Sync {
-    /// Whether `origin` may cause `bans` more shared bans now; false drops them.
-    fn admit(&self, origin: ServerId, bans: usize) -> bool;
-}
-
-/// The breaker that admits everything.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct NoBreaker;
-
-impl Breaker for NoBreaker {
-    fn admit(&self, _origin: ServerId, _bans: usize) -> bool {
-        true
-    }
-}
-
 /// Turns a match into one shared ban per target: an address the lockout guard refuses is recorded
-/// skipped with the guard's rule, never sent; a breaker that refuses the origin drops them all.
+/// skipped with the guard's rule, never sent (and never counted by the breaker); the breaker,
+/// asked for the bans to deliver, drops them all when their source is paused or they trip it.
 pub fn into_shared_bans(
     m: ShareMatch,
     guards: &Guards,
-    breaker: &dyn Breaker,
+    breaker: &mut StormBreaker,
 ) -> Vec<NewSharedBan> {
-    if m.targets.is_empty() || !breaker.admit(m.origin_server, m.targets.len()) {
+    if m.targets.is_empty() || breaker.is_paused(m.origin_server) {
         return Vec::new();
     }
     let skipped = guards
         .check_ban(&m.ip, false)
         .err()
         .map(|refusal| format!("{}: {refusal}", refusal.rule()));
+    if skipped.is_none() {
+        let bans = u32::try_from(m.targets.len()).unwrap_or(u32::MAX);
+        if breaker.admit(m.origin_server, m.origin_event, bans) != Admission::Admitted {
+            return Vec::new();
+        }
+    }
     m.targets
         .iter()
         .map(|target| NewSharedBan {
@@ -139,7 +131,7 @@ pub fn into_shared_bans(
             target: *target,
             origin_server: m.origin_server,
             origin_jail: m.origin_jail.clone(),
-            origin_event: m.origin_event,
+            origin_event: Some(m.origin_event),
             source: m.source.clone(),
             step: m.step,
             expires_at: m.expires_at,
@@ -170,25 +162,26 @@ impl Steps {
 }
 
 /// Matches one batch of events against `policies`: the shared bans to record, and the origin
-/// unbans `(server, jail, ip)` that may lift shared bans.
+/// unbans that may lift shared bans.
 pub fn plan(
     policies: &[crate::domain::sharing::Policy],
     servers: &[Server],
     events: &[StoredEvent],
     steps: &mut Steps,
     guards: &Guards,
-    breaker: &dyn Breaker,
-) -> (Vec<NewSharedBan>, Vec<(ServerId, String, String)>) {
+    breaker: &mut StormBreaker,
+) -> (Vec<NewSharedBan>, Vec<OriginLift>) {
     let by_id: HashMap<ServerId, &Server> = servers.iter().map(|s| (s.id, s)).collect();
     let mut bans = Vec::new();
     let mut unbans = Vec::new();
     for event in events {
         if let Some(facts) = origin_unban(event) {
-            unbans.push((
-                event.server_id,
-                facts.jail.to_string(),
-                facts.ip.to_string(),
-            ));
+            unbans.push(OriginLift {
+                event: event.id,
+                ip: facts.ip.to_string(),
+                origin_server: event.server_id,
+                origin_jail: facts.jail.to_string(),
+            });
             continue;
         }
         let Some(facts) = origin_ban(event) else {
@@ -206,7 +199,7 @@ pub fn plan(
                 ip: facts.ip,
                 origin_server: event.server_id,
                 origin_jail: facts.jail.clone(),
-                origin_event: Some(event.id),
+                origin_event: event.id,
                 source: ShareSource {
                     kind: crate::domain::sharing::SourceKind::Policy,
                     id: policy.id.clone(),
@@ -224,10 +217,11 @@ pub fn plan(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, HashSet};
     use std::net::IpAddr;
 
     use super::*;
+    use crate::domain::breaker::StormLimits;
     use crate::domain::events::{EventSource, IpOrCidr, JailName, Logs};
     use crate::domain::sharing::{JailPattern, Policy, ServerSet};
     use crate::domain::{AgentId, PrefixLimits};
@@ -431,7 +425,7 @@ mod tests {
             &events,
             &mut steps,
             &guards(),
-            &NoBreaker,
+            &mut StormBreaker::unlimited(),
         );
         let rows: Vec<(i64, ServerId, bool, u32)> = bans
             .iter()
@@ -459,24 +453,23 @@ mod tests {
         );
         assert_eq!(
             unbans,
-            vec![(a.id, "sshd".to_owned(), "203.0.113.7".to_owned())]
+            vec![OriginLift {
+                event: EventId(5),
+                ip: "203.0.113.7".to_owned(),
+                origin_server: a.id,
+                origin_jail: "sshd".to_owned(),
+            }]
         );
     }
 
     #[test]
-    fn a_breaker_drops_every_shared_ban_of_its_source() {
-        struct Closed;
-        impl Breaker for Closed {
-            fn admit(&self, _origin: ServerId, _bans: usize) -> bool {
-                false
-            }
-        }
+    fn a_breaker_drops_every_shared_ban_of_its_source_and_counts_no_skip() {
         let a = server("a", &[]);
-        let m = ShareMatch {
-            ip: IpOrCidr::parse("203.0.113.7").expect("ip"),
+        let m = |ip: &str, event: i64| ShareMatch {
+            ip: IpOrCidr::parse(ip).expect("ip"),
             origin_server: a.id,
             origin_jail: JailName::parse("sshd").expect("jail"),
-            origin_event: Some(EventId(1)),
+            origin_event: EventId(event),
             source: ShareSource {
                 kind: crate::domain::sharing::SourceKind::Rule,
                 id: "r".to_owned(),
@@ -484,9 +477,25 @@ mod tests {
             },
             step: 1,
             expires_at: None,
-            targets: vec![ServerId::new()],
+            targets: vec![ServerId::new(), ServerId::new()],
         };
-        assert_eq!(into_shared_bans(m.clone(), &guards(), &NoBreaker).len(), 1);
-        assert!(into_shared_bans(m, &guards(), &Closed).is_empty());
+        let limits = StormLimits {
+            origin_bans: 1,
+            shared_bans: None,
+        };
+        let mut breaker = StormBreaker::new(limits, HashMap::new(), HashSet::new());
+        // The hub's own address: recorded skipped, not counted.
+        let skipped = into_shared_bans(m("192.0.2.10", 1), &guards(), &mut breaker);
+        assert_eq!(skipped.len(), 2);
+        assert!(breaker.shares().is_empty());
+        assert_eq!(
+            into_shared_bans(m("203.0.113.7", 2), &guards(), &mut breaker).len(),
+            2
+        );
+        // The second origin ban passes the limit: nothing of it, and the source is paused.
+        assert!(into_shared_bans(m("203.0.113.8", 3), &guards(), &mut breaker).is_empty());
+        assert!(breaker.is_paused(a.id));
+        assert!(into_shared_bans(m("192.0.2.10", 4), &guards(), &mut breaker).is_empty());
+        assert_eq!(breaker.trips().len(), 1);
     }
 }

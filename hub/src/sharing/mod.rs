@@ -6,12 +6,14 @@
 //!
 //! Three steps, each durable in the store:
 //! 1. *Match* ([`engine`]): a singleton job follows the committed events after its stored cursor;
-//!    the shared bans of a batch and the cursor past it are written in one transaction, so a
-//!    replica dying mid-way neither loses nor doubles one. Origin unbans lift the shared bans of
-//!    policies with `unbanFollowsOrigin`.
+//!    the shared bans of a batch, the lifts of its origin unbans (of policies with
+//!    `unbanFollowsOrigin`), the storm breaker's counts and trips, the recidive firings, and the
+//!    cursor past the batch are written in one transaction, so a replica dying mid-way neither
+//!    loses nor doubles any of them.
 //! 2. *Deliver* ([`delivery`]): online targets are told at once (through the replica holding their
 //!    agent), a target whose agent's session starts gets the whole set of shared bans still valid,
-//!    and a pass on every replica retries what was not confirmed. Expired bans are never sent.
+//!    and a pass on every replica retries what was not confirmed (bans and lifts alike, from
+//!    their stored state). Expired bans are never sent.
 //! 3. *Show*: the policies with live counters, the shared bans with their status, and why an
 //!    address is banned where.
 
@@ -33,8 +35,6 @@ use crate::domain::{Guards, ServerId};
 use crate::events::Events;
 use crate::fleet::Fleet;
 use crate::store::{Store, StoreError};
-
-pub use matcher::{Breaker, NoBreaker};
 
 /// Who the hub names as the sender of the commands this service sends.
 const REQUESTED_BY: &str = "banhub:sharing";
@@ -59,7 +59,6 @@ struct Inner {
     fleet: Fleet,
     events: Events,
     guards: Arc<Guards>,
-    breaker: std::sync::RwLock<Arc<dyn Breaker>>,
     /// Fleet defence, once handed over (see `defence.rs`).
     defence: std::sync::OnceLock<crate::defence::Defence>,
     /// Wakes this replica's delivery pass.
@@ -105,32 +104,11 @@ impl Sharing {
             fleet,
             events,
             guards,
-            breaker: std::sync::RwLock::new(Arc::new(NoBreaker)),
             defence: std::sync::OnceLock::new(),
             work_due: Notify::new(),
             target_locks: delivery::TargetLocks::default(),
             shutdown,
         }))
-    }
-
-    /// Lets `breaker` decide from now on whether a source server may share.
-    pub fn set_breaker(&self, breaker: Arc<dyn Breaker>) {
-        let mut slot = self
-            .0
-            .breaker
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *slot = breaker;
-    }
-
-    fn breaker(&self) -> Arc<dyn Breaker> {
-        Arc::clone(
-            &self
-                .0
-                .breaker
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
     }
 
     /// Every policy with its counters, by name.
@@ -236,11 +214,7 @@ impl Sharing {
     #[tracing::instrument(skip_all, fields(%ip), err)]
     pub async fn lift_everywhere(&self, ip: IpOrCidr) -> Result<usize, SharingError> {
         let now = Utc::now().timestamp_millis();
-        let targets = self
-            .0
-            .store
-            .lift_shared_bans(&ip.to_string(), None, None, now)
-            .await?;
+        let targets = self.0.store.lift_shared_bans(&ip.to_string(), now).await?;
         let n = targets.len();
         self.deliver_now(targets).await;
         Ok(n)

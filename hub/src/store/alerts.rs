@@ -1,5 +1,5 @@
-//! The alert worker's tables: its event cursor, digests and deliveries. Matching a batch of events
-//! and moving the cursor past it is one transaction, so after a restart no event is alerted on
+//! The alert worker's tables: digests and deliveries. Matching a batch of events and moving the
+//! worker's cursor (`cursors`) past it is one transaction, so after a restart no event is alerted on
 //! twice or never. Through sea-orm's entities; the read of many addresses' ban counts is
 //! hand-written SQL (`sql::Sql`).
 
@@ -11,15 +11,14 @@ use sea_orm::{
     QuerySelect, Set, TransactionTrait,
 };
 
-use super::entities::{alert_delivery, alert_digest, alert_state};
+use super::cursors::{self, Cursor};
+use super::entities::{alert_delivery, alert_digest};
 use super::sql::Sql;
 use super::{Store, StoreError, to_time};
 use crate::domain::alerts::{
     AttemptOutcome, Channel, Delivery, DeliveryFilter, DeliveryStatus, Digest, DigestSummary,
     NewDelivery, RuleMatches,
 };
-
-const CURSOR: &str = "event_cursor";
 
 fn corrupt(what: impl Into<String>) -> StoreError {
     StoreError::Corrupt(what.into())
@@ -66,35 +65,6 @@ fn to_delivery(row: alert_delivery::Model) -> Result<Delivery, StoreError> {
 }
 
 impl Store {
-    /// The id of the last event the alert worker has matched, if it has started.
-    pub async fn alert_cursor(&self) -> Result<Option<i64>, StoreError> {
-        Ok(alert_state::Entity::find_by_id(CURSOR.to_owned())
-            .one(&self.db)
-            .await?
-            .map(|row| row.value))
-    }
-
-    /// Starts the cursor at `value` unless it exists; returns the cursor.
-    pub async fn init_alert_cursor(&self, value: i64) -> Result<i64, StoreError> {
-        if let Some(existing) = self.alert_cursor().await? {
-            return Ok(existing);
-        }
-        let inserted = alert_state::ActiveModel {
-            name: Set(CURSOR.to_owned()),
-            value: Set(value),
-        }
-        .insert(&self.db)
-        .await;
-        match inserted {
-            Ok(_) => Ok(value),
-            // Another hub started it first.
-            Err(_) => self
-                .alert_cursor()
-                .await?
-                .ok_or_else(|| corrupt("the alert cursor vanished")),
-        }
-    }
-
     /// Adds matches to each rule's open digest (opening one, due `window_ms` from `now_ms`, when
     /// there is none) and moves the cursor from `from` to `to`, in one transaction. Returns false
     /// (changing nothing) when the cursor was no longer at `from`: another worker moved it.
@@ -106,14 +76,7 @@ impl Store {
         now_ms: i64,
     ) -> Result<bool, StoreError> {
         let txn = self.db.begin().await?;
-        // The cursor first: this write takes the lock, and a worker that lost the race stops here.
-        let moved = alert_state::Entity::update_many()
-            .col_expr(alert_state::Column::Value, Expr::value(to))
-            .filter(alert_state::Column::Name.eq(CURSOR))
-            .filter(alert_state::Column::Value.eq(from))
-            .exec(&txn)
-            .await?;
-        if moved.rows_affected != 1 {
+        if !cursors::advance(&txn, Cursor::Alerts, from, to).await? {
             return Ok(false);
         }
         for rule in matches {

@@ -1,21 +1,28 @@
-//! Fleet defence's tables (M0017): recidive rules, what each rule remembers of the addresses it
-//! fired for, and the storm breaker's pauses of source servers; and the read of an address's ban
+//! Fleet defence's tables (M0017, M0018): recidive rules, what each rule remembers of the addresses
+//! it fired for, the storm breaker's pauses of source servers and its window (the origin bans that
+//! shared, per source, written by the engine with its batch); and the read of an address's ban
 //! events across the fleet within a window that recidive rules evaluate. Hand-written SQL built
 //! with `sql::Sql` and run through sea-orm's pool: the firings' upsert and the pause that at most
 //! one open row per server allows are conditional statements the entities do not express.
+
+use std::collections::HashMap;
 
 use banhub_proto::rules::IpOrCidr;
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, QueryResult, TransactionTrait};
 
 use super::servers::is_unique_violation;
-use super::sql::{get, to_i64, to_u64};
+use super::sql::{Sql, get, to_i64, to_u64};
 use super::{Store, StoreError, to_time};
 use crate::domain::ServerId;
-use crate::domain::breaker::SourcePause;
+use crate::domain::breaker::{SourcePause, WINDOW, WindowCount};
 use crate::domain::events::{EventId, ip_key};
-use crate::domain::recidive::{PastFirings, RecidiveRule, RecidiveSpec, Sighting, StoredRule};
+use crate::domain::recidive::{
+    NewFiring, PastFirings, RecidiveRule, RecidiveSpec, Sighting, StoredRule,
+};
 
+/// Values per `IN (…)` list.
+const IN_CHUNK: usize = 500;
 /// Most ban events of one address read for one evaluation (newest first).
 const MAX_SIGHTINGS: i64 = 10_000;
 
@@ -171,40 +178,9 @@ impl Store {
         )))
     }
 
-    /// Remembers that rule `rule_id` fired for `ip` at `at`, the `count`-th time in a row, for
-    /// event `event`.
-    pub async fn record_recidive_firing(
-        &self,
-        rule_id: i64,
-        ip: &IpOrCidr,
-        firing: (u32, u32),
-        at: DateTime<Utc>,
-        event: EventId,
-    ) -> Result<(), StoreError> {
-        let (count, duration_secs) = firing;
-        let mut sql = self.sql(
-            "INSERT INTO recidive_firings \
-             (rule_id, ip, count, last_fired_at, last_duration_secs, last_event_id) VALUES (",
-        );
-        sql.bind(rule_id)
-            .push(", ")
-            .bind(ip.to_string())
-            .push(", ")
-            .bind(i64::from(count))
-            .push(", ")
-            .bind(at.timestamp_millis())
-            .push(", ")
-            .bind(i64::from(duration_secs))
-            .push(", ")
-            .bind(event.0)
-            .push(
-                ") ON CONFLICT (rule_id, ip) DO UPDATE SET count = excluded.count, \
-                 last_fired_at = excluded.last_fired_at, \
-                 last_duration_secs = excluded.last_duration_secs, \
-                 last_event_id = excluded.last_event_id",
-            );
-        self.exec(sql).await?;
-        Ok(())
+    /// Remembers `firing` (the engine remembers its firings with its batch; see `sharing::batch`).
+    pub async fn record_recidive_firing(&self, firing: &NewFiring) -> Result<(), StoreError> {
+        upsert_firing(&self.db, firing).await
     }
 
     /// The ban events of `ip` (on any server, in any jail) that occurred from `from` to `to`,
@@ -249,17 +225,54 @@ impl Store {
         shared_bans: u64,
         reason: &str,
     ) -> Result<bool, StoreError> {
-        let mut sql = self
-            .sql("INSERT INTO sharing_pauses (server_id, paused_at, shared_bans, reason) VALUES (");
-        sql.bind(server.to_string())
-            .push(", ")
-            .bind(at.timestamp_millis())
-            .push(", ")
-            .bind(to_i64(shared_bans, "shared bans")?)
-            .push(", ")
-            .bind(reason.to_owned())
-            .push(") ON CONFLICT DO NOTHING");
-        Ok(self.exec(sql).await? == 1)
+        insert_pause(&self.db, server, at.timestamp_millis(), shared_bans, reason).await
+    }
+
+    /// What each of `servers` shared within the breaker's window ending at `now_ms`: its origin
+    /// bans that shared and the shared bans they caused, counted since its last resume if that
+    /// is later (a resumed source starts from an empty window).
+    pub async fn storm_counts(
+        &self,
+        servers: &[ServerId],
+        now_ms: i64,
+    ) -> Result<HashMap<ServerId, WindowCount>, StoreError> {
+        let mut counts = HashMap::new();
+        let since = now_ms - WINDOW.num_milliseconds();
+        for chunk in servers.chunks(IN_CHUNK) {
+            let mut sql = self.sql(
+                "SELECT o.origin_server, COUNT(*), CAST(SUM(o.shared_bans) AS BIGINT) \
+                 FROM sharing_origins o WHERE o.shared_at > ",
+            );
+            sql.bind(since).push(" AND o.origin_server IN ");
+            sql.tuple(chunk.iter().map(|s| s.to_string().into()));
+            sql.push(
+                " AND NOT EXISTS (SELECT 1 FROM sharing_pauses p WHERE p.server_id = \
+                 o.origin_server AND p.resumed_at IS NOT NULL AND p.resumed_at >= o.shared_at) \
+                 GROUP BY o.origin_server",
+            );
+            for row in self.rows(sql).await? {
+                let server: String = get(&row, 0)?;
+                let server = ServerId::parse(&server)
+                    .map_err(|_| corrupt(format!("sharing origin: server id {server:?}")))?;
+                let origin_bans: i64 = get(&row, 1)?;
+                let shared_bans: Option<i64> = get(&row, 2)?;
+                counts.insert(
+                    server,
+                    WindowCount {
+                        origin_bans: to_u64(origin_bans),
+                        shared_bans: to_u64(shared_bans.unwrap_or(0)),
+                    },
+                );
+            }
+        }
+        Ok(counts)
+    }
+
+    /// Forgets the origin bans that shared before `before_ms` (out of every breaker's window).
+    pub async fn prune_origin_shares(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let mut sql = self.sql("DELETE FROM sharing_origins WHERE shared_at < ");
+        sql.bind(before_ms);
+        self.exec(sql).await
     }
 
     /// The sources paused now, oldest pause first.
@@ -288,6 +301,60 @@ impl Store {
     }
 }
 
+/// Remembers `firing` on `conn`: the rule's row for the address, replaced.
+pub(super) async fn upsert_firing(
+    conn: &impl ConnectionTrait,
+    firing: &NewFiring,
+) -> Result<(), StoreError> {
+    let mut sql = Sql::new(
+        conn.get_database_backend(),
+        "INSERT INTO recidive_firings \
+         (rule_id, ip, count, last_fired_at, last_duration_secs, last_event_id) VALUES (",
+    );
+    sql.bind(firing.rule_id)
+        .push(", ")
+        .bind(firing.ip.to_string())
+        .push(", ")
+        .bind(i64::from(firing.count))
+        .push(", ")
+        .bind(firing.at.timestamp_millis())
+        .push(", ")
+        .bind(i64::from(firing.duration_secs))
+        .push(", ")
+        .bind(firing.event.0)
+        .push(
+            ") ON CONFLICT (rule_id, ip) DO UPDATE SET count = excluded.count, \
+             last_fired_at = excluded.last_fired_at, \
+             last_duration_secs = excluded.last_duration_secs, \
+             last_event_id = excluded.last_event_id",
+        );
+    conn.execute_raw(sql.build()).await?;
+    Ok(())
+}
+
+/// Opens a pause of `server` on `conn`; false when one is open already.
+pub(super) async fn insert_pause(
+    conn: &impl ConnectionTrait,
+    server: ServerId,
+    at_ms: i64,
+    shared_bans: u64,
+    reason: &str,
+) -> Result<bool, StoreError> {
+    let mut sql = Sql::new(
+        conn.get_database_backend(),
+        "INSERT INTO sharing_pauses (server_id, paused_at, shared_bans, reason) VALUES (",
+    );
+    sql.bind(server.to_string())
+        .push(", ")
+        .bind(at_ms)
+        .push(", ")
+        .bind(to_i64(shared_bans, "shared bans")?)
+        .push(", ")
+        .bind(reason.to_owned())
+        .push(") ON CONFLICT DO NOTHING");
+    Ok(conn.execute_raw(sql.build()).await?.rows_affected() == 1)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -301,6 +368,23 @@ mod tests {
     use crate::domain::events::{BanFacts, EventBody, EventKind, EventSource, NewEvent};
     use crate::domain::recidive::ScopeSpec;
     use crate::domain::{Labels, NewServer, ServerName};
+
+    fn firing(
+        rule_id: i64,
+        ip: &IpOrCidr,
+        (count, duration_secs): (u32, u32),
+        at: DateTime<Utc>,
+        event: EventId,
+    ) -> NewFiring {
+        NewFiring {
+            rule_id,
+            ip: *ip,
+            count,
+            duration_secs,
+            at,
+            event,
+        }
+    }
 
     async fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::TempDir::new().expect("tempdir");
@@ -441,7 +525,7 @@ mod tests {
         assert_eq!(names, ["a", "c"]);
         let ip = IpOrCidr::parse("192.0.2.7").expect("ip");
         store
-            .record_recidive_firing(a.id, &ip, (1, 60), Utc::now(), EventId(1))
+            .record_recidive_firing(&firing(a.id, &ip, (1, 60), Utc::now(), EventId(1)))
             .await
             .expect("db");
         assert!(store.delete_recidive_rule(a.id).await.expect("db"));
@@ -457,11 +541,17 @@ mod tests {
         let other = IpOrCidr::parse("2001:db8::1").expect("ip");
         let at = DateTime::from_timestamp_millis(1_800_000_000_000).expect("time");
         store
-            .record_recidive_firing(1, &ip, (1, 60), at, EventId(3))
+            .record_recidive_firing(&firing(1, &ip, (1, 60), at, EventId(3)))
             .await
             .expect("db");
         store
-            .record_recidive_firing(1, &ip, (2, 600), at + TimeDelta::seconds(5), EventId(4))
+            .record_recidive_firing(&firing(
+                1,
+                &ip,
+                (2, 600),
+                at + TimeDelta::seconds(5),
+                EventId(4),
+            ))
             .await
             .expect("db");
         assert_eq!(

@@ -29,6 +29,7 @@ mod auth;
 pub mod backup;
 pub mod cluster;
 pub mod config_changes;
+mod cursors;
 mod defence;
 mod entities;
 pub mod events;
@@ -46,6 +47,7 @@ mod sql;
 mod sqlite_memory;
 mod writer;
 
+pub use cursors::Cursor;
 pub use defence::RuleWrite;
 pub use places::IpBans;
 pub use servers::{CallbackSecretRow, EnrollOutcome, RotateOutcome, TokenRefusal};

@@ -5,11 +5,14 @@
 //! tripped (seconds after the storm began, and the bans stored by then) and the ingest rate of
 //! both storms, side by side. Run with
 //! `cargo test -p banhub-tests --test bench -- --ignored --nocapture storm::`
-//! (the hub and agent of `target/debug`: `cargo build -p banhub -p banhub-agent` first).
+//! (the hub and agent of `target/debug`: `cargo build -p banhub -p banhub-agent` first; with
+//! `BANHUB_BENCH_PROFILE=release`, those of `target/release`: `cargo build --release -p banhub -p
+//! banhub-agent` first).
 
 use std::time::{Duration, Instant};
 
-use banhub_tests::agent::{relay_addr, relay_secret};
+use banhub_tests::agent::{AgentProcess, relay_addr, relay_secret};
+use banhub_tests::client::ServerStatus;
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::{ApiClient, TestFleet, TestHost};
 use futures::StreamExt as _;
@@ -49,9 +52,9 @@ async fn pauses(api: &ApiClient) -> Vec<Value> {
 struct Storm {
     pushed: Duration,
     stored: Duration,
-    /// Seconds after the start the pause was seen, the bans stored by then, and the shared bans
-    /// the breaker counted at the trip.
-    trip: Option<(f64, u64, u64)>,
+    /// Seconds after the start the pause was seen, the bans stored by then, the shared bans the
+    /// breaker counted at the trip, and the pause's reason.
+    trip: Option<(f64, u64, u64, String)>,
 }
 
 /// Pushes `BANS` bans of distinct addresses (`10.<block>.x.y`) through `host`'s relay and waits
@@ -79,7 +82,8 @@ async fn storm(fleet: &TestFleet, host: &TestHost, block: u8, watch_breaker: boo
                         .and_then(|n| n.trim().parse::<u64>().ok())
                         .unwrap_or(0);
                     let counted = pause["sharedBans"].as_u64().unwrap_or(0);
-                    return Some((at, stored.saturating_sub(before), counted));
+                    let reason = pause["reason"].as_str().unwrap_or_default().to_owned();
+                    return Some((at, stored.saturating_sub(before), counted, reason));
                 }
                 if started.elapsed() > DEADLINE {
                     return None;
@@ -137,7 +141,13 @@ fn rate(d: Duration) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark; run with --ignored --nocapture"]
 async fn bench_a_storm_trips_the_breaker_while_ingest_keeps_its_rate() {
-    let hub = TestFleet::hub_builder().start().expect("hub starts");
+    let profile = std::env::var("BANHUB_BENCH_PROFILE").unwrap_or_else(|_| "debug".to_owned());
+    let binaries = banhub_tests::process::target_dir().join(&profile);
+    let mut hub = TestFleet::hub_builder();
+    if profile != "debug" {
+        hub = hub.binary(binaries.join("banhub"));
+    }
+    let hub = hub.start().expect("hub starts");
     let mut fleet = TestFleet::on(hub);
     for name in ["storm", "b", "c"] {
         let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
@@ -145,6 +155,27 @@ async fn bench_a_storm_trips_the_breaker_while_ingest_keeps_its_rate() {
             .add_host(name, sandbox, &[])
             .await
             .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+    }
+    if profile != "debug" {
+        // The same enrolled agents, run from the profile's binary.
+        for i in 0..fleet.hosts.len() {
+            fleet.hosts[i].agent.stop().expect("the debug agent stops");
+            fleet
+                .wait_status(&fleet.hosts[i], ServerStatus::Offline)
+                .await;
+            let host = &mut fleet.hosts[i];
+            host.agent = AgentProcess::start_binary(
+                binaries.join("banhub-agent"),
+                &host.state_dir(),
+                &host.sandbox.socket_path(),
+                &host.sandbox.conf_dir(),
+                &[],
+            )
+            .expect("the agent starts");
+        }
+        for host in &fleet.hosts {
+            fleet.wait_status(host, ServerStatus::Online).await;
+        }
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("load average before: {}", load.trim());
@@ -162,7 +193,7 @@ async fn bench_a_storm_trips_the_breaker_while_ingest_keeps_its_rate() {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{policy}");
     let shared = storm(&fleet, source, 2, true).await;
-    let (tripped_at, stored_at_trip, counted) = shared
+    let (tripped_at, stored_at_trip, counted, reason) = shared
         .trip
         .unwrap_or_else(|| panic!("the breaker did not trip\n{}", fleet.logs()));
     let (status, bans) = fleet.api().get("/api/sharing/bans?limit=1000").await;
@@ -170,7 +201,10 @@ async fn bench_a_storm_trips_the_breaker_while_ingest_keeps_its_rate() {
     let recorded = bans.as_array().map_or(0, Vec::len);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
 
-    println!("storm of {BANS} bans from one host through its relay, {CLIENTS} callbacks in flight");
+    println!(
+        "storm of {BANS} bans from one host through its relay, {CLIENTS} callbacks in flight \
+         ({profile} hub and agents)"
+    );
     println!(
         "  no policy:          pushed in {:.2} s, stored in {:.2} s: {:.0} bans/s ingested",
         quiet.pushed.as_secs_f64(),
@@ -188,7 +222,7 @@ async fn bench_a_storm_trips_the_breaker_while_ingest_keeps_its_rate() {
     println!(
         "  breaker tripped (pause seen by the API) {tripped_at:.2} s after the storm began, \
          {} bans of the storm stored by then; {counted} shared bans counted at the trip \
-         (limit 600 a minute, 2 targets per ban); {recorded} shared bans recorded in all",
+         (default limits, 2 targets per ban; {reason}); {recorded} shared bans recorded in all",
         stored_at_trip
     );
     println!("load average after: {}", load.trim());

@@ -3,8 +3,9 @@
 //! two of the three hosts on every host, in fail2ban's shared jail, and a second firing climbs to
 //! the ladder's next step; the storm breaker pauses sharing from a host whose bans would pass the
 //! configured limit, says so through the API, the metrics and a webhook, while every event is
-//! still stored, and sharing goes on once an admin resumes the host (both also on PostgreSQL); bad
-//! rules are refused with 422s naming the field.
+//! still stored, and sharing goes on once an admin resumes the host (both also on PostgreSQL), with
+//! the breaker's window counted in the store so two replicas count one (`window`); bad rules are
+//! refused with 422s naming the field.
 
 use std::time::Duration;
 
@@ -448,4 +449,186 @@ async fn bad_recidive_rules_are_refused_naming_the_field_and_change_nothing() {
     assert_eq!(kept["ladderSecs"], json!([600]), "{kept}");
     let (status, _) = api.delete(&format!("/api/sharing/recidive/{id}")).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
+}
+
+/// The storm breaker's window in the store, on both backends: what one replica records with its
+/// batch, another counts; a trip opens one pause whichever replica records it; a resume empties
+/// the window; and an engine whose cursor is stale records no count.
+mod window {
+    use std::collections::{HashMap, HashSet};
+
+    use banhub::domain::breaker::{Admission, StormBreaker, StormLimits, WindowCount};
+    use banhub::domain::events::{EventId, IpOrCidr, JailName};
+    use banhub::domain::sharing::{NewSharedBan, ShareSource, SourceKind};
+    use banhub::domain::{Labels, NewServer, ServerId, ServerName};
+    use banhub::store::sharing::SharingBatch;
+    use banhub::store::{Cursor, Store};
+    use banhub_tests::backends::{Backend, TestDatabase};
+    use banhub_tests::on_both_backends;
+    use chrono::Utc;
+
+    on_both_backends!(two_replicas_count_one_window);
+
+    async fn connect(url: &str) -> Store {
+        Store::connect(url, 4)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to {url}: {e}"))
+    }
+
+    async fn server(store: &Store, name: &str) -> ServerId {
+        store
+            .create_server(NewServer {
+                name: ServerName::parse(name).expect("name"),
+                description: String::new(),
+                labels: Labels::default(),
+            })
+            .await
+            .expect("server")
+            .id
+    }
+
+    /// The shared ban of origin ban `event` (of `origin`) on `target`.
+    fn shared(event: i64, origin: ServerId, target: ServerId) -> NewSharedBan {
+        NewSharedBan {
+            ip: IpOrCidr::parse(&format!("203.0.113.{event}")).expect("ip"),
+            target,
+            origin_server: origin,
+            origin_jail: JailName::parse("sshd").expect("jail"),
+            origin_event: Some(EventId(event)),
+            source: ShareSource {
+                kind: SourceKind::Policy,
+                id: "p".to_owned(),
+                name: "p".to_owned(),
+            },
+            step: 1,
+            expires_at: None,
+            skipped: None,
+        }
+    }
+
+    /// What the engine of a replica does with origin bans `events` of `origin`: a breaker built
+    /// from the store's window, each ban asked for, and the batch recorded with its counts and
+    /// trips. `None` when the cursor was not at `from`.
+    async fn engine_batch(
+        store: &Store,
+        from: i64,
+        events: std::ops::RangeInclusive<i64>,
+        (origin, target): (ServerId, ServerId),
+        limits: StormLimits,
+        now: i64,
+    ) -> Option<(Vec<Admission>, usize)> {
+        let counts = store.storm_counts(&[origin], now).await.expect("counts");
+        let paused: HashSet<ServerId> = store
+            .open_pauses()
+            .await
+            .expect("pauses")
+            .into_iter()
+            .map(|p| p.server)
+            .collect();
+        let mut breaker = StormBreaker::new(limits, counts, paused);
+        let mut batch = SharingBatch::default();
+        let mut admissions = Vec::new();
+        let to = *events.end();
+        for event in events {
+            let admission = breaker.admit(origin, EventId(event), 1);
+            if admission == Admission::Admitted {
+                batch.bans.push(shared(event, origin, target));
+            }
+            admissions.push(admission);
+        }
+        batch.shares = breaker.shares();
+        batch.trips = breaker.trips().to_vec();
+        let recorded = store
+            .record_sharing_batch(from, to, &batch, now)
+            .await
+            .expect("record")?;
+        Some((admissions, recorded.paused.len()))
+    }
+
+    async fn two_replicas_count_one_window(backend: Backend) {
+        let database = TestDatabase::new(backend, "banhub_storm_window");
+        let (one, two) = (connect(&database.url).await, connect(&database.url).await);
+        let (origin, target) = (server(&one, "o").await, server(&one, "t").await);
+        one.init_cursor(Cursor::Sharing, 0).await.expect("cursor");
+        let limits = StormLimits {
+            origin_bans: 5,
+            shared_bans: None,
+        };
+        let now = Utc::now().timestamp_millis();
+
+        // Replica one shares three origin bans; replica two counts them.
+        let (admitted, _) = engine_batch(&one, 0, 1..=3, (origin, target), limits, now)
+            .await
+            .expect("the cursor was at 0");
+        assert!(admitted.iter().all(|a| *a == Admission::Admitted));
+        let counts = two.storm_counts(&[origin], now).await.expect("counts");
+        assert_eq!(
+            counts.get(&origin),
+            Some(&WindowCount {
+                origin_bans: 3,
+                shared_bans: 3
+            })
+        );
+        // A stale engine on replica one records no count.
+        assert!(
+            engine_batch(&one, 0, 4..=6, (origin, target), limits, now)
+                .await
+                .is_none()
+        );
+        // Replica two (the engine moved there) goes on from that count: two more pass, the
+        // third trips and its pause is stored once.
+        let (admissions, paused) = engine_batch(&two, 3, 4..=6, (origin, target), limits, now)
+            .await
+            .expect("the cursor was at 3");
+        assert_eq!(
+            admissions,
+            vec![
+                Admission::Admitted,
+                Admission::Admitted,
+                Admission::Tripped {
+                    count: WindowCount {
+                        origin_bans: 6,
+                        shared_bans: 6
+                    }
+                }
+            ]
+        );
+        assert_eq!(paused, 1);
+        let pauses = one.open_pauses().await.expect("pauses");
+        assert_eq!(pauses.len(), 1);
+        assert_eq!(pauses[0].server, origin);
+        assert_eq!(pauses[0].shared_bans, 6);
+        // Paused: replica one shares nothing of the origin, and opens no second pause.
+        let (admissions, paused) = engine_batch(&one, 6, 7..=7, (origin, target), limits, now)
+            .await
+            .expect("the cursor was at 6");
+        assert_eq!(admissions, vec![Admission::Paused]);
+        assert_eq!(paused, 0);
+
+        // Resumed on replica one, the window starts empty for replica two.
+        let resumed_at = Utc::now() + chrono::TimeDelta::milliseconds(1);
+        one.resume_source(origin, "admin", resumed_at)
+            .await
+            .expect("resume")
+            .expect("it was paused");
+        let later = resumed_at.timestamp_millis() + 1;
+        assert_eq!(
+            two.storm_counts(&[origin], later).await.expect("counts"),
+            HashMap::new()
+        );
+        let (admissions, _) = engine_batch(&two, 7, 8..=12, (origin, target), limits, later)
+            .await
+            .expect("the cursor was at 7");
+        assert!(admissions.iter().all(|a| *a == Admission::Admitted));
+
+        // A minute later nothing of it counts, and it can be forgotten.
+        let minute_later = later + 60_001;
+        assert_eq!(
+            one.storm_counts(&[origin], minute_later)
+                .await
+                .expect("counts"),
+            HashMap::new()
+        );
+        assert!(one.prune_origin_shares(minute_later).await.expect("prune") > 0);
+    }
 }

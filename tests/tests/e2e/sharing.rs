@@ -5,7 +5,8 @@
 //! the shared ban is never shared again (no echo) and is shown with its origin; an unban at the
 //! origin and "unban everywhere" lift the shared bans; a ban of the hub's own address is recorded
 //! skipped and never sent; bad policies are refused with field-named 422s; and with two hub
-//! replicas on PostgreSQL each origin ban is shared exactly once per target.
+//! replicas on PostgreSQL each origin ban is shared exactly once per target, even when the replica
+//! leading the engine is killed mid-propagation.
 
 use std::time::Duration;
 
@@ -372,141 +373,283 @@ async fn bad_policies_are_refused_with_the_field_named_and_change_nothing() {
     assert_eq!(problem["field"], "ip");
 }
 
-/// Two hub replicas on one PostgreSQL behind a balancer, with three agents spread over them: the
-/// policy saved on one replica shares the bans an agent held by either replica reports, each origin
-/// ban exactly once per target (no shared ban lost or doubled), delivered to targets whichever
-/// replica holds them, and the engine runs on one replica at a time.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn replicas_share_each_origin_ban_once() {
-    use banhub_tests::agent::{relay_addr, relay_secret};
-    use banhub_tests::balancer::Balancer;
-    use banhub_tests::enrolled::EnrolledAgent;
-    use banhub_tests::hub::HubProcess;
-    use banhub_tests::postgres::PostgresServer;
+/// Two hub replicas on one PostgreSQL behind a balancer, with the hosts `o` (the origin), `t1` and
+/// `t2` (targets, with the shared jail installed) spread over them, and a policy that shares every
+/// ban of any host with every other for an hour.
+struct Replicas {
+    // Dropped last: the replicas and agents stop before the database and the balancer.
+    hosts: Vec<TestHost>,
+    a: banhub_tests::hub::HubProcess,
+    b: banhub_tests::hub::HubProcess,
+    balancer: banhub_tests::balancer::Balancer,
+    _ca: tempfile::TempDir,
+    _pg: banhub_tests::postgres::PostgresServer,
+}
 
-    let pg = PostgresServer::start().unwrap_or_else(|e| panic!("PostgreSQL: {e:#}"));
-    let url = pg
-        .create_database("banhub_sharing")
-        .unwrap_or_else(|e| panic!("{e:#}\n{}", pg.logs()));
-    let ca = tempfile::tempdir().expect("CA directory");
-    let balancer = Balancer::start().expect("balancer");
-    let replica = |id: &str| {
-        HubProcess::builder()
-            .database_url(&url)
-            .ca_dir(ca.path())
-            .env("BANHUB_CLUSTER__REPLICA_ID", id)
-            .env("BANHUB_CLUSTER__LEASE_TTL_SECS", "3")
-            .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
-            .arg("--grpc-advertise")
-            .arg(balancer.addr().to_string())
-            .start()
-            .unwrap_or_else(|e| panic!("replica {id} starts: {e:#}"))
-    };
-    let (a, b) = (replica("a"), replica("b"));
-    balancer.set_backends(&[a.grpc_addr(), b.grpc_addr()]);
-    let mut hosts = Vec::new();
-    for (i, name) in ["o", "t1", "t2"].into_iter().enumerate() {
-        let hub = if i % 2 == 0 { &a } else { &b };
-        let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
-        let EnrolledAgent {
-            server_id,
-            agent,
-            state,
-        } = EnrolledAgent::register(&hub.client(), &hub.url(""), name, &sandbox, &[])
-            .await
-            .expect("agent enrolled and started");
-        hosts.push(TestHost {
-            name: name.to_owned(),
-            id: server_id,
-            sandbox,
-            agent,
-            state,
-        });
+impl Replicas {
+    async fn start(database: &str) -> Self {
+        use banhub_tests::balancer::Balancer;
+        use banhub_tests::enrolled::EnrolledAgent;
+        use banhub_tests::hub::HubProcess;
+        use banhub_tests::postgres::PostgresServer;
+
+        let pg = PostgresServer::start().unwrap_or_else(|e| panic!("PostgreSQL: {e:#}"));
+        let url = pg
+            .create_database(database)
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", pg.logs()));
+        let ca = tempfile::tempdir().expect("CA directory");
+        let balancer = Balancer::start().expect("balancer");
+        let replica = |id: &str| {
+            HubProcess::builder()
+                .database_url(&url)
+                .ca_dir(ca.path())
+                .env("BANHUB_CLUSTER__REPLICA_ID", id)
+                .env("BANHUB_CLUSTER__LEASE_TTL_SECS", "3")
+                .env("BANHUB_AGENTS__HEARTBEAT_INTERVAL_MS", "500")
+                .arg("--grpc-advertise")
+                .arg(balancer.addr().to_string())
+                .start()
+                .unwrap_or_else(|e| panic!("replica {id} starts: {e:#}"))
+        };
+        let (a, b) = (replica("a"), replica("b"));
+        balancer.set_backends(&[a.grpc_addr(), b.grpc_addr()]);
+        let mut hosts = Vec::new();
+        for (i, name) in ["o", "t1", "t2"].into_iter().enumerate() {
+            let hub = if i % 2 == 0 { &a } else { &b };
+            let sandbox = Fail2banSandbox::start(name).expect("fail2ban sandbox");
+            let EnrolledAgent {
+                server_id,
+                agent,
+                state,
+            } = EnrolledAgent::register(&hub.client(), &hub.url(""), name, &sandbox, &[])
+                .await
+                .expect("agent enrolled and started");
+            hosts.push(TestHost {
+                name: name.to_owned(),
+                id: server_id,
+                sandbox,
+                agent,
+                state,
+            });
+        }
+        let replicas = Self {
+            hosts,
+            a,
+            b,
+            balancer,
+            _ca: ca,
+            _pg: pg,
+        };
+        wait_until_online(&replicas.a, replicas.hosts.len()).await;
+        for host in &replicas.hosts[1..] {
+            host.install_action().unwrap_or_else(|e| panic!("{e:#}"));
+        }
+        let (status, policy) = replicas
+            .a
+            .api()
+            .post(
+                "/api/sharing/policies",
+                &json!({"name": "all", "sources": {"all": true}, "targets": {"all": true},
+                        "duration": {"mode": "fixed", "seconds": 3600}}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{policy}");
+        replicas
     }
-    let logs = |hosts: &[TestHost]| {
-        let mut out = format!("--- a ---\n{}\n--- b ---\n{}", a.logs(), b.logs());
-        for h in hosts {
+
+    fn logs(&self) -> String {
+        let mut out = format!("--- a ---\n{}\n--- b ---\n{}", self.a.logs(), self.b.logs());
+        for h in &self.hosts {
             out.push_str(&format!("\n--- {} ---\n{}", h.name, h.agent.logs()));
         }
         out
-    };
-    wait_until_online(&a, hosts.len()).await;
-    for host in &hosts[1..] {
-        host.install_action().unwrap_or_else(|e| panic!("{e:#}"));
     }
-    let (status, policy) = a
-        .api()
-        .post(
-            "/api/sharing/policies",
-            &json!({"name": "all", "sources": {"all": true}, "targets": {"all": true},
-                    "duration": {"mode": "fixed", "seconds": 3600}}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{policy}");
 
-    // The origin reports bans through its relay, as fail2ban's action would.
-    let origin = &hosts[0];
-    let relay = relay_addr(&origin.state_dir()).expect("relay address");
-    let secret = relay_secret(&origin.state_dir()).expect("relay secret");
-    let ips: Vec<String> = (0..20).map(|i| format!("198.51.100.{}", 10 + i)).collect();
-    let client = reqwest::Client::new();
-    for ip in &ips {
-        let response = client
-            .post(format!("http://{relay}/api/ban"))
-            .header("X-Callback-Secret", &secret)
-            .json(
-                &json!({"serverId": "ignored", "ip": ip, "jail": "testauth", "hostname": "o",
-                          "failures": 3, "logs": [format!("Failed login for root from {ip}")]}),
-            )
-            .send()
-            .await
-            .expect("relay answers");
-        assert_eq!(response.status(), StatusCode::OK);
+    /// The origin reports a ban of each of `ips` through its relay, as fail2ban's action would,
+    /// all at once.
+    async fn origin_bans(&self, ips: &[String]) {
+        use banhub_tests::agent::{relay_addr, relay_secret};
+
+        let origin = &self.hosts[0];
+        let relay = relay_addr(&origin.state_dir()).expect("relay address");
+        let secret = relay_secret(&origin.state_dir()).expect("relay secret");
+        let client = reqwest::Client::new();
+        let sent = ips.iter().map(|ip| {
+            let (client, secret) = (&client, &secret);
+            async move {
+                client
+                    .post(format!("http://{relay}/api/ban"))
+                    .header("X-Callback-Secret", secret)
+                    .json(&json!({"serverId": "ignored", "ip": ip, "jail": "testauth",
+                                  "hostname": "o", "failures": 3,
+                                  "logs": [format!("Failed login for root from {ip}")]}))
+                    .send()
+                    .await
+            }
+        });
+        for response in futures::future::join_all(sent).await {
+            let response = response.expect("relay answers");
+            assert_eq!(response.status(), StatusCode::OK);
+        }
     }
-    let delivered = wait_for_async(DEADLINE, "every shared ban delivered", || async {
-        let (_, bans) = b.api().get("/api/sharing/bans?limit=1000").await;
-        let bans = bans.as_array()?.clone();
-        (bans.len() == 2 * ips.len() && bans.iter().all(|x| x["status"] == "delivered"))
+
+    /// Waits until `hub` lists one delivered shared ban per address of `ips` and target, and no
+    /// other, and returns them.
+    async fn wait_delivered_once(
+        &self,
+        hub: &banhub_tests::hub::HubProcess,
+        ips: &[String],
+    ) -> Vec<Value> {
+        let targets = &self.hosts[1..];
+        let delivered = wait_for_async(DEADLINE, "every shared ban delivered", || async {
+            let (_, bans) = hub.api().get("/api/sharing/bans?limit=1000").await;
+            let bans = bans.as_array()?.clone();
+            (bans.len() >= targets.len() * ips.len()
+                && bans.iter().all(|x| x["status"] == "delivered"))
             .then_some(bans)
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", logs(&hosts)));
-    let mut pairs: Vec<(String, String)> = delivered
-        .iter()
-        .map(|x| {
-            (
-                x["ip"].as_str().unwrap_or_default().to_owned(),
-                x["serverId"].as_str().unwrap_or_default().to_owned(),
-            )
         })
-        .collect();
-    pairs.sort();
-    pairs.dedup();
-    assert_eq!(
-        pairs.len(),
-        2 * ips.len(),
-        "one shared ban per origin ban and target"
-    );
-    // A sync answers within the agent's budget and its loop bans the rest, so a delivered ban
-    // reaches fail2ban's list soon after, not necessarily before.
-    for host in &hosts[1..] {
-        let held = wait_until(
-            DEADLINE,
-            &format!("{} holds every shared ban", host.name),
-            || {
-                let held = host.banned(SHARED);
-                ips.iter().all(|ip| held.contains(ip.as_str()))
-            },
-        );
-        held.unwrap_or_else(|e| panic!("{e}: {}\n{}", host.banned(SHARED), logs(&hosts)));
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", self.logs()));
+        let mut pairs: Vec<(String, String)> = delivered
+            .iter()
+            .map(|x| {
+                (
+                    x["ip"].as_str().unwrap_or_default().to_owned(),
+                    x["serverId"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        pairs.sort();
+        let mut want: Vec<(String, String)> = ips
+            .iter()
+            .flat_map(|ip| targets.iter().map(|t| (ip.clone(), t.id.clone())))
+            .collect();
+        want.sort();
+        assert_eq!(pairs, want, "one shared ban per origin ban and target");
+        delivered
     }
+
+    /// Waits until every target's `banhub-shared` jail bans every address of `ips`. A sync answers
+    /// within the agent's budget and its loop bans the rest, so a delivered ban reaches
+    /// fail2ban's list soon after, not necessarily before.
+    fn wait_enforced(&self, ips: &[String]) {
+        for host in &self.hosts[1..] {
+            let held = wait_until(
+                DEADLINE,
+                &format!("{} holds every shared ban", host.name),
+                || {
+                    let held = host.banned(SHARED);
+                    ips.iter().all(|ip| held.contains(ip.as_str()))
+                },
+            );
+            held.unwrap_or_else(|e| panic!("{e}: {}\n{}", host.banned(SHARED), self.logs()));
+        }
+    }
+
+    /// The replica leading the sharing engine, once one does.
+    async fn sharing_leader(&self) -> String {
+        wait_for_async(DEADLINE, "a replica leading the sharing engine", || async {
+            let (_, cluster) = self.a.api().get("/api/cluster").await;
+            let jobs = cluster["jobs"].as_array()?;
+            let job = jobs.iter().find(|j| j["job"] == "sharing")?;
+            job["replica"].as_str().map(str::to_owned)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", self.logs()))
+    }
+}
+
+fn addresses(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}.{}", 10 + i)).collect()
+}
+
+/// The policy saved on one replica shares the bans an agent held by either replica reports, each
+/// origin ban exactly once per target (no shared ban lost or doubled), delivered to targets
+/// whichever replica holds them, and the engine runs on one replica at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_share_each_origin_ban_once() {
+    let replicas = Replicas::start("banhub_sharing").await;
+    let ips = addresses("198.51.100", 20);
+    replicas.origin_bans(&ips).await;
+    replicas.wait_delivered_once(&replicas.b, &ips).await;
+    replicas.wait_enforced(&ips);
     // The engine ran on one replica at a time: one replica has led it.
-    let (_, cluster) = a.api().get("/api/cluster").await;
+    let (_, cluster) = replicas.a.api().get("/api/cluster").await;
     let leaders: Vec<&Value> = cluster["jobs"]
         .as_array()
         .map(|jobs| jobs.iter().filter(|j| j["job"] == "sharing").collect())
         .unwrap_or_default();
     assert_eq!(leaders.len(), 1, "{cluster}");
+}
+
+/// The replica leading the sharing engine (and holding some agents' sessions) is killed with
+/// SIGKILL while a burst of origin bans propagates: the other replica takes the engine over, the
+/// agents reconnect to it, and every shared ban of the burst is recorded exactly once per origin
+/// ban and target and enforced in each target's fail2ban.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_killed_mid_propagation_loses_and_doubles_nothing() {
+    let mut replicas = Replicas::start("banhub_sharing_kill").await;
+    let leader = replicas.sharing_leader().await;
+    let first = addresses("198.51.100", 40);
+    let second = addresses("203.0.113", 40);
+    replicas.origin_bans(&first).await;
+    let survivor = if leader == "a" {
+        &replicas.b
+    } else {
+        &replicas.a
+    };
+    wait_for_async(DEADLINE, "the first shared bans recorded", || async {
+        let (_, bans) = survivor.api().get("/api/sharing/bans?limit=1000").await;
+        let n = bans.as_array()?.len();
+        (n > 0).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", replicas.logs()));
+    let killed = if leader == "a" {
+        &mut replicas.a
+    } else {
+        &mut replicas.b
+    };
+    killed.kill().expect("the leading replica is killed");
+    let survivor = if leader == "a" {
+        &replicas.b
+    } else {
+        &replicas.a
+    };
+    replicas.balancer.set_backends(&[survivor.grpc_addr()]);
+    // More origin bans while the agents move and the engine changes replica.
+    replicas.origin_bans(&second).await;
+    wait_until_online(survivor, replicas.hosts.len()).await;
+
+    let all: Vec<String> = first.iter().chain(&second).cloned().collect();
+    let delivered = replicas.wait_delivered_once(survivor, &all).await;
+    // Each origin ban is one stored event, and shared once per target from it.
+    let mut origins: Vec<i64> = delivered
+        .iter()
+        .filter_map(|x| x["originEventId"].as_i64())
+        .collect();
+    origins.sort_unstable();
+    origins.dedup();
+    assert_eq!(
+        origins.len(),
+        all.len(),
+        "one origin event per address: {delivered:?}"
+    );
+    replicas.wait_enforced(&all);
+    let (_, cluster) = survivor.api().get("/api/cluster").await;
+    let leaders: Vec<&str> = cluster["jobs"]
+        .as_array()
+        .map(|jobs| {
+            jobs.iter()
+                .filter(|j| j["job"] == "sharing")
+                .filter_map(|j| j["replica"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        leaders.iter().any(|r| *r != leader),
+        "the surviving replica took the engine over: {cluster}"
+    );
 }
 
 /// Waits until `hub` reports `n` servers online.

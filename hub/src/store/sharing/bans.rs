@@ -1,6 +1,6 @@
-//! Shared bans: recorded with the engine's cursor in one transaction, read per target as the work
-//! to deliver (bans to hold, addresses to lift), settled once the target's agent confirmed, lifted,
-//! expired, and listed for the views.
+//! Shared bans: inserted and lifted inside the engine's batch transaction (`batch`), read per
+//! target as the work to deliver (bans to hold, addresses to lift), settled once the target's agent
+//! confirmed, lifted everywhere, expired, and listed for the views.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -10,10 +10,10 @@ use sea_orm::{
     TransactionTrait,
 };
 
-use super::super::entities::{shared_ban, sharing_state};
+use super::super::entities::shared_ban;
 use super::super::sql::{Sql, get, to_u64};
 use super::super::{Store, StoreError, to_time};
-use super::{CURSOR, corrupt};
+use super::corrupt;
 use crate::domain::ServerId;
 use crate::domain::events::EventId;
 use crate::domain::sharing::{
@@ -92,66 +92,6 @@ fn later(a: Option<i64>, b: Option<i64>) -> Option<i64> {
 }
 
 impl Store {
-    /// Records `bans` and moves the sharing cursor from `from` to `to`, in one transaction. A ban
-    /// already recorded for the same origin event, source and target is left as it is. Returns
-    /// false (changing nothing) when the cursor was no longer at `from`: another engine moved it.
-    pub async fn record_shared_bans(
-        &self,
-        from: i64,
-        to: i64,
-        bans: &[NewSharedBan],
-        now_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let txn = self.db.begin().await?;
-        // The cursor first: this write takes the lock, and an engine that lost the race stops here.
-        let moved = sharing_state::Entity::update_many()
-            .col_expr(sharing_state::Column::Value, Expr::value(to))
-            .filter(sharing_state::Column::Name.eq(CURSOR))
-            .filter(sharing_state::Column::Value.eq(from))
-            .exec(&txn)
-            .await?;
-        if moved.rows_affected != 1 {
-            return Ok(false);
-        }
-        for chunk in bans.chunks(INSERT_CHUNK) {
-            let mut sql = self.sql(
-                "INSERT INTO shared_bans (ip, target_server, origin_server, origin_jail, \
-                 origin_event, source_kind, source_id, source_name, step, created_at, expires_at, \
-                 status, skip_reason, lift_pending) VALUES ",
-            );
-            for (i, ban) in chunk.iter().enumerate() {
-                if i > 0 {
-                    sql.push(", ");
-                }
-                let status = if ban.skipped.is_some() {
-                    SharedBanStatus::Skipped
-                } else {
-                    SharedBanStatus::Pending
-                };
-                sql.tuple([
-                    ban.ip.to_string().into(),
-                    ban.target.to_string().into(),
-                    ban.origin_server.to_string().into(),
-                    ban.origin_jail.to_string().into(),
-                    ban.origin_event.map(|e| e.0).into(),
-                    ban.source.kind.as_str().into(),
-                    ban.source.id.clone().into(),
-                    ban.source.name.clone().into(),
-                    i32::try_from(ban.step).unwrap_or(i32::MAX).into(),
-                    now_ms.into(),
-                    ban.expires_at.map(|at| at.timestamp_millis()).into(),
-                    status.as_str().into(),
-                    ban.skipped.clone().into(),
-                    false.into(),
-                ]);
-            }
-            sql.push(" ON CONFLICT DO NOTHING");
-            txn.execute_raw(sql.build()).await?;
-        }
-        txn.commit().await?;
-        Ok(true)
-    }
-
     /// How many times each source already shared each address (distinct origin events), for
     /// escalation ladders: `(source id, ip) → count`.
     pub async fn shared_counts(
@@ -383,53 +323,17 @@ impl Store {
         Ok(())
     }
 
-    /// Lifts the held shared bans of `ip`: of one origin server and jail when `origin` is given,
-    /// and only those of the `policies` given, if any. Returns the targets that have a lift to be
-    /// told.
+    /// Lifts every held shared ban of `ip` ("unban everywhere"). Returns the targets that have a
+    /// lift to be told.
     pub async fn lift_shared_bans(
         &self,
         ip: &str,
-        origin: Option<(ServerId, &str)>,
-        policies: Option<&[String]>,
         now_ms: i64,
     ) -> Result<Vec<ServerId>, StoreError> {
-        if policies.is_some_and(<[String]>::is_empty) {
-            return Ok(Vec::new());
-        }
-        let mut filter = sea_orm::Condition::all()
-            .add(shared_ban::Column::Ip.eq(ip))
-            .add(shared_ban::Column::Status.is_in(["pending", "delivered"]));
-        if let Some((server, jail)) = origin {
-            filter = filter
-                .add(shared_ban::Column::OriginServer.eq(server.to_string()))
-                .add(shared_ban::Column::OriginJail.eq(jail));
-        }
-        if let Some(policies) = policies {
-            filter = filter
-                .add(shared_ban::Column::SourceKind.eq(SourceKind::Policy.as_str()))
-                .add(shared_ban::Column::SourceId.is_in(policies.iter().cloned()));
-        }
         let txn = self.db.begin().await?;
-        let targets: Vec<String> = shared_ban::Entity::find()
-            .select_only()
-            .column(shared_ban::Column::TargetServer)
-            .distinct()
-            .filter(filter.clone())
-            .into_tuple()
-            .all(&txn)
-            .await?;
-        shared_ban::Entity::update_many()
-            .col_expr(shared_ban::Column::Status, Expr::value("lifted"))
-            .col_expr(shared_ban::Column::LiftedAt, Expr::value(now_ms))
-            .col_expr(shared_ban::Column::LiftPending, Expr::value(true))
-            .filter(filter)
-            .exec(&txn)
-            .await?;
+        let targets = lift(&txn, &LiftScope::everywhere(ip), now_ms).await?;
         txn.commit().await?;
-        targets
-            .iter()
-            .map(|t| ServerId::parse(t).map_err(|_| corrupt("a shared ban's target")))
-            .collect()
+        Ok(targets)
     }
 
     /// Marks the held shared bans past their expiry expired (the agents lift them by themselves).
@@ -533,4 +437,121 @@ impl Store {
         let n: i64 = rows.first().map(|r| get(r, 0)).transpose()?.unwrap_or(0);
         Ok(to_u64(n))
     }
+}
+
+/// Inserts `bans` on `conn`; a ban already recorded for the same origin event, source and target
+/// is left as it is.
+pub(super) async fn insert_shared_bans(
+    conn: &impl ConnectionTrait,
+    bans: &[NewSharedBan],
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    for chunk in bans.chunks(INSERT_CHUNK) {
+        let mut sql = Sql::new(
+            conn.get_database_backend(),
+            "INSERT INTO shared_bans (ip, target_server, origin_server, origin_jail, \
+             origin_event, source_kind, source_id, source_name, step, created_at, expires_at, \
+             status, skip_reason, lift_pending) VALUES ",
+        );
+        for (i, ban) in chunk.iter().enumerate() {
+            if i > 0 {
+                sql.push(", ");
+            }
+            let status = if ban.skipped.is_some() {
+                SharedBanStatus::Skipped
+            } else {
+                SharedBanStatus::Pending
+            };
+            sql.tuple([
+                ban.ip.to_string().into(),
+                ban.target.to_string().into(),
+                ban.origin_server.to_string().into(),
+                ban.origin_jail.to_string().into(),
+                ban.origin_event.map(|e| e.0).into(),
+                ban.source.kind.as_str().into(),
+                ban.source.id.clone().into(),
+                ban.source.name.clone().into(),
+                i32::try_from(ban.step).unwrap_or(i32::MAX).into(),
+                now_ms.into(),
+                ban.expires_at.map(|at| at.timestamp_millis()).into(),
+                status.as_str().into(),
+                ban.skipped.clone().into(),
+                false.into(),
+            ]);
+        }
+        sql.push(" ON CONFLICT DO NOTHING");
+        conn.execute_raw(sql.build()).await?;
+    }
+    Ok(())
+}
+
+/// Which held shared bans of one address a lift ends.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LiftScope<'a> {
+    pub ip: &'a str,
+    /// Only those of this origin server and jail.
+    pub origin: Option<(ServerId, &'a str)>,
+    /// Only those these policies made.
+    pub policies: Option<&'a [String]>,
+    /// Only those made by an origin ban before this event (an unban lifts no later ban).
+    pub before: Option<EventId>,
+}
+
+impl<'a> LiftScope<'a> {
+    fn everywhere(ip: &'a str) -> Self {
+        Self {
+            ip,
+            origin: None,
+            policies: None,
+            before: None,
+        }
+    }
+}
+
+/// Lifts the held shared bans of `scope` on `conn`: marked lifted with a lift for their targets to
+/// confirm, which delivery sends (and its retry pass sends again until confirmed). Returns the
+/// targets that have a lift to be told.
+pub(super) async fn lift(
+    conn: &impl ConnectionTrait,
+    scope: &LiftScope<'_>,
+    now_ms: i64,
+) -> Result<Vec<ServerId>, StoreError> {
+    if scope.policies.is_some_and(<[String]>::is_empty) {
+        return Ok(Vec::new());
+    }
+    let mut filter = sea_orm::Condition::all()
+        .add(shared_ban::Column::Ip.eq(scope.ip))
+        .add(shared_ban::Column::Status.is_in(["pending", "delivered"]));
+    if let Some((server, jail)) = scope.origin {
+        filter = filter
+            .add(shared_ban::Column::OriginServer.eq(server.to_string()))
+            .add(shared_ban::Column::OriginJail.eq(jail));
+    }
+    if let Some(policies) = scope.policies {
+        filter = filter
+            .add(shared_ban::Column::SourceKind.eq(SourceKind::Policy.as_str()))
+            .add(shared_ban::Column::SourceId.is_in(policies.iter().cloned()));
+    }
+    if let Some(before) = scope.before {
+        filter = filter.add(shared_ban::Column::OriginEvent.lt(before.0));
+    }
+    let targets: Vec<String> = shared_ban::Entity::find()
+        .select_only()
+        .column(shared_ban::Column::TargetServer)
+        .distinct()
+        .filter(filter.clone())
+        .into_tuple()
+        .all(conn)
+        .await?;
+    shared_ban::Entity::update_many()
+        .col_expr(shared_ban::Column::Status, Expr::value("lifted"))
+        .col_expr(shared_ban::Column::LiftedAt, Expr::value(now_ms))
+        .col_expr(shared_ban::Column::LiftPending, Expr::value(true))
+        .filter(filter)
+        .exec(conn)
+        .await?;
+    targets
+        .iter()
+        .map(|t| ServerId::parse(t).map_err(|_| corrupt("a shared ban's target")))
+        .collect()
 }
