@@ -18,6 +18,7 @@ mod m0014_sharing;
 mod m0015_protected_networks;
 mod m0016_feeds;
 mod m0017_defence;
+pub(super) mod m0019_guard;
 
 pub struct Migrator;
 
@@ -69,6 +70,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0015_protected_networks::M0015ProtectedNetworks),
             Box::new(m0016_feeds::M0016Feeds),
             Box::new(m0017_defence::M0017Defence),
+            Box::new(m0019_guard::M0019Guard),
         ]
     }
 }
