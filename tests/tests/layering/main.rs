@@ -64,6 +64,7 @@ const HUB: Layering = Layering {
         ("api", "serve"),
         ("protected", "fleet"),
         ("protected", "auth"),
+        ("protected", "cluster"),
         ("fleet", "events"),
         ("fleet", "settings"),
         ("fleet", "cluster"),
