@@ -189,8 +189,21 @@ impl Protection {
                 .collect()
         };
         let (current, previous) = (&current, &previous);
+        let store = &self.0.parts.store;
         let pushes = stale.into_iter().map(|server| async move {
             let before = previous.get(&server).map_or(&[][..], Vec::as_slice);
+            // What the host may hold once the push starts: if the push fails or this replica
+            // stops during it, whoever pushes next still takes out what is no longer protected.
+            let mut may_hold: Vec<IpNet> = before.iter().chain(current).copied().collect();
+            may_hold.sort();
+            may_hold.dedup();
+            if may_hold != before
+                && let Err(e) = store
+                    .record_ignoreip_push(server, &may_hold, Utc::now())
+                    .await
+            {
+                return (server, Err(e.into()));
+            }
             let result = fleet
                 .write_protected_ignoreip(server, current, before, PUSHED_BY)
                 .await;
