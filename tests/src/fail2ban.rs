@@ -249,6 +249,55 @@ impl Fail2banSandbox {
         Ok(stdout)
     }
 
+    /// Stops the server cleanly and starts it again on the same configuration (with the default
+    /// in-memory database its bans are gone); returns once every jail that ran before runs again.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        let before = self.running_jails()?;
+        self.stop()?;
+        let server = find_program(SERVER)?;
+        self.spawn(&server)?;
+        let deadline = Instant::now() + STOP_DEADLINE;
+        loop {
+            if let Some(child) = self.child.as_mut()
+                && let Some(status) = child.try_wait()?
+            {
+                self.child = None;
+                bail!(
+                    "{SERVER} exited while restarting ({status})\n{}",
+                    self.logs()
+                );
+            }
+            if self
+                .running_jails()
+                .is_ok_and(|now| before.iter().all(|j| now.contains(j)))
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{SERVER} did not run {before:?} again within {STOP_DEADLINE:?}\n{}",
+                    self.logs()
+                );
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// The jails the server runs, from the `Jail list:` line of `status`.
+    pub fn running_jails(&self) -> anyhow::Result<Vec<String>> {
+        let status = self.client(&["status"])?;
+        Ok(status
+            .lines()
+            .find_map(|l| l.split_once("Jail list:"))
+            .map(|(_, list)| {
+                list.split(',')
+                    .map(|j| j.trim().to_owned())
+                    .filter(|j| !j.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
     /// Stops the server with SIGTERM (a clean shutdown: `actionstop`, unbans, socket removed)
     /// and waits for it; SIGKILL if it has not exited after 30 s.
     pub fn stop(&mut self) -> anyhow::Result<()> {

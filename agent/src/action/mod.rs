@@ -369,6 +369,11 @@ pub async fn install(settings: &Settings) -> Result<InstallReport, ActionError> 
         &shared_jail::ban_action(&base, &settings.shared_bans.action),
         &format!("{state_text}/{}", shared_jail::SHARED_LOG),
     ));
+    // The shared jail's section as installed now, to see whether its action changes.
+    let attach_path = config_dir
+        .join(crate::fail2ban_files::EditableFile::Agent(AgentFile::Attach).relative_path());
+    let old_attach = fs::read_to_string(&attach_path).ok();
+    let attach_text = attach_file.clone();
     let writes = vec![
         AgentWrite {
             file: AgentFile::ActionConf,
@@ -466,10 +471,14 @@ pub async fn install(settings: &Settings) -> Result<InstallReport, ActionError> 
         .map(String::as_str)
         .chain([PROBE_JAIL, SHARED_JAIL])
         .collect();
+    let shared_changed = shared_jail::action_changed(old_attach.as_deref(), &attach_text);
     let restart: BTreeSet<String> = before
         .iter()
         .flatten()
-        .filter(|j| !j.attached() && wanted.contains(j.jail.as_str()))
+        .filter(|j| {
+            (!j.attached() && wanted.contains(j.jail.as_str()))
+                || (shared_changed && j.jail == SHARED_JAIL)
+        })
         .map(|j| j.jail.clone())
         .collect();
     let edit = AgentEdit {

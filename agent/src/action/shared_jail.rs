@@ -56,6 +56,39 @@ pub fn jail_text(ban_action: &str, log: &str) -> String {
     )
 }
 
+/// The `action =` value of the `[banhub-shared]` section in an attachment file's text, with its
+/// continuation lines; `None` when the text has no such section.
+fn section_action(text: &str) -> Option<Vec<&str>> {
+    let header = format!("[{SHARED_JAIL}]");
+    let mut lines = text.lines().skip_while(|l| l.trim() != header).skip(1);
+    let mut action = Vec::new();
+    let mut reading = false;
+    for line in lines.by_ref() {
+        if line.starts_with('[') {
+            break;
+        }
+        if let Some(value) = line.strip_prefix("action =") {
+            reading = true;
+            action.push(value.trim());
+        } else if reading && line.starts_with(char::is_whitespace) && !line.trim().is_empty() {
+            action.push(line.trim());
+        } else {
+            reading = false;
+        }
+    }
+    text.lines().any(|l| l.trim() == header).then_some(action)
+}
+
+/// Whether installing `new` over `old` (the attachment file's texts) changes the shared jail's
+/// actions, so a running `[banhub-shared]` must be restarted to run them: a plain reload does not
+/// replace a running jail's actions.
+pub fn action_changed(old: Option<&str>, new: &str) -> bool {
+    match old.and_then(section_action) {
+        Some(old) => section_action(new) != Some(old),
+        None => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,5 +101,20 @@ mod tests {
         assert!(text.contains("action = %(banaction_allports)s\n         banhub\n"));
         assert!(text.contains("bantime = -1\nbantime.increment = false\nignoreself = true\n"));
         assert!(!text.contains("ignoreip"), "the host's defaults apply");
+    }
+
+    #[test]
+    fn a_changed_action_is_seen_and_nothing_else_is() {
+        let file = |action: &str| format!("[sshd]\naction = x\n{}", jail_text(action, "/l"));
+        let old = file("%(banaction)s");
+        assert!(!action_changed(Some(&old), &old));
+        assert!(action_changed(Some(&old), &file("nftables-allports")));
+        assert!(!action_changed(
+            Some(&old),
+            &old.replace("maxretry = 1", "maxretry = 2")
+        ));
+        // Nothing installed yet: nothing runs to restart.
+        assert!(!action_changed(None, &old));
+        assert!(!action_changed(Some("[sshd]\naction = x\n"), &old));
     }
 }

@@ -1,6 +1,8 @@
 //! Benchmark of a blocklist feed: a hub over a store holding `--entries` bans in force serves the
 //! feed's file in full and as a 304 (`If-None-Match`), beside a static file of the same hub (the
 //! UI's script, embedded in the binary) in full and as a 304, as the floor. Prints its figures.
+//! With `--history`, the store also holds that many older bans whose time is over (of other
+//! addresses), and the time from the feed's creation to its first rendering shows what they cost.
 //!
 //! `cargo run --release -p banhub-bench --bin feeds -- --profile release --entries 100000`
 //! (build the hub first: `cargo build --release -p banhub`).
@@ -27,6 +29,9 @@ struct Args {
     /// Bans in force, each of a distinct address.
     #[arg(long, default_value_t = 100_000)]
     entries: u32,
+    /// Older bans whose time is over, stored before the bans in force.
+    #[arg(long, default_value_t = 0)]
+    history: u32,
     /// Timed full responses per file.
     #[arg(long, default_value_t = 200)]
     full_rounds: usize,
@@ -46,7 +51,13 @@ fn address(i: u32) -> IpOrCidr {
     IpOrCidr::Ip(std::net::IpAddr::V4(ip))
 }
 
-async fn seed(url: &str, entries: u32) -> anyhow::Result<()> {
+/// The `i`-th address of the history: distinct, in 12.0.0.0/8 and up, never one of [`address`]'s.
+fn old_address(i: u32) -> IpOrCidr {
+    let ip = std::net::Ipv4Addr::from((12 << 24) + i);
+    IpOrCidr::Ip(std::net::IpAddr::V4(ip))
+}
+
+async fn seed(url: &str, entries: u32, history: u32) -> anyhow::Result<()> {
     let store = Store::connect(url, 4).await?;
     let server = store
         .create_server(NewServer {
@@ -60,25 +71,30 @@ async fn seed(url: &str, entries: u32) -> anyhow::Result<()> {
     let now = Utc::now();
     let started = Instant::now();
     let mut seq = 0u64;
-    for chunk in (0..entries).collect::<Vec<_>>().chunks(5_000) {
+    // Two days ago, an hour each: over long since.
+    let past = now - chrono::TimeDelta::days(2);
+    let old = (0..history).map(|i| (old_address(i), past, 3_600));
+    let current = (0..entries).map(|i| (address(i), now, 86_400));
+    let all: Vec<(IpOrCidr, chrono::DateTime<Utc>, u64)> = old.chain(current).collect();
+    for chunk in all.chunks(5_000) {
         let batch = chunk
             .iter()
-            .map(|i| {
+            .map(|(ip, at, secs)| {
                 seq += 1;
                 let facts = BanFacts {
-                    ip: address(*i),
+                    ip: *ip,
                     jail: jail.clone(),
                     hostname: "edge-1".to_owned(),
                     failures: 5,
                     logs: Logs::capped(["Failed password for root"]),
-                    ban_time: Some(now.timestamp()),
-                    ban_duration: Some(BanDuration::Seconds(86_400)),
+                    ban_time: Some(at.timestamp()),
+                    ban_duration: Some(BanDuration::Seconds(*secs)),
                     ban_count: Some(1),
                 };
                 (
                     seq,
                     NewEvent {
-                        occurred_at: now,
+                        occurred_at: *at,
                         source: EventSource::Action,
                         body: EventBody::Ban(facts),
                     },
@@ -88,7 +104,7 @@ async fn seed(url: &str, entries: u32) -> anyhow::Result<()> {
         store.ingest_batch(server.id, agent, 1, batch).await?;
     }
     println!(
-        "seeded {entries} bans in force in {:.1} s",
+        "seeded {history} past bans and {entries} bans in force in {:.1} s",
         started.elapsed().as_secs_f64()
     );
     Ok(())
@@ -163,8 +179,9 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let hub_bin = measure::binary(&args.profile, "banhub")?;
     println!(
-        "feed bench: {} entries, {} full rounds, {} 304 rounds, hub {} ({}), load {}",
+        "feed bench: {} entries, {} past bans, {} full rounds, {} 304 rounds, hub {} ({}), load {}",
         args.entries,
+        args.history,
         args.full_rounds,
         args.not_modified_rounds,
         hub_bin.display(),
@@ -173,7 +190,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let dir = tempfile::tempdir()?;
     let url = format!("sqlite://{}/bench.db?mode=rwc", dir.path().display());
-    seed(&url, args.entries).await?;
+    seed(&url, args.entries, args.history).await?;
     let hub = HubProcess::builder()
         .binary(&hub_bin)
         .database_url(&url)

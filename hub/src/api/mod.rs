@@ -146,6 +146,10 @@ pub fn router(state: AppState, fallback: MethodRouter<AppState>) -> Router {
             ),
             headers::add,
         ))
+        .layer(middleware::from_fn_with_state(
+            Arc::new(state.config.http.trusted_proxies.clone()),
+            crate::serve::forwarded::rewrite,
+        ))
         .with_state(state)
 }
 

@@ -175,6 +175,7 @@ impl App {
                 i64::try_from(config.guards.operator_token_window_secs).unwrap_or(i64::MAX / 1000),
             ),
             refresh: Duration::from_secs(config.guards.protected_refresh_secs),
+            cluster: cluster.clone(),
             shutdown: shutdown.clone(),
         });
         // Bans are checked against the stored protected networks from the first request on.

@@ -16,6 +16,7 @@ use crate::cluster::jobs::{self, run_singleton};
 use crate::cluster::{Cluster, Subscriber};
 use crate::domain::ServerId;
 use crate::fleet::Fleet;
+use crate::protected::Protection;
 use crate::settings::SettingsService;
 
 /// Batches of other replicas' event ids waiting to be read and published here.
@@ -108,6 +109,7 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         let subscriber = Arc::new(ReplicaSubscriber {
             fleet: fleet.clone(),
             settings: settings.clone(),
+            protection: protection.clone(),
             peer_events,
         });
         spawn(
@@ -130,10 +132,11 @@ where
 }
 
 /// What the other replicas say, handed to the fleet (commands, sessions, revocations, leases), the
-/// settings and the live event feed.
+/// settings, the lockout guard and the live event feed.
 struct ReplicaSubscriber {
     fleet: Fleet,
     settings: SettingsService,
+    protection: Protection,
     peer_events: mpsc::Sender<Vec<(i64, i64)>>,
 }
 
@@ -154,6 +157,10 @@ impl Subscriber for ReplicaSubscriber {
         if let Err(e) = self.settings.reload().await {
             tracing::warn!(error = %e, "cannot read the settings another replica saved");
         }
+    }
+
+    fn protected_changed(&self) {
+        self.protection.changed_elsewhere();
     }
 
     fn events_committed(&self, ranges: Vec<(i64, i64)>) {

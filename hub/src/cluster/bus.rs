@@ -9,7 +9,8 @@ use std::time::Duration;
 use tracing::Instrument as _;
 
 use super::{
-    CLUSTER_CHANNEL, Cluster, EVENTS_CHANNEL, SETTINGS_NOTICE, Subscriber, channel_of, parse_ranges,
+    CLUSTER_CHANNEL, Cluster, EVENTS_CHANNEL, PROTECTED_NOTICE, SETTINGS_NOTICE, Subscriber,
+    channel_of, parse_ranges,
 };
 use crate::domain::ServerId;
 use crate::store::cluster::Notice;
@@ -71,6 +72,8 @@ async fn listen<S: Subscriber>(cluster: Cluster, subscriber: Arc<S>) {
                             subscriber.certificate_revoked(serial);
                         } else if payload == SETTINGS_NOTICE {
                             reload_settings(&subscriber);
+                        } else if payload == PROTECTED_NOTICE {
+                            subscriber.protected_changed();
                         }
                     }
                 }
@@ -142,6 +145,7 @@ fn reload_settings<S: Subscriber>(subscriber: &Arc<S>) {
 /// commands forwarded here.
 fn resync<S: Subscriber>(cluster: &Cluster, subscriber: &Arc<S>) {
     reload_settings(subscriber);
+    subscriber.protected_changed();
     cluster.wake_all();
     let cluster = cluster.clone();
     let subscriber = subscriber.clone();

@@ -38,6 +38,8 @@ const EVENTS_CHANNEL: &str = "banhub_events";
 const CLUSTER_CHANNEL: &str = "banhub_cluster";
 /// The notice on [`CLUSTER_CHANNEL`] that the settings changed.
 const SETTINGS_NOTICE: &str = "settings";
+/// The payload on [`CLUSTER_CHANNEL`] that says the protected networks changed.
+const PROTECTED_NOTICE: &str = "protected";
 /// PostgreSQL refuses payloads of 8000 bytes or more; event id lists are split below this.
 const MAX_PAYLOAD: usize = 7000;
 /// Extra time a forwarded command is waited for beyond its own deadline (two notifications and a few
@@ -276,6 +278,16 @@ impl Cluster {
         }
         if let Err(e) = self.0.store.notify(CLUSTER_CHANNEL, SETTINGS_NOTICE).await {
             tracing::warn!(error = %e, "could not announce new settings to the other replicas; they take them at their next resync");
+        }
+    }
+
+    /// Tells every replica that the protected networks changed (each reads them again).
+    pub async fn announce_protected(&self) {
+        if !self.0.shared {
+            return;
+        }
+        if let Err(e) = self.0.store.notify(CLUSTER_CHANNEL, PROTECTED_NOTICE).await {
+            tracing::warn!(error = %e, "could not announce a change of the protected networks; the other replicas read them at their next refresh");
         }
     }
 

@@ -24,6 +24,10 @@ pub trait Subscriber: Send + Sync + 'static {
     /// Another replica saved the settings (or notifications were lost): read them again.
     fn settings_saved(&self) -> impl Future<Output = ()> + Send;
 
+    /// Another replica changed the protected networks (or notifications were lost): read them
+    /// again.
+    fn protected_changed(&self);
+
     /// Another replica committed the events with these inclusive id ranges.
     fn events_committed(&self, ranges: Vec<(i64, i64)>);
 

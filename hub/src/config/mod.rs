@@ -10,9 +10,11 @@ use serde::{Deserialize, Serialize};
 
 pub mod auth;
 mod base_path;
+mod trusted_proxies;
 
 pub use auth::{AuthConfig, AuthMode, MAX_SESSION_SECS};
 pub use base_path::{BasePath, BasePathError};
+pub use trusted_proxies::{TrustedProxies, TrustedProxiesError};
 
 /// Longest allowed enrollment token lifetime: 30 days.
 pub const MAX_TOKEN_TTL_SECS: u64 = 30 * 24 * 3600;
@@ -57,6 +59,9 @@ pub struct HttpConfig {
     pub base_path: BasePath,
     /// HTTPS on the listener itself, for installations without a TLS-terminating proxy.
     pub tls: HttpTlsConfig,
+    /// Reverse proxies whose `X-Forwarded-For` names the client (for the audit log and the
+    /// operators' protected addresses); empty: the socket peer is the client.
+    pub trusted_proxies: TrustedProxies,
 }
 
 /// The HTTP listener's own certificate. Both paths or neither.
@@ -296,6 +301,7 @@ impl Default for HttpConfig {
             body_limit_bytes: 256 * 1024,
             base_path: BasePath::root(),
             tls: HttpTlsConfig::default(),
+            trusted_proxies: TrustedProxies::default(),
         }
     }
 }
@@ -789,6 +795,27 @@ mod tests {
         let half = Figment::from(Serialized::default("http.tls.cert_path", "/c.pem"));
         let err = Config::load(None, half).expect_err("refused");
         assert!(err.to_string().contains("http.tls.key_path"), "{err}");
+    }
+
+    #[test]
+    fn trusted_proxies_load_and_a_bad_entry_stops_the_load() {
+        let defaults = Config::load(None, Figment::new()).expect("valid");
+        assert!(defaults.http.trusted_proxies.is_empty());
+        let list = Figment::from(Serialized::default(
+            "http.trusted_proxies",
+            vec!["10.0.0.5", "10.1.0.0/16"],
+        ));
+        let config = Config::load(None, list).expect("valid");
+        assert!(
+            config
+                .http
+                .trusted_proxies
+                .trusts("10.1.2.3".parse().expect("ip"))
+        );
+        let bad = Figment::from(Serialized::default("http.trusted_proxies", "10.0.0.0/40"));
+        let err = Config::load(None, bad).expect_err("refused");
+        assert!(err.to_string().contains("trusted_proxies"), "{err}");
+        assert!(err.to_string().contains("10.0.0.0/40"), "{err}");
     }
 
     #[test]

@@ -310,6 +310,19 @@ pub struct BanChange {
     pub until: Option<DateTime<Utc>>,
 }
 
+/// A shared ban in force that a sharing policy recorded, as a feed with policies lists it: the
+/// address, the server it was shared to, the origin's jail and the policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyShare {
+    pub net: IpNet,
+    pub target: ServerId,
+    pub origin_jail: String,
+    pub policy_id: String,
+    pub created_at: DateTime<Utc>,
+    /// `None`: until lifted.
+    pub until: Option<DateTime<Utc>>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

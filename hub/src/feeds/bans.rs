@@ -1,8 +1,11 @@
 //! The bans the feeds choose from, kept in memory: per address, server and jail, how many bans the
 //! hub recorded, the newest, and whether one is in force (banned, not unbanned, its ban time not
-//! over). Built from the stored events in id order and kept up by the newer ones.
+//! over). Built from the histories of the addresses whose ban may be in force, then kept up by the
+//! newer events, each address's history read the first time a ban names it; an address never
+//! banned since it was last in force is never read, and what the index says of every address it
+//! holds is what reading every event in id order would say.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use ipnet::IpNet;
@@ -55,11 +58,39 @@ pub struct BanIndex {
     servers: Names<ServerId>,
     jails: Names<String>,
     states: HashMap<(IpNet, u32, u32), BanState>,
+    /// The addresses whose history up to the cursor is applied.
+    known: HashSet<IpNet>,
     /// The id of the last event applied.
     pub cursor: i64,
 }
 
 impl BanIndex {
+    /// Whether the history of `net` is applied.
+    pub fn knows(&self, net: &IpNet) -> bool {
+        self.known.contains(net)
+    }
+
+    /// Applies the history up to the cursor of `nets` (their bans and unbans, oldest first); the
+    /// cursor stays where it is.
+    pub fn learn(&mut self, nets: &[IpNet], history: &[BanChange]) {
+        let cursor = self.cursor;
+        for change in history {
+            self.apply(change);
+        }
+        self.cursor = cursor;
+        self.known.extend(nets.iter().copied());
+    }
+
+    /// The addresses banned in `page` whose history is not applied yet, each once.
+    pub fn unknown_in(&self, page: &[BanChange]) -> Vec<IpNet> {
+        let mut seen = HashSet::new();
+        page.iter()
+            .filter(|c| c.ban && !self.knows(&c.net))
+            .map(|c| c.net)
+            .filter(|net| seen.insert(*net))
+            .collect()
+    }
+
     /// Applies one ban or unban; `true` if what is in force may have changed.
     pub fn apply(&mut self, change: &BanChange) -> bool {
         self.cursor = self.cursor.max(change.event_id);
@@ -178,5 +209,62 @@ mod tests {
         index.apply(&change(5, "192.0.2.2", true, Some(9_000)));
         assert_eq!(state(&index, "192.0.2.2").bans, 2);
         assert_eq!(index.cursor, 5);
+    }
+
+    /// Starting from the histories of the addresses in force at the head, then reading the newer
+    /// events (each new address's history first), says what replaying every event says.
+    #[test]
+    fn starting_from_the_bans_in_force_equals_replaying_every_event() {
+        let head = [
+            change(1, "192.0.2.1", true, Some(1_500)),
+            change(2, "192.0.2.2", true, Some(9_000)),
+            change(3, "192.0.2.3", true, None),
+            change(4, "192.0.2.3", false, None),
+            change(5, "192.0.2.1", true, Some(1_800)),
+            change(6, "192.0.2.2", true, Some(9_500)),
+        ];
+        let newer = [
+            change(7, "192.0.2.1", true, Some(9_000)),
+            change(8, "192.0.2.3", true, Some(9_000)),
+            change(9, "192.0.2.4", true, None),
+            change(10, "192.0.2.2", false, None),
+        ];
+        let mut replayed = BanIndex::default();
+        for c in head.iter().chain(&newer) {
+            replayed.apply(c);
+        }
+        // At 2,000 only 192.0.2.2's ban is in force at the head.
+        let in_force = vec![IpNet::from(
+            "192.0.2.2".parse::<std::net::IpAddr>().expect("ip"),
+        )];
+        let history: Vec<BanChange> = head
+            .iter()
+            .filter(|c| in_force.contains(&c.net))
+            .cloned()
+            .collect();
+        let mut started = BanIndex::default();
+        started.learn(&in_force, &history);
+        started.cursor = 6;
+        let unknown = started.unknown_in(&newer);
+        assert_eq!(unknown.len(), 3, "{unknown:?}");
+        let older: Vec<BanChange> = head
+            .iter()
+            .filter(|c| unknown.contains(&c.net))
+            .cloned()
+            .collect();
+        started.learn(&unknown, &older);
+        for c in &newer {
+            started.apply(c);
+        }
+        let states = |index: &BanIndex| {
+            let mut all: Vec<(String, BanState)> = index
+                .iter()
+                .map(|(net, .., s)| (net.to_string(), *s))
+                .collect();
+            all.sort_by(|a, b| a.0.cmp(&b.0));
+            all
+        };
+        assert_eq!(states(&started), states(&replayed));
+        assert_eq!(started.cursor, 10);
     }
 }

@@ -8,8 +8,9 @@
 //! commits, a ban ends, the protected networks, the servers or the feeds change, and at least
 //! every [`REFRESH`] (so maximum ages apply and the timeouts in the bodies stay close).
 //!
-//! Sharing policies are stored with a feed but do not filter yet: the sharing engine that marks a
-//! ban with its policy is not part of this hub.
+//! A feed that names sharing policies lists the shared bans in force those policies recorded on
+//! the feed's servers (read from the store each round while such a feed exists), not the hosts'
+//! own bans.
 
 mod bans;
 pub mod cidr;
@@ -27,7 +28,7 @@ use tokio::sync::Notify;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::feeds::{FeedFormat, FeedRecord, FeedSpec, FeedTokenRecord};
+use crate::domain::feeds::{FeedFormat, FeedRecord, FeedSpec, FeedTokenRecord, PolicyShare};
 use crate::domain::{Guards, Server, sha256_hex};
 use crate::events::Events;
 use crate::store::feeds::FeedWrite;
@@ -387,9 +388,13 @@ struct Worker {
     feeds: Vec<FeedRecord>,
     protected: Vec<IpNet>,
     servers: Vec<Server>,
+    /// The policies' shared bans in force, read while a feed names policies.
+    shares: Vec<PolicyShare>,
     rendered_at: Option<DateTime<Utc>>,
     next_change: Option<DateTime<Utc>>,
     dirty: bool,
+    /// Whether the index has been started from the bans in force.
+    seeded: bool,
 }
 
 impl Worker {
@@ -410,14 +415,33 @@ impl Worker {
             return Ok(());
         }
         let mut changed = self.dirty;
+        if !self.seeded {
+            self.seed(store).await?;
+            self.seeded = true;
+            changed = true;
+        }
         loop {
             let page = store.ban_changes_after(self.index.cursor, PAGE).await?;
+            let unknown = self.index.unknown_in(&page);
+            if !unknown.is_empty() {
+                let history = store.ban_history(&unknown, self.index.cursor).await?;
+                self.index.learn(&unknown, &history);
+            }
             for change in &page {
                 changed |= self.index.apply(change);
             }
             if (page.len() as u64) < PAGE {
                 break;
             }
+        }
+        if self.feeds.iter().any(|f| !f.spec.policies.is_empty()) {
+            let shares = store.policy_shares_in_force(Utc::now()).await?;
+            if shares != self.shares {
+                self.shares = shares;
+                changed = true;
+            }
+        } else {
+            self.shares.clear();
         }
         let protected = feeds.0.guards.protected_networks();
         if protected != self.protected {
@@ -443,12 +467,34 @@ impl Worker {
         Ok(())
     }
 
+    /// Starts the index at the newest event with the histories of the addresses whose ban may be
+    /// in force there: a read bounded by those bans, however many events the hub keeps.
+    async fn seed(&mut self, store: &Store) -> Result<(), FeedsError> {
+        let head = store.newest_event_id().await?;
+        let nets = store.addresses_banned_at(head, Utc::now()).await?;
+        let history = store.ban_history(&nets, head).await?;
+        self.index = BanIndex::default();
+        self.index.learn(&nets, &history);
+        self.index.cursor = head;
+        tracing::debug!(
+            head,
+            addresses = nets.len(),
+            events = history.len(),
+            "feeds start from the bans in force"
+        );
+        Ok(())
+    }
+
     fn render_all(&mut self, feeds: &Feeds, now: DateTime<Utc>) {
         let mut caches = HashMap::new();
         let mut next_change: Option<DateTime<Utc>> = None;
         for feed in &self.feeds {
-            let entries =
-                select::select(&feed.spec, &self.index, &self.servers, &self.protected, now);
+            let entries = if feed.spec.policies.is_empty() {
+                select::select(&feed.spec, &self.index, &self.servers, &self.protected, now)
+            } else {
+                let shared = select::policy_index(&feed.spec, &self.shares);
+                select::select(&feed.spec, &shared, &self.servers, &self.protected, now)
+            };
             let feed_next = select::next_change(&entries, now);
             next_change = match (next_change, feed_next) {
                 (Some(a), Some(b)) => Some(a.min(b)),

@@ -270,4 +270,196 @@ mod tests {
             .map(str::to_owned)
             .collect()
     }
+
+    /// Reads a RouterOS time (`[<d>d]HH:MM:SS`, hours below 24) strictly; its seconds.
+    fn routeros_seconds(text: &str) -> Result<i64, String> {
+        let (days, clock) = match text.split_once('d') {
+            Some((d, rest)) if !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()) => {
+                (d.parse::<i64>().map_err(|e| e.to_string())?, rest)
+            }
+            Some(_) => return Err(format!("bad days in {text:?}")),
+            None => (0, text),
+        };
+        let parts: Vec<&str> = clock.split(':').collect();
+        let [h, m, s] = parts.as_slice() else {
+            return Err(format!("not HH:MM:SS: {text:?}"));
+        };
+        let field = |part: &str, below: i64| -> Result<i64, String> {
+            if part.len() != 2 || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(format!("not two digits: {part:?} in {text:?}"));
+            }
+            let n: i64 = part
+                .parse()
+                .map_err(|e: std::num::ParseIntError| e.to_string())?;
+            if n >= below {
+                return Err(format!("{n} out of range in {text:?}"));
+            }
+            Ok(n)
+        };
+        Ok(days * 86_400 + field(h, 24)? * 3600 + field(m, 60)? * 60 + field(s, 60)?)
+    }
+
+    /// The script read with RouterOS's grammar for what it may hold, strictly (a unit test: no
+    /// RouterOS runs here): comments; a menu line, `/ip` then `/ipv6`; in each, the `remove` of the
+    /// list, then `add` commands whose list is a quoted string without a character RouterOS would
+    /// read inside quotes (`"`, `\`, `$`), whose address is of the menu's family, and whose optional
+    /// `timeout=` is a RouterOS time. Returns (menu, address, timeout seconds) per `add`.
+    fn parse_routeros(script: &str, list: &str) -> Vec<(String, String, Option<i64>)> {
+        let quoted = format!("\"{list}\"");
+        assert!(
+            !list.contains(['"', '\\', '$', '\n']),
+            "the list name needs escaping: {list:?}"
+        );
+        let mut menu: Option<&str> = None;
+        let mut menus = Vec::new();
+        let mut removed = false;
+        let mut adds = Vec::new();
+        for (n, line) in script.lines().enumerate() {
+            let fail = |why: &str| panic!("line {}: {why}: {line:?}", n + 1);
+            if line.starts_with('#') {
+                continue;
+            }
+            if line.trim() != line || line.is_empty() {
+                fail("stray white space or an empty line");
+            }
+            if let Some(rest) = line.strip_suffix(" firewall address-list") {
+                if !matches!(rest, "/ip" | "/ipv6") {
+                    fail("unknown menu");
+                }
+                menu = Some(if rest == "/ip" { "/ip" } else { "/ipv6" });
+                menus.push(rest.to_owned());
+                removed = false;
+                continue;
+            }
+            let Some(current) = menu else {
+                fail("a command before any menu");
+                continue;
+            };
+            if line == format!("remove [find list={quoted}]") {
+                if removed {
+                    fail("a second remove");
+                }
+                removed = true;
+                continue;
+            }
+            let Some(args) = line.strip_prefix("add ") else {
+                fail("neither remove nor add");
+                continue;
+            };
+            if !removed {
+                fail("an add before the list's remove");
+            }
+            let mut words = args.split(' ');
+            if words.next() != Some(format!("list={quoted}").as_str()) {
+                fail("the add names another list");
+            }
+            let Some(address) = words.next().and_then(|w| w.strip_prefix("address=")) else {
+                fail("no address");
+                continue;
+            };
+            let (ip, prefix) = match address.split_once('/') {
+                Some((ip, prefix)) => (ip, Some(prefix)),
+                None => (address, None),
+            };
+            let ip: std::net::IpAddr = ip
+                .parse()
+                .unwrap_or_else(|_| panic!("line {}: bad address {address:?}", n + 1));
+            if ip.is_ipv4() != (current == "/ip") {
+                fail("an address of the other family");
+            }
+            if let Some(prefix) = prefix {
+                let bits: u8 = prefix
+                    .parse()
+                    .unwrap_or_else(|_| panic!("bad prefix in {line:?}"));
+                let net = IpNet::new(ip, bits).unwrap_or_else(|_| panic!("bad prefix in {line:?}"));
+                if net.trunc() != net || bits == net.max_prefix_len() {
+                    fail("host bits set, or a host written as a network");
+                }
+            }
+            let timeout = match words.next() {
+                None => None,
+                Some(word) => {
+                    let Some(time) = word.strip_prefix("timeout=") else {
+                        fail("an unknown argument");
+                        continue;
+                    };
+                    Some(routeros_seconds(time).unwrap_or_else(|e| panic!("line {}: {e}", n + 1)))
+                }
+            };
+            if words.next().is_some() {
+                fail("trailing arguments");
+            }
+            adds.push((current.to_owned(), address.to_owned(), timeout));
+        }
+        assert_eq!(menus, ["/ip", "/ipv6"], "both menus, IPv4 first");
+        adds
+    }
+
+    #[test]
+    fn the_routeros_script_follows_routeros_grammar_strictly() {
+        let e = |raw: &str, until: Option<i64>| Entry {
+            net: raw
+                .parse()
+                .or_else(|_| raw.parse::<std::net::IpAddr>().map(IpNet::from))
+                .expect(raw),
+            until: until.map(at),
+        };
+        let now = 1_000;
+        let entries = vec![
+            e("192.0.2.7", Some(now + 1)),
+            e("192.0.2.8", Some(now + 59)),
+            e("192.0.2.9", Some(now + 86_399)),
+            e("192.0.2.10", Some(now + 86_400)),
+            e("198.51.100.0/24", None),
+            e("203.0.113.0/25", Some(now + MAX_TIMEOUT_SECS)),
+            // Past the longest timeout: loaded without one.
+            e("203.0.113.200", Some(now + MAX_TIMEOUT_SECS + 1)),
+            e("2001:db8::1", Some(now + 90_061)),
+            e("2001:db8:1::/48", None),
+            e("2001:db8:2::/64", Some(now + 3_600)),
+        ];
+        let name = FeedName::parse("edge_1-fw").expect("name");
+        let script = render(FeedFormat::Rsc, &name, &entries, at(now));
+        let adds = parse_routeros(&script, "banhub-edge_1-fw");
+        let want: Vec<(String, String, Option<i64>)> = [
+            ("/ip", "192.0.2.7", Some(1)),
+            ("/ip", "192.0.2.8", Some(59)),
+            ("/ip", "192.0.2.9", Some(86_399)),
+            ("/ip", "192.0.2.10", Some(86_400)),
+            ("/ip", "198.51.100.0/24", None),
+            ("/ip", "203.0.113.0/25", Some(MAX_TIMEOUT_SECS)),
+            ("/ip", "203.0.113.200", None),
+            ("/ipv6", "2001:db8:2::/64", Some(3_600)),
+            ("/ipv6", "2001:db8::1", Some(90_061)),
+            ("/ipv6", "2001:db8:1::/48", None),
+        ]
+        .iter()
+        .map(|(m, a, t)| ((*m).to_owned(), (*a).to_owned(), *t))
+        .collect();
+        let mut got = adds.clone();
+        got.sort();
+        let mut want_sorted = want.clone();
+        want_sorted.sort();
+        assert_eq!(got, want_sorted, "{script}");
+        // The time grammar itself refuses what RouterOS would not read.
+        for bad in [
+            "1:00:00",
+            "00:60:00",
+            "24:00:00",
+            "d00:00:01",
+            "1d1:00:00",
+            "00:00",
+        ] {
+            assert!(routeros_seconds(bad).is_err(), "{bad}");
+        }
+        assert_eq!(routeros_seconds("24d20:31:23"), Ok(MAX_TIMEOUT_SECS));
+        // An empty feed is still both menus with their removes.
+        assert!(
+            parse_routeros(
+                &render(FeedFormat::Rsc, &name, &[], at(now)),
+                "banhub-edge_1-fw"
+            )
+            .is_empty()
+        );
+    }
 }

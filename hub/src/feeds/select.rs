@@ -1,6 +1,8 @@
 //! What one feed lists at a moment: the addresses with a ban in force on a selected server and jail
 //! (never the probe jail), that reach the feed's thresholds, whose newest ban is recent enough;
-//! protected networks subtracted; entries inside others dropped, or everything aggregated.
+//! protected networks subtracted; entries inside others dropped, or everything aggregated. A feed
+//! naming sharing policies chooses among those policies' shared bans instead ([`policy_index`]):
+//! the server is the one shared to, the jail the origin's.
 
 use std::collections::HashMap;
 
@@ -11,7 +13,7 @@ use ipnet::IpNet;
 use super::bans::BanIndex;
 use super::cidr::{self, Entry};
 use crate::domain::Server;
-use crate::domain::feeds::{FeedServers, FeedSpec};
+use crate::domain::feeds::{BanChange, FeedServers, FeedSpec, PolicyShare};
 
 /// One address's tally over the selected servers and jails.
 struct Tally {
@@ -103,6 +105,27 @@ pub fn select(
     }
 }
 
+/// The shared bans of `spec`'s policies as an index [`select`] reads: one ban per shared ban, on
+/// the server it was shared to, in the origin's jail, from its recording to its expiry.
+pub fn policy_index(spec: &FeedSpec, shares: &[PolicyShare]) -> BanIndex {
+    let mut index = BanIndex::default();
+    for share in shares
+        .iter()
+        .filter(|s| spec.policies.contains(&s.policy_id))
+    {
+        index.apply(&BanChange {
+            event_id: 0,
+            server_id: share.target,
+            jail: share.origin_jail.clone(),
+            net: share.net,
+            ban: true,
+            banned_at: share.created_at,
+            until: share.until,
+        });
+    }
+    index
+}
+
 fn selects_server(spec: &FeedSpec, servers: &[Server], id: &crate::domain::ServerId) -> bool {
     match &spec.servers {
         FeedServers::All => true,
@@ -128,7 +151,7 @@ pub fn next_change(entries: &[Entry], now: DateTime<Utc>) -> Option<DateTime<Utc
 mod tests {
     use super::*;
     use crate::domain::ServerId;
-    use crate::domain::feeds::{BanChange, FeedDraft};
+    use crate::domain::feeds::FeedDraft;
 
     fn at(s: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(s, 0).unwrap_or_default()
@@ -244,5 +267,51 @@ mod tests {
         let first = entries.first().expect("entry");
         assert_eq!(first.until, Some(at(6_000)));
         assert_eq!(next_change(&entries, at(1_200)), Some(at(1_500)));
+    }
+
+    fn share(ip: &str, target: u128, policy: &str, until: Option<i64>) -> PolicyShare {
+        PolicyShare {
+            net: ip.parse::<std::net::IpAddr>().map(IpNet::from).expect(ip),
+            target: server(target),
+            origin_jail: "sshd".to_owned(),
+            policy_id: policy.to_owned(),
+            created_at: at(1_000),
+            until: until.map(at),
+        }
+    }
+
+    #[test]
+    fn a_feed_of_policies_lists_their_shared_bans_on_its_servers() {
+        let (p, q) = (
+            "00000000-0000-0000-0000-000000000001".to_owned(),
+            "00000000-0000-0000-0000-000000000002".to_owned(),
+        );
+        let shares = [
+            share("192.0.2.1", 2, &p, Some(5_000)),
+            share("192.0.2.2", 3, &p, None),
+            share("192.0.2.3", 2, &q, None),
+            share("192.0.2.4", 2, &p, Some(1_100)),
+        ];
+        let on = |policies: &[&String], servers: Option<u128>| {
+            let feed = spec(|d| {
+                d.policies = policies.iter().map(|p| (*p).clone()).collect();
+                if let Some(n) = servers {
+                    d.all_servers = false;
+                    d.server_ids = vec![server(n).to_string()];
+                }
+            });
+            let index = policy_index(&feed, &shares);
+            listed(&feed, &index, &[], 1_200)
+        };
+        // 192.0.2.4's shared ban has expired.
+        assert_eq!(on(&[&p], None), ["192.0.2.1/32", "192.0.2.2/32"]);
+        assert_eq!(on(&[&q], None), ["192.0.2.3/32"]);
+        assert_eq!(
+            on(&[&p, &q], None),
+            ["192.0.2.1/32", "192.0.2.2/32", "192.0.2.3/32"]
+        );
+        // Only the shared bans on the feed's servers.
+        assert_eq!(on(&[&p], Some(3)), ["192.0.2.2/32"]);
+        assert!(on(&[&p], Some(1)).is_empty());
     }
 }

@@ -3,10 +3,12 @@
 //! [`Guards`] every ban path checks, and pushed into every host's `[DEFAULT] ignoreip` so fail2ban's
 //! own jails never ban them either.
 //!
-//! Each replica reads the lists again every `guards.protected_refresh_secs` (and at once after a
-//! change made here), so a change made on another replica or a session that ended shows within
-//! that interval. Each replica pushes `ignoreip` to the hosts whose agents it holds: after a
-//! change, and to a host it has not pushed the current list to yet (a host that just connected).
+//! A change of the protected networks is announced to the other replicas (on PostgreSQL), and each
+//! reads the lists again when it hears one; every `guards.protected_refresh_secs` too, so a lost
+//! notice or a session that ended shows within that interval. Each replica pushes `ignoreip` to the
+//! hosts whose agents it holds when the list differs from what the store says the host was last
+//! given (kept per host in the database, so a restarted replica, or the next one to hold the
+//! agent, knows it and takes out only the networks no longer protected).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,6 +20,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Auth;
+use crate::cluster::Cluster;
 use crate::domain::protected::{ProtectedEntry, ProtectedNetwork, ProtectionKind};
 use crate::domain::{Guards, ServerId};
 use crate::fleet::Fleet;
@@ -39,6 +42,8 @@ pub struct ProtectionParts {
     pub token_window: TimeDelta,
     /// How often the lists are read again.
     pub refresh: Duration,
+    /// Where a change is announced to the other replicas.
+    pub cluster: Cluster,
     pub shutdown: CancellationToken,
 }
 
@@ -49,22 +54,16 @@ pub struct Protection(Arc<Inner>);
 #[derive(Debug)]
 struct Inner {
     parts: ProtectionParts,
-    /// Per host of this replica: the list last pushed, and when a push last failed.
-    pushed: Mutex<HashMap<ServerId, Pushed>>,
+    /// Per host of this replica whose last push failed: when.
+    failed: Mutex<HashMap<ServerId, Instant>>,
     wake: Notify,
-}
-
-#[derive(Debug, Clone, Default)]
-struct Pushed {
-    list: Vec<IpNet>,
-    failed_at: Option<Instant>,
 }
 
 impl Protection {
     pub fn new(parts: ProtectionParts) -> Self {
         Self(Arc::new(Inner {
             parts,
-            pushed: Mutex::default(),
+            failed: Mutex::default(),
             wake: Notify::new(),
         }))
     }
@@ -94,6 +93,7 @@ impl Protection {
             .await?;
         self.reload_configured().await?;
         self.0.wake.notify_one();
+        self.0.parts.cluster.announce_protected().await;
         Ok(added)
     }
 
@@ -102,7 +102,13 @@ impl Protection {
         let removed = self.0.parts.store.delete_protected_network(id).await?;
         self.reload_configured().await?;
         self.0.wake.notify_one();
+        self.0.parts.cluster.announce_protected().await;
         Ok(removed)
+    }
+
+    /// Another replica changed the protected networks: read them again now.
+    pub fn changed_elsewhere(&self) {
+        self.0.wake.notify_one();
     }
 
     /// Reads both lists again into the guards.
@@ -157,51 +163,84 @@ impl Protection {
         }
     }
 
-    /// Pushes the current list to every host of this replica that does not have it yet.
+    /// Pushes the current list to every host of this replica whose last push, as stored, differs.
     async fn push_stale(&self) {
         let fleet = &self.0.parts.fleet;
         let current = fleet.protected_ignoreip();
         let local = fleet.local_servers();
+        let previous = match self.0.parts.store.ignoreip_pushes(&local).await {
+            Ok(previous) => previous,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read what the hosts' ignoreip holds; trying again later");
+                return;
+            }
+        };
         let stale: Vec<ServerId> = {
-            let mut pushed = self.0.pushed.lock().unwrap_or_else(PoisonError::into_inner);
-            pushed.retain(|server, _| local.contains(server));
+            let mut failed = self.0.failed.lock().unwrap_or_else(PoisonError::into_inner);
+            failed.retain(|server, _| local.contains(server));
             local
                 .into_iter()
                 .filter(|server| {
-                    let last = pushed.get(server).cloned().unwrap_or_default();
-                    last.list != current
-                        && last.failed_at.is_none_or(|at| at.elapsed() >= RETRY_AFTER)
+                    previous.get(server) != Some(&current)
+                        && failed
+                            .get(server)
+                            .is_none_or(|at| at.elapsed() >= RETRY_AFTER)
                 })
                 .collect()
         };
-        let previous: HashMap<ServerId, Vec<IpNet>> = {
-            let pushed = self.0.pushed.lock().unwrap_or_else(PoisonError::into_inner);
-            pushed.iter().map(|(s, p)| (*s, p.list.clone())).collect()
-        };
         let (current, previous) = (&current, &previous);
+        let store = &self.0.parts.store;
         let pushes = stale.into_iter().map(|server| async move {
             let before = previous.get(&server).map_or(&[][..], Vec::as_slice);
+            // What the host may hold once the push starts: if the push fails or this replica
+            // stops during it, whoever pushes next still takes out what is no longer protected.
+            let mut may_hold: Vec<IpNet> = before.iter().chain(current).copied().collect();
+            may_hold.sort();
+            may_hold.dedup();
+            if may_hold != before
+                && let Err(e) = store
+                    .record_ignoreip_push(server, &may_hold, Utc::now())
+                    .await
+            {
+                return (server, Err(e.into()));
+            }
             let result = fleet
                 .write_protected_ignoreip(server, current, before, PUSHED_BY)
                 .await;
             (server, result)
         });
         for (server, result) in futures::future::join_all(pushes).await {
-            let mut pushed = self.0.pushed.lock().unwrap_or_else(PoisonError::into_inner);
-            let entry = pushed.entry(server).or_default();
             match result {
                 Ok(wrote) => {
                     tracing::info!(server_id = %server, entries = current.len(), wrote, "protected networks in ignoreip");
-                    *entry = Pushed {
-                        list: current.clone(),
-                        failed_at: None,
-                    };
+                    self.forget_failure(server);
+                    if let Err(e) = self
+                        .0
+                        .parts
+                        .store
+                        .record_ignoreip_push(server, current, Utc::now())
+                        .await
+                    {
+                        tracing::warn!(server_id = %server, error = %e, "cannot record the push of the protected networks; it is repeated");
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(server_id = %server, error = %e, "cannot push the protected networks into ignoreip; trying again later");
-                    entry.failed_at = Some(Instant::now());
+                    self.0
+                        .failed
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(server, Instant::now());
                 }
             }
         }
+    }
+
+    fn forget_failure(&self, server: ServerId) {
+        self.0
+            .failed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&server);
     }
 }

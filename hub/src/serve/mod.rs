@@ -1,8 +1,10 @@
 //! How the HTTP router reaches clients: over plain HTTP or HTTPS (`http.tls`), at the root or under
 //! a prefix (`http.base_path`) for a reverse proxy that forwards a sub-path, with the security
-//! headers on every answer and `Connection: close` where a request's body was left unread.
+//! headers on every answer, `Connection: close` where a request's body was left unread, and the
+//! client's address behind a trusted reverse proxy.
 
 pub mod base_path;
+pub mod forwarded;
 pub mod headers;
 pub mod problem;
 pub mod tls;

@@ -1,6 +1,9 @@
 //! Repository functions of blocklist feeds: the feeds and their read-only tokens through sea-orm's
 //! entities, and the ban changes the feeds follow (hand-written SQL over `events`, a lean read of
-//! the few columns they need, in id order).
+//! the few columns they need, in id order: the bans that may be in force through the ban end index,
+//! the histories of their addresses, the newer changes), and the policies' shared bans in force.
+
+use std::collections::HashSet;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use ipnet::IpNet;
@@ -10,12 +13,15 @@ use sea_orm::{
 };
 
 use super::entities::{feed, feed_token};
+use super::migration::m0019_guard::BAN_END;
 use super::servers::is_unique_violation;
 use super::sql::get;
 use super::{Store, StoreError, now_ms, to_time};
 use crate::domain::ServerId;
-use crate::domain::events::IpOrCidr;
-use crate::domain::feeds::{BanChange, FeedDraft, FeedRecord, FeedSpec, FeedTokenRecord};
+use crate::domain::events::{IpOrCidr, ip_key};
+use crate::domain::feeds::{
+    BanChange, FeedDraft, FeedRecord, FeedSpec, FeedTokenRecord, PolicyShare,
+};
 
 /// What a write of a feed came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,47 +212,276 @@ impl Store {
         after: i64,
         limit: u64,
     ) -> Result<Vec<BanChange>, StoreError> {
-        let mut sql = self.sql(
-            "SELECT id, server_id, kind, ip, jail, ban_time, ban_duration, occurred_at \
-             FROM events WHERE id > ",
-        );
+        let mut sql = self.sql(&format!("SELECT {CHANGE_COLUMNS} FROM events WHERE id > "));
         sql.bind(after)
             .push(" AND kind IN ('ban', 'unban') ORDER BY id LIMIT ")
             .bind(i64::try_from(limit).unwrap_or(i64::MAX));
-        let rows = self.rows(sql).await?;
-        let mut changes = Vec::with_capacity(rows.len());
-        for row in rows {
-            let id: i64 = get(&row, 0)?;
-            let corrupt = |what: &str| StoreError::Corrupt(format!("event {id}: {what}"));
-            let server: String = get(&row, 1)?;
-            let kind: String = get(&row, 2)?;
-            let (Some(ip), Some(jail)) = (get::<Option<String>>(&row, 3)?, get(&row, 4)?) else {
-                continue;
-            };
-            let ip = IpOrCidr::parse(&ip).map_err(|_| corrupt("address"))?;
-            let ban_time: Option<i64> = get(&row, 5)?;
-            let duration: Option<i64> = get(&row, 6)?;
-            let occurred_at = to_time(get(&row, 7)?);
-            let banned_at = ban_time
-                .and_then(|s| DateTime::from_timestamp(s, 0))
-                .unwrap_or(occurred_at);
-            // fail2ban's `-1` (permanent) and an unknown duration both last until the unban.
-            let until = duration
-                .filter(|d| *d >= 0)
-                .map(|d| banned_at + TimeDelta::seconds(d));
-            changes.push(BanChange {
-                event_id: id,
-                server_id: ServerId::parse(&server).map_err(|_| corrupt("server id"))?,
-                jail,
-                net: match ip {
-                    IpOrCidr::Ip(addr) => IpNet::from(addr),
-                    IpOrCidr::Net(net) => net,
-                },
-                ban: kind == "ban",
-                banned_at,
-                until,
+        to_changes(self.rows(sql).await?)
+    }
+
+    /// The id of the newest stored event; 0 when there is none.
+    pub async fn newest_event_id(&self) -> Result<i64, StoreError> {
+        let rows = self
+            .rows(self.sql("SELECT COALESCE(MAX(id), 0) FROM events"))
+            .await?;
+        rows.first().map_or(Ok(0), |row| get::<i64>(row, 0))
+    }
+
+    /// The addresses with a ban event up to `up_to` whose ban has not ended at `now`: a range scan
+    /// of the ban events' end index (M0019), so it reads the bans that may be in force and no other.
+    pub async fn addresses_banned_at(
+        &self,
+        up_to: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<IpNet>, StoreError> {
+        let mut sql = self.sql(&format!(
+            "SELECT DISTINCT ip FROM events WHERE kind = 'ban' AND {BAN_END} > "
+        ));
+        sql.bind(now.timestamp_millis())
+            .push(" AND id <= ")
+            .bind(up_to);
+        let mut nets = Vec::new();
+        for row in self.rows(sql).await? {
+            if let Some(ip) = get::<Option<String>>(&row, 0)? {
+                let ip = IpOrCidr::parse(&ip)
+                    .map_err(|_| StoreError::Corrupt(format!("event address {ip:?}")))?;
+                nets.push(to_net(ip));
+            }
+        }
+        Ok(nets)
+    }
+
+    /// Every ban and unban of these addresses up to event `up_to`, oldest first: an address's
+    /// history, read through the address index.
+    pub async fn ban_history(
+        &self,
+        nets: &[IpNet],
+        up_to: i64,
+    ) -> Result<Vec<BanChange>, StoreError> {
+        let wanted: HashSet<IpNet> = nets.iter().copied().collect();
+        let mut changes = Vec::new();
+        for chunk in nets.chunks(HISTORY_CHUNK) {
+            let keys = chunk.iter().map(|net| {
+                let ip = if net.prefix_len() == net.max_prefix_len() {
+                    IpOrCidr::Ip(net.addr())
+                } else {
+                    IpOrCidr::Net(*net)
+                };
+                sea_orm::Value::from(ip_key(&ip).to_vec())
+            });
+            let mut sql = self.sql(&format!(
+                "SELECT {CHANGE_COLUMNS} FROM events WHERE ip_key IN "
+            ));
+            sql.tuple(keys)
+                .push(" AND kind IN ('ban', 'unban') AND id <= ")
+                .bind(up_to);
+            // An address and a network starting at it share a key; each keeps its own history.
+            changes.extend(
+                to_changes(self.rows(sql).await?)?
+                    .into_iter()
+                    .filter(|c| wanted.contains(&c.net)),
+            );
+        }
+        changes.sort_by_key(|c| c.event_id);
+        Ok(changes)
+    }
+
+    /// The shared bans recorded by sharing policies that are in force at `now` (pending or
+    /// delivered, not past their expiry).
+    pub async fn policy_shares_in_force(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<PolicyShare>, StoreError> {
+        let mut sql = self.sql(
+            "SELECT ip, target_server, origin_jail, source_id, created_at, expires_at \
+             FROM shared_bans WHERE source_kind = 'policy' \
+             AND status IN ('pending', 'delivered') AND (expires_at IS NULL OR expires_at > ",
+        );
+        sql.bind(now.timestamp_millis()).push(") ORDER BY id");
+        let mut shares = Vec::new();
+        for row in self.rows(sql).await? {
+            let ip: String = get(&row, 0)?;
+            let target: String = get(&row, 1)?;
+            let corrupt = |what: &str| StoreError::Corrupt(format!("shared ban: {what}"));
+            shares.push(PolicyShare {
+                net: to_net(IpOrCidr::parse(&ip).map_err(|_| corrupt("address"))?),
+                target: ServerId::parse(&target).map_err(|_| corrupt("target server"))?,
+                origin_jail: get(&row, 2)?,
+                policy_id: get(&row, 3)?,
+                created_at: to_time(get(&row, 4)?),
+                until: get::<Option<i64>>(&row, 5)?.map(to_time),
             });
         }
-        Ok(changes)
+        Ok(shares)
+    }
+}
+
+/// The columns [`to_changes`] reads, in its order.
+const CHANGE_COLUMNS: &str = "id, server_id, kind, ip, jail, ban_time, ban_duration, occurred_at";
+/// Addresses per query of [`Store::ban_history`].
+const HISTORY_CHUNK: usize = 256;
+
+fn to_net(ip: IpOrCidr) -> IpNet {
+    match ip {
+        IpOrCidr::Ip(addr) => IpNet::from(addr),
+        IpOrCidr::Net(net) => net,
+    }
+}
+
+/// Rows of [`CHANGE_COLUMNS`] as ban changes; rows without an address or a jail are left out.
+fn to_changes(rows: Vec<sea_orm::QueryResult>) -> Result<Vec<BanChange>, StoreError> {
+    let mut changes = Vec::with_capacity(rows.len());
+    for row in rows {
+        let id: i64 = get(&row, 0)?;
+        let corrupt = |what: &str| StoreError::Corrupt(format!("event {id}: {what}"));
+        let server: String = get(&row, 1)?;
+        let kind: String = get(&row, 2)?;
+        let (Some(ip), Some(jail)) = (get::<Option<String>>(&row, 3)?, get(&row, 4)?) else {
+            continue;
+        };
+        let ip = IpOrCidr::parse(&ip).map_err(|_| corrupt("address"))?;
+        let ban_time: Option<i64> = get(&row, 5)?;
+        let duration: Option<i64> = get(&row, 6)?;
+        let occurred_at = to_time(get(&row, 7)?);
+        let banned_at = ban_time
+            .and_then(|s| DateTime::from_timestamp(s, 0))
+            .unwrap_or(occurred_at);
+        // fail2ban's `-1` (permanent) and an unknown duration both last until the unban.
+        let until = duration
+            .filter(|d| *d >= 0)
+            .map(|d| banned_at + TimeDelta::seconds(d));
+        changes.push(BanChange {
+            event_id: id,
+            server_id: ServerId::parse(&server).map_err(|_| corrupt("server id"))?,
+            jail,
+            net: to_net(ip),
+            ban: kind == "ban",
+            banned_at,
+            until,
+        });
+    }
+    Ok(changes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::events::{
+        BanDuration, BanFacts, EventBody, EventSource, JailName, Logs, NewEvent,
+    };
+    use crate::domain::{Labels, NewServer, ServerName};
+
+    async fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::TempDir::new().expect("tempdir");
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("hub.db").display());
+        let store = Store::connect(&url, 2).await.expect("connect");
+        (dir, store)
+    }
+
+    fn event(ip: &str, ban: bool, at: i64, duration: Option<BanDuration>) -> NewEvent {
+        let facts = BanFacts {
+            ip: IpOrCidr::parse(ip).expect("ip"),
+            jail: JailName::parse("sshd").expect("jail"),
+            hostname: String::new(),
+            failures: 3,
+            logs: Logs::default(),
+            ban_time: Some(at),
+            ban_duration: duration,
+            ban_count: None,
+        };
+        NewEvent {
+            occurred_at: DateTime::from_timestamp(at, 0).expect("time"),
+            source: EventSource::Direct,
+            body: if ban {
+                EventBody::Ban(facts)
+            } else {
+                EventBody::Unban(facts)
+            },
+        }
+    }
+
+    /// The bans that may be in force are read through the ban end index, not by a scan of the
+    /// events; an address's history comes whole, unbans and older bans included.
+    #[tokio::test]
+    async fn the_bans_in_force_are_read_through_the_ban_end_index() {
+        let (_dir, store) = store().await;
+        let server = store
+            .create_server(NewServer {
+                name: ServerName::parse("a").expect("name"),
+                description: String::new(),
+                labels: Labels::default(),
+            })
+            .await
+            .expect("db")
+            .id;
+        let hour = Some(BanDuration::Seconds(3600));
+        for (ip, ban, at, duration) in [
+            ("192.0.2.1", true, 1_000, hour),
+            ("192.0.2.1", true, 10_000, hour),
+            ("192.0.2.2", true, 10_000, Some(BanDuration::Permanent)),
+            ("192.0.2.3", true, 1_000, hour),
+            ("192.0.2.4", true, 10_000, None),
+            ("192.0.2.4", false, 10_100, None),
+            ("198.51.100.0/24", true, 10_000, hour),
+        ] {
+            store
+                .insert_direct_event(server, event(ip, ban, at, duration))
+                .await
+                .expect("db");
+        }
+        let head = store.newest_event_id().await.expect("db");
+        assert_eq!(head, 7);
+        let now = DateTime::from_timestamp(12_000, 0).expect("time");
+        let mut nets: Vec<String> = store
+            .addresses_banned_at(head, now)
+            .await
+            .expect("db")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        nets.sort();
+        // 192.0.2.3's hour is over; 192.0.2.4's unban is the history's business.
+        assert_eq!(
+            nets,
+            [
+                "192.0.2.1/32",
+                "192.0.2.2/32",
+                "192.0.2.4/32",
+                "198.51.100.0/24"
+            ]
+        );
+        assert!(store.addresses_banned_at(3, now).await.expect("db").len() == 2);
+
+        let wanted: Vec<IpNet> = ["192.0.2.1/32", "192.0.2.4/32", "198.51.100.0/24"]
+            .iter()
+            .map(|n| n.parse().expect("net"))
+            .collect();
+        let history: Vec<(i64, bool)> = store
+            .ban_history(&wanted, head)
+            .await
+            .expect("db")
+            .iter()
+            .map(|c| (c.event_id, c.ban))
+            .collect();
+        assert_eq!(
+            history,
+            [(1, true), (2, true), (5, true), (6, false), (7, true)]
+        );
+
+        let mut plan = store.sql(&format!(
+            "EXPLAIN QUERY PLAN SELECT DISTINCT ip FROM events WHERE kind = 'ban' AND {BAN_END} > "
+        ));
+        plan.bind(0_i64).push(" AND id <= ").bind(head);
+        let detail: Vec<String> = store
+            .rows(plan)
+            .await
+            .expect("db")
+            .iter()
+            .filter_map(|row| get::<String>(row, 3).ok())
+            .collect();
+        assert!(
+            detail.iter().any(|d| d.contains("events_ban_end")),
+            "{detail:?}"
+        );
     }
 }

@@ -19,6 +19,7 @@ mod m0015_protected_networks;
 mod m0016_feeds;
 mod m0017_defence;
 mod m0018_sharing_origins;
+pub(super) mod m0019_guard;
 mod m0020_config_changes;
 mod m0021_profiles;
 
@@ -73,6 +74,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0016_feeds::M0016Feeds),
             Box::new(m0017_defence::M0017Defence),
             Box::new(m0018_sharing_origins::M0018SharingOrigins),
+            Box::new(m0019_guard::M0019Guard),
             Box::new(m0020_config_changes::M0020ConfigChanges),
             Box::new(m0021_profiles::M0021Profiles),
         ]

@@ -1,15 +1,20 @@
 //! Repository functions of the lockout guard: the networks an admin protected, and the client
-//! address each operator credential was last used from. Through sea-orm's entities.
+//! address each operator credential was last used from, through sea-orm's entities; and the
+//! protected networks each host's `ignoreip` was last given (M0019), in hand-written SQL.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 use chrono::{DateTime, Utc};
+use ipnet::IpNet;
 use sea_orm::sea_query::OnConflict;
-use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set};
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set, Value};
 
 use super::entities::{operator_address, protected_network};
 use super::servers::is_unique_violation;
+use super::sql::get;
 use super::{Store, StoreError, to_time};
+use crate::domain::ServerId;
 use crate::domain::protected::{OperatorAddress, ProtectedNetwork, parse_network};
 
 fn to_network(row: protected_network::Model) -> Result<ProtectedNetwork, StoreError> {
@@ -38,6 +43,54 @@ fn to_address(row: operator_address::Model) -> Result<OperatorAddress, StoreErro
 }
 
 impl Store {
+    /// The protected networks last pushed into the `ignoreip` of each of `servers` that had one.
+    pub async fn ignoreip_pushes(
+        &self,
+        servers: &[ServerId],
+    ) -> Result<HashMap<ServerId, Vec<IpNet>>, StoreError> {
+        let mut pushed = HashMap::new();
+        for chunk in servers.chunks(256) {
+            let mut sql =
+                self.sql("SELECT server_id, list FROM ignoreip_pushes WHERE server_id IN ");
+            sql.tuple(chunk.iter().map(|s| Value::from(s.to_string())));
+            for row in self.rows(sql).await? {
+                let server: String = get(&row, 0)?;
+                let list: String = get(&row, 1)?;
+                let corrupt =
+                    || StoreError::Corrupt(format!("ignoreip push of {server}: {list:?}"));
+                let server = ServerId::parse(&server).map_err(|_| corrupt())?;
+                let list = list
+                    .lines()
+                    .map(|line| parse_network(line).ok_or_else(corrupt))
+                    .collect::<Result<Vec<_>, _>>()?;
+                pushed.insert(server, list);
+            }
+        }
+        Ok(pushed)
+    }
+
+    /// Records that `server`'s `ignoreip` now carries `list`.
+    pub async fn record_ignoreip_push(
+        &self,
+        server: ServerId,
+        list: &[IpNet],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let text: Vec<String> = list.iter().map(ToString::to_string).collect();
+        let mut sql = self.sql("INSERT INTO ignoreip_pushes (server_id, list, pushed_at) VALUES ");
+        sql.tuple([
+            Value::from(server.to_string()),
+            Value::from(text.join("\n")),
+            Value::from(at.timestamp_millis()),
+        ])
+        .push(
+            " ON CONFLICT (server_id) DO UPDATE SET list = excluded.list, \
+             pushed_at = excluded.pushed_at",
+        );
+        self.exec(sql).await?;
+        Ok(())
+    }
+
     /// Every protected network, oldest first.
     pub async fn protected_networks(&self) -> Result<Vec<ProtectedNetwork>, StoreError> {
         protected_network::Entity::find()

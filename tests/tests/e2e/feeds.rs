@@ -5,7 +5,9 @@
 //! (`unshare -n`: `nft -f`, `ipset restore`; the plain list read as a URL-table alias reads it).
 //! `ETag`/`If-None-Match` gives 304s; a feed token reads its feed and nothing else (401 without or
 //! with a bad or revoked token, 403 for another feed or any API route, 404 for an unknown feed);
-//! bad feeds are refused naming the field, and change nothing.
+//! bad feeds are refused naming the field, and change nothing. A feed naming sharing policies lists
+//! the shared bans those policies recorded on its servers and nothing else (real hosts A and B, a
+//! ban in A's fail2ban shared into B's).
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -631,4 +633,58 @@ async fn replicas_on_postgresql_serve_the_same_feed() {
     let (status, _) = send(a.client().delete(a.url("/api/feeds/shared"))).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     lifecycle(&b).await;
+}
+
+/// With real hosts A and B: policy P shares A's `testauth` bans, policy Q its `dummyjail` bans, both
+/// to B. A feed on P lists P's shared ban and not Q's (nor A's own bans), a feed on Q the other way
+/// round, and a feed on P that selects only A lists nothing (P shared to B, not to A).
+#[tokio::test]
+async fn a_feed_of_a_policy_lists_the_shared_bans_of_that_policy() {
+    let fleet = banhub_tests::TestFleet::with_action_installed(
+        banhub_tests::TestFleet::hub_builder(),
+        &["a", "b"],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let hub = &fleet.hub;
+    let policy = |name: &str, jail: &str| {
+        json!({"name": name, "sources": {"all": true}, "jails": [jail], "targets": {"all": true},
+               "duration": {"mode": "fixed", "seconds": 3600}})
+    };
+    let (status, p) = post(hub, "/api/sharing/policies", policy("p", "testauth")).await;
+    assert_eq!(status, StatusCode::CREATED, "{p}");
+    let (status, q) = post(hub, "/api/sharing/policies", policy("q", "dummy*")).await;
+    assert_eq!(status, StatusCode::CREATED, "{q}");
+    let a = fleet.host(0);
+    create_feed(
+        hub,
+        json!({"name": "by-p", "allServers": true, "policies": [p["id"]]}),
+    )
+    .await;
+    create_feed(
+        hub,
+        json!({"name": "by-q", "allServers": true, "policies": [q["id"]]}),
+    )
+    .await;
+    create_feed(
+        hub,
+        json!({"name": "p-on-a", "serverIds": [a.id], "policies": [p["id"]]}),
+    )
+    .await;
+    let by_p = create_token(hub, "by-p", "fw").await;
+    let by_q = create_token(hub, "by-q", "fw").await;
+    let p_on_a = create_token(hub, "p-on-a", "fw").await;
+
+    a.sandbox
+        .client(&["set", "testauth", "banip", "203.0.113.70"])
+        .expect("a bans in testauth");
+    a.sandbox
+        .client(&["set", "dummyjail", "banip", "203.0.113.71"])
+        .expect("a bans in dummyjail");
+    wait_listed(hub, "by-p.txt", &by_p, &["203.0.113.70"]).await;
+    wait_listed(hub, "by-q.txt", &by_q, &["203.0.113.71"]).await;
+    // Every feed is rendered from the same shared bans at once, so this one has seen P's too.
+    let (status, _, body) = fetch(hub, "p-on-a.txt", Some(&p_on_a), None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(read_url_table(&body), set(&[]), "{body}");
 }

@@ -2,7 +2,6 @@
 //! reported once, as observed; a fail2ban restart that restores its bans reports nothing.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use banhub_agent::reconcile::{Belief, PassOutcome, ReconcileConfig, Reconciler};
@@ -49,46 +48,6 @@ fn observed(kind: &str, ip: &str) -> (String, String, String, Source) {
         ip.to_owned(),
         Source::Observed,
     )
-}
-
-/// A `fail2ban-server` started by the test on the sandbox's config (the harness has no restart);
-/// killed on drop.
-struct Restarted(Child);
-
-impl Drop for Restarted {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_again(sandbox: &Fail2banSandbox) -> Restarted {
-    let out = std::fs::File::create(sandbox.dir().join("server2.out")).expect("server2.out");
-    let child = Command::new("fail2ban-server")
-        .arg("-c")
-        .arg(sandbox.conf_dir())
-        .args(["-f", "-x"])
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().expect("clone"))
-        .stderr(out)
-        .spawn()
-        .expect("start fail2ban-server again (install it with deploy/install-fail2ban.sh)");
-    let restarted = Restarted(child);
-    // Ready: every configured jail answers.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let status = sandbox.client(&["status"]).unwrap_or_default();
-        if sandbox.jails().iter().all(|j| status.contains(j.as_str())) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "fail2ban did not come back\n{}",
-            sandbox.logs()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    restarted
 }
 
 fn banned(sandbox: &Fail2banSandbox) -> String {
@@ -172,8 +131,7 @@ async fn reports_what_the_action_missed_and_nothing_on_restart() {
     assert_eq!(reconciler.pass().await.expect("pass").bans, 1);
     drop(reconciler);
     spool.close().await;
-    sandbox.stop().expect("stop");
-    let _server = start_again(&sandbox);
+    sandbox.restart().expect("fail2ban restarts");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !(banned(&sandbox).contains("192.0.2.6") && banned(&sandbox).contains("192.0.2.9")) {
         assert!(

@@ -3,7 +3,8 @@
 //! (each ban and unban reaching the spool once, through the jail's `banhub` action), the agent
 //! lifts a ban at its expiry on its own, a still-valid ban comes back after the agent and fail2ban
 //! restart while an expired one does not, a full sync replaces the set, a refused entry changes
-//! nothing, the hub cannot write the jail, and `uninstall-action` leaves the directory as it was.
+//! nothing, the hub cannot write the jail, `install-action` run again applies a changed
+//! `shared_bans.action`, and `uninstall-action` leaves the directory as it was.
 //!
 //! The agent runs in the test process the way `banhub-agent run` runs it, minus the session to the
 //! hub: the loopback relay on its spool and reconciliation belief, the command context, and the
@@ -14,7 +15,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use banhub_agent::action;
@@ -57,8 +57,6 @@ struct Host {
     state: TempDir,
     settings: Settings,
     agent: Option<Agent>,
-    /// The fail2ban server this test started again after stopping the sandbox's own.
-    restarted: Option<Restarted>,
 }
 
 impl Host {
@@ -102,7 +100,6 @@ impl Host {
             state,
             settings,
             agent: None,
-            restarted: None,
         }
     }
 
@@ -275,45 +272,14 @@ impl Host {
     /// Stops the sandbox's fail2ban and starts it again on the same configuration (its database
     /// is `:memory:`, so it comes back with no bans).
     fn restart_fail2ban(&mut self) {
-        self.restarted = None;
-        self.sandbox.stop().expect("stop fail2ban");
-        self.restarted = Some(start_again(&self.sandbox));
+        self.sandbox
+            .restart()
+            .unwrap_or_else(|e| panic!("fail2ban restarts: {e:#}"));
     }
 }
 
 fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
-}
-
-/// A `fail2ban-server` started by the test on the sandbox's config; killed on drop.
-struct Restarted(Child);
-
-impl Drop for Restarted {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_again(sandbox: &Fail2banSandbox) -> Restarted {
-    let out = std::fs::File::create(sandbox.dir().join("server2.out")).expect("server2.out");
-    let child = Command::new("fail2ban-server")
-        .arg("-c")
-        .arg(sandbox.conf_dir())
-        .args(["-f", "-x"])
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().expect("clone"))
-        .stderr(out)
-        .spawn()
-        .expect("start fail2ban-server again (install it with deploy/install-fail2ban.sh)");
-    let restarted = Restarted(child);
-    wait_until(DEADLINE, "fail2ban to run the shared jail again", || {
-        sandbox
-            .client(&["status"])
-            .is_ok_and(|s| s.contains(SHARED_JAIL))
-    })
-    .unwrap_or_else(|e| panic!("{e}\n{}", sandbox.logs()));
-    restarted
 }
 
 /// Every file under `dir` with its bytes and mode.
@@ -440,6 +406,35 @@ async fn install_adds_the_jail_with_the_hosts_ban_action_and_uninstall_restores_
     let status = host.sandbox.client(&["status"]).expect("status");
     assert!(!status.contains(SHARED_JAIL), "{status}");
     assert!(!host.state.path().join("shared.log").exists());
+}
+
+/// Changing `shared_bans.action` takes effect when `install-action` runs again, without an
+/// uninstall: fail2ban's shared jail runs the new action (then banhub) instead of the old one, and a
+/// shared ban reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn install_action_again_applies_a_changed_shared_action() {
+    let mut host = Host::start("shared-action").await;
+    let target = host.sandbox.dir().join("shared-dummy.txt");
+    host.settings.shared_bans.action = format!("dummy[target={}]", target.display());
+    host.install().await;
+    let actions = host
+        .sandbox
+        .client(&["get", SHARED_JAIL, "actions"])
+        .expect("actions");
+    assert!(
+        actions.contains("dummy") && actions.contains("banhub") && !actions.contains("filelog"),
+        "{actions}"
+    );
+    let attach = std::fs::read_to_string(host.sandbox.conf_dir().join("jail.d/zz-banhub.local"))
+        .expect("attach file");
+    assert!(attach.contains("action = dummy[target="), "{attach}");
+
+    let report = host.sync(false, &[("198.51.100.21", 0)], &[]).await;
+    assert_eq!(report.added, 1, "{report:?}");
+    wait_until(DEADLINE, "the new action to ban the shared address", || {
+        std::fs::read_to_string(&target).is_ok_and(|t| t.contains("+198.51.100.21"))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.sandbox.logs()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -69,6 +69,7 @@ const HUB: Layering = Layering {
         ("previews", "fleet"),
         ("protected", "fleet"),
         ("protected", "auth"),
+        ("protected", "cluster"),
         ("fleet", "events"),
         ("fleet", "settings"),
         ("fleet", "cluster"),
