@@ -17,6 +17,7 @@ use super::error::{ApiError, ApiJson, Problem};
 use super::jails::{MAX_CONFIG_BYTES, jail_name};
 use super::target::Target;
 use crate::auth::Operator;
+use crate::domain::Labels;
 use crate::fleet::{FilterPreviewResult, PreviewInput, PreviewSource, Selector};
 use crate::previews::{HostPreview, Previews};
 
@@ -131,7 +132,11 @@ async fn preview_fleet(
 ) -> Result<ApiJson<FleetPreviewDto>, ApiError> {
     let selector = match (body.all, body.labels.is_empty()) {
         (true, true) => Selector::All,
-        (false, false) => Selector::Labels(body.labels),
+        (false, false) => Selector::Labels(
+            Labels::parse(body.labels)
+                .map_err(|e| ApiError::invalid("labels", e))?
+                .into_map(),
+        ),
         _ => {
             return Err(ApiError::invalid(
                 "labels",

@@ -30,6 +30,8 @@ const FILTER: &str = "[Definition]\nfailregex = ^\\s*Failed login for \\S+ from 
 fn host() -> tempfile::TempDir {
     let target = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target");
     std::fs::create_dir_all(&target).expect("target dir");
+    // The jail's log path must be absolute without `..`, as the agent requires of every jail.
+    let target = target.canonicalize().expect("target dir");
     let dir = tempfile::Builder::new()
         .prefix("preview-bench-")
         .tempdir_in(target)
