@@ -12,6 +12,9 @@
 //! * `replicas`: ingest with one hub replica and with two on one PostgreSQL (agents split), in
 //!   alternating phases of one run; CPU per 1,000 events of the hubs, PostgreSQL and the simulator.
 //! * `agent`: resident memory and CPU of an idle real `banhub-agent`, and the binary sizes.
+//! * `drift`: a drift check of N online agents (1,000) against their profile (each agent answers
+//!   `GetConfigFiles`): hub CPU time and wall time of a pass that finds every host drifted, one
+//!   that finds every host in sync, and one that finds nothing changed.
 //! * `simulate`: just run N agents producing `--rate` events per second against an existing hub
 //!   (`--hub-http`, `--token`), until interrupted.
 //!
@@ -31,9 +34,9 @@ use banhub_proto::token::EnrollmentToken;
 use banhub_proto::v1::agent_gateway_client::AgentGatewayClient;
 use banhub_proto::v1::enrollment_client::EnrollmentClient;
 use banhub_proto::v1::{
-    AgentFrame, BanChange, CommandError, CommandResult, EnrollRequest, ErrorCode, Event,
-    EventBatch, EventKind, EventSource, Heartbeat, Hello, HubFrame, Pong, SharedBanReport,
-    SpoolHead, agent_frame, command, command_result, hub_frame,
+    AgentFrame, BanChange, CommandError, CommandResult, ConfigFile, ConfigFiles, EnrollRequest,
+    ErrorCode, Event, EventBatch, EventKind, EventSource, Heartbeat, Hello, HubFrame, Pong,
+    SharedBanReport, SpoolHead, agent_frame, command, command_result, hub_frame,
 };
 use banhub_tests::agent::AgentProcess;
 use banhub_tests::fail2ban::Fail2banSandbox;
@@ -54,6 +57,7 @@ enum Scenario {
     Replicas,
     Agent,
     Simulate,
+    Drift,
 }
 
 #[derive(Debug, Parser)]
@@ -67,7 +71,7 @@ struct Args {
     /// Agents for `sessions` and `simulate`.
     #[arg(long, default_value_t = 10_000)]
     agents: usize,
-    /// Agents for `fleet-ban`.
+    /// Agents for `fleet-ban`, `share` and `drift`.
     #[arg(long, default_value_t = 1000)]
     ban_agents: usize,
     /// Fleet-wide bans timed by `fleet-ban`, and origin bans timed by `share`.
@@ -322,7 +326,7 @@ impl Agent {
             agent_version: "sim".into(),
             hostname: self.creds.name.clone(),
             fail2ban_version: "1.0.2".into(),
-            capabilities: vec![],
+            capabilities: vec!["get_config_files".into()],
             spool: Some(SpoolHead {
                 epoch: spool.epoch,
                 last_seq: spool.next_seq - 1,
@@ -463,7 +467,33 @@ fn jitter(load: &Load) -> Duration {
     }
 }
 
-/// What the simulated fail2ban does: every ban and unban works, a ping pongs, the rest is not here.
+/// The jail override every simulated host has (`drift` profiles compare with it).
+const SIMULATED_JAIL: &str =
+    "[sshd]\nenabled = true\nmaxretry = 3\nfindtime = 600\nbantime = 3600\n";
+
+/// The `.local` files every simulated host reports: a jail override and a `jail.local` of about
+/// 2 KB, like a host's hand-kept defaults.
+fn simulated_config_files() -> ConfigFiles {
+    let jail_local: String = std::iter::once("[DEFAULT]\n".to_owned())
+        .chain((0..60).map(|i| format!("# site note {i:02}: kept by hand on this host\n")))
+        .collect();
+    let file = |path: &str, content: String| ConfigFile {
+        path: path.to_owned(),
+        version: String::new(),
+        exists: true,
+        content,
+    };
+    ConfigFiles {
+        files: vec![
+            file("jail.d/sshd.local", SIMULATED_JAIL.to_owned()),
+            file("jail.local", jail_local),
+        ],
+        ..ConfigFiles::default()
+    }
+}
+
+/// What the simulated fail2ban does: every ban and unban works, a ping pongs, the files are
+/// reported, the rest is not here.
 fn answer(command: banhub_proto::v1::Command) -> CommandResult {
     let outcome = match command.kind {
         Some(command::Kind::SetBan(ban)) => command_result::Outcome::BanChange(BanChange {
@@ -481,6 +511,9 @@ fn answer(command: banhub_proto::v1::Command) -> CommandResult {
                 lifted: sync.lift.len() as u32,
                 ..SharedBanReport::default()
             })
+        }
+        Some(command::Kind::GetConfigFiles(_)) => {
+            command_result::Outcome::ConfigFiles(simulated_config_files())
         }
         Some(command::Kind::Ping(_)) => command_result::Outcome::Pong(Pong {
             fail2ban_version: "1.0.2".into(),
@@ -1216,6 +1249,136 @@ async fn agent(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `GetConfigFiles` answered `ok` so far, from the hub's `/metrics`.
+async fn config_reads(hub: &HubProcess) -> anyhow::Result<u64> {
+    let text = hub
+        .client()
+        .get(hub.url("/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    Ok(text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("banhub_commands_total{kind=\"get_config_files\",outcome=\"ok\"} ")
+        })
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0) as u64)
+}
+
+/// Sends `request`, then waits until the hub read every host's files once more and `/api/drift`
+/// counts `want` servers as `state`; prints the pass's wall and hub CPU time.
+async fn drift_pass(
+    hub: &HubProcess,
+    pid: u32,
+    label: &str,
+    request: reqwest::RequestBuilder,
+    n: u64,
+    (state, want): (&str, u64),
+) -> anyhow::Result<()> {
+    let reads = config_reads(hub).await?;
+    let cpu0 = cpu_time(pid)?;
+    let started = Instant::now();
+    let response = request.send().await?;
+    if !response.status().is_success() {
+        bail!("{label}: {} {}", response.status(), response.text().await?);
+    }
+    loop {
+        let summary: Value = hub
+            .client()
+            .get(hub.url("/api/drift"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if config_reads(hub).await? >= reads + n && summary["counts"][state].as_u64() == Some(want)
+        {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(300) {
+            bail!("{label}: not done after 300 s: {}", summary["counts"]);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let wall = started.elapsed();
+    let cpu = cpu_time(pid)? - cpu0;
+    println!(
+        "{label}: {n} hosts compared in {:.2} s wall, hub CPU {:.2} s ({:.2} ms per host)",
+        wall.as_secs_f64(),
+        cpu.as_secs_f64(),
+        cpu.as_secs_f64() * 1000.0 / n as f64
+    );
+    Ok(())
+}
+
+/// A profile over `ban_agents` simulated agents, and three full drift checks of them.
+async fn drift(args: &Args) -> anyhow::Result<()> {
+    let n = args.ban_agents;
+    println!(
+        "== drift: drift check of {n} simulated agents against their profile (one hub, SQLite)"
+    );
+    let ca = tempfile::tempdir()?;
+    // The schedule stays out of the way; each pass is started by a change of the profile.
+    let env = [("BANHUB_PROFILES__DRIFT_INTERVAL_SECS", "86400".to_owned())];
+    let hub = hub_with(args, &env, None, ca.path())?;
+    let pem = ca_pem(ca.path())?;
+    let creds = enroll_many(
+        &hub.client(),
+        &hub.http_url(),
+        hub.grpc_addr(),
+        &pem,
+        "d",
+        n,
+    )
+    .await?;
+    let fleet = Fleet::start(creds, &pem, &[hub.grpc_addr()], Load::Idle).await?;
+    wait_online(&hub, n).await?;
+    let pid = pid_of(&hub)?;
+    let client = hub.client();
+    let n = n as u64;
+    let drifted = SIMULATED_JAIL.replace("maxretry = 3", "maxretry = 5");
+    drift_pass(
+        &hub,
+        pid,
+        "every host drifted (first comparison)",
+        client.post(hub.url("/api/profiles")).json(&json!({
+            "name": "sim", "labels": {"sim": "d"},
+            "files": [{"path": "jail.d/sshd.local", "content": drifted}]})),
+        n,
+        ("drifted", n),
+    )
+    .await?;
+    drift_pass(
+        &hub,
+        pid,
+        "every host in sync (new version)",
+        client
+            .post(hub.url("/api/profiles/sim/versions"))
+            .json(&json!({"files": [{"path": "jail.d/sshd.local", "content": SIMULATED_JAIL}]})),
+        n,
+        ("in_sync", n),
+    )
+    .await?;
+    drift_pass(
+        &hub,
+        pid,
+        "nothing changed (same assignment saved again)",
+        client
+            .put(hub.url("/api/profiles/sim"))
+            .json(&json!({"labels": {"sim": "d"}})),
+        n,
+        ("in_sync", n),
+    )
+    .await?;
+    println!(
+        "commands answered by the simulated agents: {}",
+        fleet.counters.commands.load(Ordering::Relaxed)
+    );
+    fleet.stop().await;
+    Ok(())
+}
+
 async fn simulate(args: &Args) -> anyhow::Result<()> {
     let api = args.hub_http.clone().context("--hub-http is required")?;
     let token = args.token.clone().context("--token is required")?;
@@ -1278,6 +1441,7 @@ fn main() -> anyhow::Result<()> {
                 Scenario::Replicas => replicas(&args).await?,
                 Scenario::Agent => agent(&args).await?,
                 Scenario::Simulate => simulate(&args).await?,
+                Scenario::Drift => drift(&args).await?,
             }
         }
         Ok(())

@@ -32,8 +32,10 @@ pub struct NewProfile {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProfileWrite<T> {
     Done(T),
-    /// A profile of that name exists (create) or none does (save a version, assign).
+    /// A profile of that name exists (create), or another save took the next version number at
+    /// the same time (save a version).
     NameTaken,
+    /// No profile has that name (save a version).
     NotFound,
 }
 

@@ -133,6 +133,8 @@ fn every_kind_is_a_capability() {
         Kind::ApplyConfigSet(Default::default()),
         Kind::SettleConfigSet(Default::default()),
         Kind::ConfigSetStatus(Default::default()),
+        Kind::GetConfigFiles(Default::default()),
+        Kind::ValidateConfigSet(Default::default()),
     ];
     let mut names: Vec<&str> = kinds
         .into_iter()

@@ -16,6 +16,7 @@ export type Route =
   | { name: 'sharing' }
   | { name: 'address'; ip: string }
   | { name: 'defence' }
+  | { name: 'profiles' }
   | { name: 'login' }
   | { name: 'not-found'; path: string };
 
@@ -45,6 +46,7 @@ export function parseRoute(path: string): Route {
     case 'feeds':
     case 'sharing':
     case 'defence':
+    case 'profiles':
     case 'login':
       return second === undefined ? { name: head } : { name: 'not-found', path };
     case 'jails':
