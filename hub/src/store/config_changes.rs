@@ -153,3 +153,125 @@ impl Store {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn sqlite_store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::TempDir::new().expect("tempdir");
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("hub.db").display());
+        let store = Store::connect(&url, 2).await.expect("connect");
+        (dir, store)
+    }
+
+    fn change(server: ServerId, id: &str) -> ConfigChange {
+        let at = to_time(Utc::now().timestamp_millis());
+        ConfigChange {
+            id: id.to_owned(),
+            server,
+            files: vec![SetFile {
+                path: "jail.d/sshd.local".to_owned(),
+                content: "[sshd]\nmaxretry = 4\n".to_owned(),
+                version: "absent".to_owned(),
+                exists: true,
+            }],
+            confirm_within_secs: 60,
+            state: ChangeState::Applying,
+            reason: "sent to the agent".to_owned(),
+            deadline: None,
+            applied: Vec::new(),
+            created_by: "admin".to_owned(),
+            created_at: at,
+            updated_at: at,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_change_is_stored_moved_along_and_open_until_settled() {
+        let (_dir, store) = sqlite_store().await;
+        let (server, other) = (ServerId::new(), ServerId::new());
+        let first = change(server, "c1");
+        store.insert_config_change(&first).await.expect("insert");
+        store
+            .insert_config_change(&change(other, "c2"))
+            .await
+            .expect("insert");
+        assert_eq!(
+            store.config_change(server, "c1").await.expect("get"),
+            Some(first.clone())
+        );
+        assert_eq!(store.config_change(other, "c1").await.expect("get"), None);
+        let open = store.open_config_changes(Some(server)).await.expect("open");
+        assert_eq!(
+            open.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+            ["c1"]
+        );
+
+        let deadline = to_time(Utc::now().timestamp_millis() + 60_000);
+        let applied = vec![("jail.d/sshd.local".to_owned(), "ab".repeat(32))];
+        let waiting = store
+            .update_config_change(
+                "c1",
+                ChangeUpdate {
+                    state: ChangeState::AwaitingConfirm,
+                    reason: "applied",
+                    deadline: Some(deadline),
+                    applied: Some(&applied),
+                },
+                Utc::now(),
+            )
+            .await
+            .expect("update")
+            .expect("known");
+        assert_eq!(waiting.state, ChangeState::AwaitingConfirm);
+        assert_eq!(waiting.deadline, Some(deadline));
+        assert_eq!(waiting.applied, applied);
+
+        let confirmed = store
+            .update_config_change(
+                "c1",
+                ChangeUpdate {
+                    state: ChangeState::Confirmed,
+                    reason: "confirmed by the hub",
+                    deadline: None,
+                    applied: None,
+                },
+                Utc::now(),
+            )
+            .await
+            .expect("update")
+            .expect("known");
+        assert_eq!(confirmed.deadline, Some(deadline), "kept when not given");
+        assert_eq!(confirmed.applied, applied, "kept when not given");
+        assert!(
+            store
+                .open_config_changes(Some(server))
+                .await
+                .expect("open")
+                .is_empty()
+        );
+        assert_eq!(
+            store.open_config_changes(None).await.expect("open").len(),
+            1,
+            "the other server's change is still open"
+        );
+        assert_eq!(
+            store.config_changes(server, 10).await.expect("list"),
+            vec![confirmed]
+        );
+        let unknown = ChangeUpdate {
+            state: ChangeState::Failed,
+            reason: "x",
+            deadline: None,
+            applied: None,
+        };
+        assert_eq!(
+            store
+                .update_config_change("nope", unknown, Utc::now())
+                .await
+                .expect("update"),
+            None
+        );
+    }
+}

@@ -969,6 +969,73 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/servers/{id}/config-changes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The server's config changes, newest first (at most 200).
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["list_changes"];
+        put?: never;
+        /**
+         * Applies a set of files through the agent's validated editor (all or none, one reload). With
+         *     `confirmWithinSecs` the change is confirmed by the hub once it hears from the agent after the
+         *     reload; unconfirmed, the agent restores the previous files by itself at the deadline.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        post: operations["apply_change"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/servers/{id}/config-changes/{change}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One config change of the server.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["get_change"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/servers/{id}/config-changes/{change}/revert": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Has the agent put back the files the change replaced, now (a pending or a confirmed change;
+         *     a confirmed one only while its files are as the change left them).
+         * @description Requires the `admin` role (or a higher one).
+         */
+        post: operations["revert_change"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/servers/{id}/delivery": {
         parameters: {
             query?: never;
@@ -1696,6 +1763,22 @@ export interface components {
             rules?: components["schemas"]["RuleDocument"][];
             webhooks?: components["schemas"]["WebhookDocument"][];
         };
+        /** @description A file's version after the change. */
+        AppliedFile: {
+            path: string;
+            version: string;
+        };
+        /** @description A set of files to apply. */
+        ApplyBody: {
+            /**
+             * Format: int32
+             * @description Seconds within which the hub must confirm the change after the reload, else the agent
+             *     puts the previous files back by itself: 10 to 3600, or 0 for no confirmation.
+             */
+            confirmWithinSecs: number;
+            /** @description 1 to 64 files by logical path. */
+            files: components["schemas"]["SetFile"][];
+        };
         /** @description One recorded action. */
         AuditEntryDto: {
             /** @description What: `METHOD /route/{template}`, or `login` / `logout`. */
@@ -1850,6 +1933,11 @@ export interface components {
             name: string;
         };
         /**
+         * @description Where a change stands.
+         * @enum {string}
+         */
+        ChangeState: "applying" | "awaiting_confirm" | "confirmed" | "reverted" | "failed";
+        /**
          * @description Where a delivery goes.
          * @enum {string}
          */
@@ -1875,6 +1963,28 @@ export interface components {
             failedJails: string[];
             files: components["schemas"]["FileVersion"][];
             message: string;
+        };
+        /** @description A config change and where it stands. */
+        ConfigChangeDto: {
+            applied: components["schemas"]["AppliedFile"][];
+            /** Format: int32 */
+            confirmWithinSecs: number;
+            /** Format: date-time */
+            createdAt: string;
+            createdBy: string;
+            /**
+             * Format: date-time
+             * @description When the agent puts the previous files back unless confirmed.
+             */
+            deadline?: string | null;
+            files: components["schemas"]["SetFile"][];
+            id: string;
+            /** @description Why it is in this state, in a sentence. */
+            reason: string;
+            serverId: string;
+            state: components["schemas"]["ChangeState"];
+            /** Format: date-time */
+            updatedAt: string;
         };
         /** @description A configuration file as the editor sees it. */
         ConfigFile: {
@@ -3350,6 +3460,20 @@ export interface components {
             name: string;
             role: components["schemas"]["Role"];
             subject: string;
+        };
+        /** @description One file of a set, by logical path. */
+        SetFile: {
+            /** @description The new text (ignored when `exists` is false). */
+            content?: string;
+            /** @description False removes the file. */
+            exists?: boolean;
+            /** @description `jail.d/<jail>.local`, `filter.d/<filter>.local` or `jail.d/banhub-defaults.local`. */
+            path: string;
+            /**
+             * @description The version the file must have now: `absent`, or the SHA-256 read from the host ("" is
+             *     `absent` too).
+             */
+            version?: string;
         };
         /** @description A setting a running jail runs differently from its files. */
         SettingDrift: {
@@ -9358,6 +9482,399 @@ export interface operations {
             };
             /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_changes: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Server id or name */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConfigChangeDto"][];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    apply_change: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Server id or name */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApplyBody"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConfigChangeDto"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Another change of the server is still open (`conflict`), or a file changed since it was read. Codes from the shared layers: `config_conflict`. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`, `agent_refused_argument`, `host_policy`, `config_invalid`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_change: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Server id or name */
+                id: string;
+                /** @description The change's id */
+                change: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConfigChangeDto"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    revert_change: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Server id or name */
+                id: string;
+                /** @description The change's id */
+                change: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConfigChangeDto"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`, `not_found_on_host`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The change is not applied (`conflict`), or its files changed since (`config_conflict`). Codes from the shared layers: `config_conflict`. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `agent_refused_argument`, `host_policy`, `config_invalid`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent is too old for this command. Codes from the shared layers: `agent_unsupported`. */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description fail2ban or the agent failed. Codes from the shared layers: `fail2ban_unavailable`, `fail2ban_error`, `agent_error`. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `agent_offline`, `agent_not_enrolled`, `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };

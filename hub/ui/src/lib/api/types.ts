@@ -19,6 +19,7 @@ export type JailConfig = S['JailConfig'];
 export type SettingDrift = S['SettingDrift'];
 export type ConfigFile = S['ConfigFile'];
 export type ConfigChange = S['ConfigChange'];
+export type ConfigChangeDto = S['ConfigChangeDto'];
 export type WriteConfig = S['WriteConfig'];
 export type BanOutcome = S['BanOutcome'];
 export type BannedPage = S['BannedPage'];
