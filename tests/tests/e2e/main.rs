@@ -41,3 +41,4 @@ mod sharing;
 mod store;
 mod ui;
 mod ui_browser;
+mod upgrade;
