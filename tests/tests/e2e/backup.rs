@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use banhub_tests::TestFleet;
 use banhub_tests::agent::{relay_addr, relay_secret};
 use banhub_tests::enrolled::wait_server_online;
 use banhub_tests::fleet::snapshot;
 use banhub_tests::process::binary;
 use banhub_tests::wait::{wait_for_async, wait_until_async};
+use banhub_tests::{HubProcess, TestFleet};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -349,4 +349,141 @@ async fn a_backup_taken_while_bans_flow_restores_a_hub_the_agents_reconnect_to()
         foreign.is_empty(),
         "the restored hub holds events the live one never had: {foreign:?}"
     );
+}
+
+/// Direct ban callbacks of a host without an agent: `count` addresses from `first` on.
+async fn direct_bans(hub: &HubProcess, secret: &str, first: usize, count: usize) {
+    for i in first..first + count {
+        let status = hub
+            .anonymous_client()
+            .expect("client")
+            .post(hub.url("/api/ban"))
+            .header("X-Callback-Secret", secret)
+            .json(
+                &json!({"ip": format!("10.77.0.{}", i + 1), "jail": "sshd", "hostname": "edge-1",
+                          "failures": 3}),
+            )
+            .send()
+            .await
+            .expect("callback")
+            .status();
+        assert_eq!(status, StatusCode::OK);
+    }
+}
+
+/// The ban events of `server`, by id: their addresses, once `count` are stored.
+async fn wait_stored(hub: &HubProcess, server: &str, count: usize) -> BTreeMap<i64, String> {
+    wait_for_async(DEADLINE, "the bans stored", || async {
+        // A new connection each time: a pooled one may be to the hub before its restart.
+        let client = banhub_tests::bearer_client(hub.admin_token()).expect("client");
+        let events = banhub_tests::ApiClient::new(hub.http_url(), client)
+            .all_events_json(&format!("serverId={server}&kind=ban"), 1000)
+            .await
+            .unwrap_or_else(|e| panic!("events: {e:?}"));
+        (events.len() == count).then(|| {
+            events
+                .iter()
+                .map(|e| {
+                    (
+                        e["id"].as_i64().expect("id"),
+                        e["ip"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", hub.logs()))
+}
+
+#[tokio::test]
+async fn a_postgresql_backup_restores_over_a_changed_database_only_with_force() {
+    let postgres = banhub_tests::PostgresServer::start()
+        .unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e:#}"));
+    let url = postgres
+        .create_database("banhub_backup")
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", postgres.logs()));
+    let mut hub = HubProcess::builder()
+        .database_url(&url)
+        .start()
+        .expect("hub starts");
+    let (status, created) = hub
+        .api()
+        .post("/api/servers", &json!({"name": "edge-1"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let server = created["server"]["id"].as_str().expect("id").to_owned();
+    let (status, secret) = hub
+        .api()
+        .post(
+            &format!("/api/servers/{server}/callback-secret"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{secret}");
+    let secret = secret["secret"].as_str().expect("secret").to_owned();
+    direct_bans(&hub, &secret, 0, 20).await;
+    let before_backup = wait_stored(&hub, &server, 20).await;
+
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let backup = scratch.path().join("backup");
+    let data_dir = hub.data_dir().to_owned();
+    let output = banhub(
+        &data_dir,
+        &[
+            "backup",
+            backup.to_str().expect("utf-8"),
+            "--database-url",
+            &url,
+        ],
+    );
+    assert!(output.status.success(), "backup: {}", text(&output));
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(backup.join("manifest.json")).expect("manifest"))
+            .expect("manifest json");
+    assert_eq!(manifest["database"], "postgres", "{manifest}");
+    assert!(
+        manifest["files"]["banhub.pgdump"]["bytes"].as_u64() > Some(0),
+        "{manifest}"
+    );
+
+    // Bans after the backup, which the restore takes back.
+    direct_bans(&hub, &secret, 20, 5).await;
+    wait_stored(&hub, &server, 25).await;
+    hub.stop().expect("hub stops");
+    wipe(&data_dir);
+
+    let restore = |force: bool| {
+        let mut args = vec![
+            "restore",
+            backup.to_str().expect("utf-8"),
+            "--database-url",
+            &url,
+        ];
+        if force {
+            args.push("--force");
+        }
+        banhub(&data_dir, &args)
+    };
+    let refused = restore(false);
+    assert!(
+        !refused.status.success(),
+        "restore over a database without --force"
+    );
+    assert!(
+        text(&refused).contains("the PostgreSQL database's banhub schema exists"),
+        "{}",
+        text(&refused)
+    );
+    assert!(
+        snapshot(&data_dir).is_empty(),
+        "a refused restore wrote files"
+    );
+    let output = restore(true);
+    assert!(output.status.success(), "restore: {}", text(&output));
+    hub.restart().expect("the restored hub starts");
+    assert_eq!(wait_stored(&hub, &server, 20).await, before_backup);
+    // The restored callback secret and CA work: a new ban is accepted.
+    direct_bans(&hub, &secret, 30, 1).await;
+    wait_stored(&hub, &server, 21).await;
 }

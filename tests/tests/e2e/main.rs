@@ -45,3 +45,4 @@ mod sharing;
 mod store;
 mod ui;
 mod ui_browser;
+mod upgrade;
