@@ -127,6 +127,7 @@ fn every_kind_is_a_capability() {
         Kind::GetDeliveryStatus(Default::default()),
         Kind::ProbeStep(Default::default()),
         Kind::SyncSharedBans(Default::default()),
+        Kind::PreviewFilter(Default::default()),
     ];
     let mut names: Vec<&str> = kinds
         .into_iter()
