@@ -135,6 +135,7 @@ fn every_kind_is_a_capability() {
         Kind::ConfigSetStatus(Default::default()),
         Kind::GetConfigFiles(Default::default()),
         Kind::ValidateConfigSet(Default::default()),
+        Kind::PreviewFilter(Default::default()),
     ];
     let mut names: Vec<&str> = kinds
         .into_iter()
