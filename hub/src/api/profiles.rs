@@ -533,7 +533,7 @@ async fn diff_versions(
     params: Result<Query<DiffParams>, QueryRejection>,
 ) -> Result<ApiJson<DiffDto>, ApiError> {
     let name = path_name(&name)?;
-    let params = super::events::query(params)?;
+    let params = super::error::query(params)?;
     for (field, value) in [("from", params.from), ("to", params.to)] {
         if value < 1 {
             return Err(ApiError::invalid(

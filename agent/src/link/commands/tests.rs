@@ -130,12 +130,12 @@ fn every_kind_is_a_capability() {
         Kind::CreateJail(Default::default()),
         Kind::WriteFilter(Default::default()),
         Kind::DeleteConfig(Default::default()),
+        Kind::PreviewFilter(Default::default()),
+        Kind::GetConfigFiles(Default::default()),
+        Kind::ValidateConfigSet(Default::default()),
         Kind::ApplyConfigSet(Default::default()),
         Kind::SettleConfigSet(Default::default()),
         Kind::ConfigSetStatus(Default::default()),
-        Kind::GetConfigFiles(Default::default()),
-        Kind::ValidateConfigSet(Default::default()),
-        Kind::PreviewFilter(Default::default()),
     ];
     let mut names: Vec<&str> = kinds
         .into_iter()
