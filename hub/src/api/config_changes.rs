@@ -17,6 +17,7 @@ use crate::auth::{Admin, AuditHandle, Viewer};
 use crate::config_changes::ChangeError;
 use crate::domain::ServerId;
 use crate::domain::config_changes::{ChangeState, ConfigChange, SetFile};
+use crate::fleet::{AgentErrorKind, FleetError};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -95,6 +96,12 @@ impl From<ChangeError> for ApiError {
             ChangeError::Open { .. } | ChangeError::NotRevertible { .. } => {
                 ApiError::Conflict(e.to_string())
             }
+            // An agent too old for config sets: the server must change first, as with an open change.
+            ChangeError::Fleet(FleetError::Agent {
+                kind: AgentErrorKind::Unsupported,
+                message,
+                ..
+            }) => ApiError::Conflict(message),
             ChangeError::Fleet(e) => ApiError::Fleet(e),
             ChangeError::Store(e) => e.into(),
         }
@@ -144,7 +151,7 @@ async fn list_changes(
     extensions(("x-required-role" = json!("admin"))),
     params(("id" = String, Path, description = "Server id or name")),
     responses((status = 201, body = ConfigChangeDto),
-              (status = 409, description = "Another change of the server is still open (`conflict`), or a file changed since it was read", body = Problem)))]
+              (status = 409, description = "Another change of the server is still open or its agent is too old for config sets (`conflict`), or a file changed since it was read", body = Problem)))]
 async fn apply_change(
     caller: Admin,
     State(state): State<AppState>,
