@@ -17,6 +17,7 @@ use super::error::{ApiError, ApiJson, Problem};
 use super::target::Target;
 use crate::auth::{Admin, Viewer};
 use crate::fleet::{ConfigChange, CreatedConfig, FilterCatalog, NewFilter};
+use crate::profiles::Recheck;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -95,6 +96,7 @@ async fn create_filter(
         .fleet
         .create_filter(server, NewFilter { name, lines }, &caller.requested_by())
         .await?;
+    state.profiles.recheck(Recheck::Server(server));
     Ok((StatusCode::CREATED, ApiJson(change)))
 }
 
@@ -113,14 +115,14 @@ async fn delete_filter(
     Path(name): Path<String>,
 ) -> Result<ApiJson<ConfigChange>, ApiError> {
     let filter = filter_name("name", &name)?;
-    Ok(ApiJson(
-        state
-            .fleet
-            .delete_created(
-                server,
-                CreatedConfig::Filter(filter),
-                &caller.requested_by(),
-            )
-            .await?,
-    ))
+    let change = state
+        .fleet
+        .delete_created(
+            server,
+            CreatedConfig::Filter(filter),
+            &caller.requested_by(),
+        )
+        .await?;
+    state.profiles.recheck(Recheck::Server(server));
+    Ok(ApiJson(change))
 }

@@ -18,6 +18,7 @@ use super::jails::writable_jail_name;
 use super::target::Target;
 use crate::auth::Admin;
 use crate::fleet::{ConfigChange, CreatedConfig, NewJail};
+use crate::profiles::Recheck;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -117,6 +118,7 @@ async fn create_jail(
         .fleet
         .create_jail(server, jail, &caller.requested_by())
         .await?;
+    state.profiles.recheck(Recheck::Server(server));
     Ok((StatusCode::CREATED, ApiJson(change)))
 }
 
@@ -135,10 +137,10 @@ async fn delete_jail(
     Path(jail): Path<String>,
 ) -> Result<ApiJson<ConfigChange>, ApiError> {
     let jail = writable_jail_name("jail", &jail)?;
-    Ok(ApiJson(
-        state
-            .fleet
-            .delete_created(server, CreatedConfig::Jail(jail), &caller.requested_by())
-            .await?,
-    ))
+    let change = state
+        .fleet
+        .delete_created(server, CreatedConfig::Jail(jail), &caller.requested_by())
+        .await?;
+    state.profiles.recheck(Recheck::Server(server));
+    Ok(ApiJson(change))
 }
