@@ -190,6 +190,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/drift": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every server's drift state, and how many servers are in each.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["drift_summary"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/events/bans": {
         parameters: {
             query?: never;
@@ -824,6 +844,126 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/profiles": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every profile with its assignment.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["list_profiles"];
+        put?: never;
+        /**
+         * Creates a profile with its first version. The files are checked by fail2ban on one online
+         *     server carrying the labels first (nothing is written there); the answer says which, or that
+         *     none could.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        post: operations["create_profile"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/profiles/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One profile.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["get_profile"];
+        /**
+         * Sets a profile's description and assignment: the labels of its servers and, optionally, the
+         *     version they should have.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        put: operations["update_profile"];
+        post?: never;
+        /**
+         * Deletes a profile and its versions; its servers keep their files and have no profile.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        delete: operations["delete_profile"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/profiles/{name}/diff": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The files that differ between two versions of a profile, each with its unified diff.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["diff_versions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/profiles/{name}/versions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A profile's history: every version, oldest first.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["list_versions"];
+        put?: never;
+        /**
+         * Saves the next version of a profile (versions never change). The files are checked by
+         *     fail2ban on one online server of the profile first (nothing is written there).
+         * @description Requires the `admin` role (or a higher one).
+         */
+        post: operations["save_version"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/profiles/{name}/versions/{version}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One version of a profile with its files.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["get_version"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/protected-networks": {
         parameters: {
             query?: never;
@@ -1050,6 +1190,26 @@ export interface paths {
          * @description Requires the `viewer` role (or a higher one).
          */
         get: operations["delivery_status"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/servers/{id}/drift": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A server's drift from its profile, with the diff of every file that differs.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["server_drift"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1933,6 +2093,11 @@ export interface components {
             name: string;
         };
         /**
+         * @description How one file differs between two versions.
+         * @enum {string}
+         */
+        ChangeDto: "added" | "removed" | "changed";
+        /**
          * @description Where a change stands.
          * @enum {string}
          */
@@ -2033,6 +2198,21 @@ export interface components {
             /** Format: int64 */
             unbans: number;
         };
+        /** @description Body of `POST /api/profiles`: the profile and its first version. */
+        CreateProfileBody: {
+            /** @description What the version changes; at most 1024 characters. */
+            comment?: string;
+            /** @description At most 1024 characters. */
+            description?: string;
+            /** @description The first version's files: 1 to 64. */
+            files: components["schemas"]["FileBody"][];
+            /**
+             * @description The servers the profile applies to: those carrying every one of these labels (none when
+             *     empty). A server has one profile.
+             */
+            labels?: components["schemas"]["Labels"];
+            name: components["schemas"]["Name"];
+        };
         /** @description Body of `POST /api/servers`. */
         CreateServer: {
             /** @description At most 1024 characters, no control characters but line ends and tabs. */
@@ -2057,6 +2237,12 @@ export interface components {
         CreatedFeedToken: components["schemas"]["FeedTokenDto"] & {
             /** @description `bhf_…`: send as `Authorization: Bearer <token>` or as `?token=<token>`. */
             token: string;
+        };
+        /** @description A created profile with its first version. */
+        CreatedProfile: {
+            profile: components["schemas"]["ProfileDto"];
+            validation: components["schemas"]["ValidationDto"];
+            version: components["schemas"]["VersionDto"];
         };
         CreatedServer: {
             enrollment: components["schemas"]["EnrollmentDto"];
@@ -2165,6 +2351,16 @@ export interface components {
          * @enum {string}
          */
         DeliveryStatus: "pending" | "sending" | "delivered" | "failed";
+        /** @description The difference between two versions of a profile. */
+        DiffDto: {
+            /** @description The files that differ, by path; empty when the versions hold the same files. */
+            files: components["schemas"]["FileDiffDto"][];
+            /** Format: int64 */
+            from: number;
+            profile: string;
+            /** Format: int64 */
+            to: number;
+        };
         /** @description A rule's matches within its window, as stored. */
         Digest: {
             /** Format: date-time */
@@ -2226,6 +2422,40 @@ export interface components {
             otherIps?: number;
             /** @description The first matches (at most [`MAX_SAMPLES`]). */
             samples: components["schemas"]["MatchSample"][];
+        };
+        /** @description One file that differs. */
+        DriftFileDto: {
+            /** @description `diff -u` from what the file should be (`a/`) to what the host has (`b/`). */
+            diff: string;
+            kind: components["schemas"]["FileDriftDto"];
+            path: string;
+        };
+        /** @description One server in the drift summary. */
+        DriftRowDto: {
+            /** @description The paths of the files that differ. */
+            files: string[];
+            profile?: string | null;
+            reason: string;
+            serverId: string;
+            serverName: string;
+            /** Format: date-time */
+            since: string;
+            state: components["schemas"]["DriftStateDto"];
+            /** Format: int64 */
+            version?: number | null;
+        };
+        /**
+         * @description Where a server stands against its profile.
+         * @enum {string}
+         */
+        DriftStateDto: "in_sync" | "drifted" | "unknown";
+        /** @description Every server's drift state. */
+        DriftSummaryDto: {
+            /** @description Servers per state: `in_sync`, `drifted`, `unknown`. */
+            counts: {
+                [key: string]: number;
+            };
+            servers: components["schemas"]["DriftRowDto"][];
         };
         /**
          * @description How long a shared ban lasts: `origin` (the origin's own ban time), `fixed` (`seconds`), or
@@ -2432,6 +2662,27 @@ export interface components {
             /** Format: date-time */
             revokedAt?: string | null;
         };
+        /** @description One file of a version as sent. */
+        FileBody: {
+            /** @description The file's text (at most 65536 bytes); empty when `exists` is false. */
+            content?: string;
+            /** @description `false`: the file must not exist on the hosts (banhub removes it). */
+            exists?: boolean;
+            /** @description `jail.d/<jail>.local`, `filter.d/<filter>.local` or `jail.d/banhub-defaults.local`. */
+            path: string;
+        };
+        /** @description One file that differs, with its unified diff. */
+        FileDiffDto: {
+            change: components["schemas"]["ChangeDto"];
+            /** @description `diff -u` of the file from the first version to the second. */
+            diff: string;
+            path: string;
+        };
+        /**
+         * @description How a file differs.
+         * @enum {string}
+         */
+        FileDriftDto: "missing" | "different" | "unexpected" | "changed_outside_profile";
         /** @description New content for one file and the version it was edited from (empty for a new file). */
         FileEditBody: {
             /** @description At most 64 KiB, no control characters but line ends and tabs. */
@@ -3131,6 +3382,32 @@ export interface components {
             /** @description A URI naming the kind of problem: `urn:banhub:problem:<code>`. */
             type: string;
         };
+        /** @description A profile and its assignment. */
+        ProfileDto: {
+            /** Format: date-time */
+            createdAt: string;
+            createdBy: string;
+            description: string;
+            /**
+             * Format: int64
+             * @description The version the servers should have.
+             */
+            desiredVersion?: number | null;
+            /** @description The label selector of the servers it applies to; empty: none. */
+            labels: {
+                [key: string]: string;
+            };
+            /** Format: int64 */
+            latestVersion?: number | null;
+            name: string;
+            /**
+             * Format: int64
+             * @description The version pinned for the servers; absent: the latest.
+             */
+            pinnedVersion?: number | null;
+            /** Format: date-time */
+            updatedAt: string;
+        };
         /** @description The protected network a refused ban would have covered, and why it is protected. */
         ProtectedBy: {
             /** @description Why it is protected: `configured`, `hub_address` or `operator_session`. */
@@ -3352,6 +3629,11 @@ export interface components {
             /** @description Names of `alerts.webhooks` to post to. */
             webhooks?: string[];
         };
+        /** @description A saved version. */
+        SavedVersion: {
+            validation: components["schemas"]["ValidationDto"];
+            version: components["schemas"]["VersionDto"];
+        };
         /**
          * @description Servers named by `all: true` or by labels (every one of them carried), as the fleet actions
          *     name them.
@@ -3396,6 +3678,31 @@ export interface components {
             /** @description Absent for a server deleted since. */
             serverName?: string | null;
         };
+        /** @description A server's drift from its profile. */
+        ServerDriftDto: {
+            /**
+             * Format: date-time
+             * @description When this result was found (later checks finding the same leave it).
+             */
+            checkedAt: string;
+            files: components["schemas"]["DriftFileDto"][];
+            /** @description The profile that applies to the server. */
+            profile?: string | null;
+            /** @description Why the state is `unknown`, or a word on the comparison. */
+            reason: string;
+            serverId: string;
+            /**
+             * Format: date-time
+             * @description When the server entered this state.
+             */
+            since: string;
+            state: components["schemas"]["DriftStateDto"];
+            /**
+             * Format: int64
+             * @description The profile version compared with.
+             */
+            version?: number | null;
+        };
         /** @description A registered fail2ban host. */
         ServerDto: {
             /** @description Address the agent connects from. */
@@ -3410,6 +3717,8 @@ export interface components {
             /** Format: date-time */
             createdAt: string;
             description: string;
+            /** @description Where the server stands against its profile (`GET /api/servers/{id}/drift` has the diff). */
+            drift: components["schemas"]["DriftStateDto"];
             /** Format: date-time */
             enrolledAt?: string | null;
             fail2banVersion?: string | null;
@@ -3754,6 +4063,18 @@ export interface components {
             ip: string;
             servers: components["schemas"]["ServerActionResult"][];
         };
+        /** @description Body of `PUT /api/profiles/{name}`: the description and the assignment. */
+        UpdateProfileBody: {
+            /** @description At most 1024 characters. */
+            description?: string;
+            /** @description The servers the profile applies to (none when empty). */
+            labels?: components["schemas"]["Labels"];
+            /**
+             * Format: int64
+             * @description The version the servers should have; absent: always the latest.
+             */
+            pinnedVersion?: number | null;
+        };
         /** @description The logged-in user (or API token). */
         UserDto: {
             email?: string | null;
@@ -3764,6 +4085,40 @@ export interface components {
             roles: components["schemas"]["Role"][];
             /** @description Stable identifier: the provider's `sub`, the local user name, or `token:<id>`. */
             subject: string;
+        };
+        /** @description Where fail2ban checked the files of a save. */
+        ValidationDto: {
+            /**
+             * @description The server whose fail2ban checked the files (`fail2ban-client -t` and the filters'
+             *     expressions on a shadow copy, nothing written); absent when no server could.
+             */
+            checkedOn?: string | null;
+            /** @description fail2ban's warnings, or why no server checked the files. */
+            notes: string[];
+        };
+        /** @description Body of `POST /api/profiles/{name}/versions`: the next version. */
+        VersionBody: {
+            /** @description What the version changes; at most 1024 characters. */
+            comment?: string;
+            /** @description 1 to 64 files. */
+            files: components["schemas"]["FileBody"][];
+        };
+        /** @description A saved version of a profile; versions never change. */
+        VersionDto: {
+            author: string;
+            comment: string;
+            /** Format: date-time */
+            createdAt: string;
+            files: components["schemas"]["VersionFileDto"][];
+            profile: string;
+            /** Format: int64 */
+            version: number;
+        };
+        /** @description One file of a saved version. */
+        VersionFileDto: {
+            content: string;
+            exists: boolean;
+            path: string;
         };
         WebhookDocument: {
             format: components["schemas"]["WebhookFormat"];
@@ -4530,6 +4885,61 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ClusterView"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    drift_summary: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DriftSummaryDto"];
                 };
             };
             /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
@@ -8661,6 +9071,755 @@ export interface operations {
             };
         };
     };
+    list_profiles: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProfileDto"][];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    create_profile: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateProfileBody"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedProfile"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The name is taken, or a server would have two profiles */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks its rule (`invalid_field`), or fail2ban on a server of the profile refused the files with its own messages in `details` (`config_invalid`, `host_policy`, `agent_refused_argument`). Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_profile: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Profile name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProfileDto"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    update_profile: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Profile name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateProfileBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProfileDto"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A server would have two profiles */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    delete_profile: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Profile name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    diff_versions: {
+        parameters: {
+            query: {
+                /** @description The older version. */
+                from: number;
+                /** @description The newer version. */
+                to: number;
+            };
+            header?: never;
+            path: {
+                /** @description Profile name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DiffDto"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_versions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Profile name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["VersionDto"][];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    save_version: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Profile name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["VersionBody"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SavedVersion"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Another save came first */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks its rule (`invalid_field`), or fail2ban on a server of the profile refused the files with its own messages in `details` (`config_invalid`, `host_policy`, `agent_refused_argument`). Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_version: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Profile name */
+                name: string;
+                /** @description Version number */
+                version: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["VersionDto"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     list_protected: {
         parameters: {
             query?: never;
@@ -9978,6 +11137,73 @@ export interface operations {
             };
             /** @description Agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
             504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    server_drift: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Server id or name */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ServerDriftDto"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
