@@ -37,8 +37,8 @@ use crate::config::PolicySettings;
 use crate::fail2ban::{Fail2banError, Fail2banSocket};
 
 mod agent_files;
-mod dry_run;
 mod config_set;
+mod dry_run;
 mod pipeline;
 mod settle;
 mod validate;

@@ -27,9 +27,9 @@ use crate::shared_bans::{SharedBans, SharedBansConfig};
 
 mod args;
 mod bans;
-mod create;
 mod config_files;
 mod config_set;
+mod create;
 mod defaults;
 mod diagnostics;
 mod failure;
