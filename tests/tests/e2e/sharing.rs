@@ -18,6 +18,9 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(45);
+/// Delivery across replicas, after a replica died: the agents' reconnect backoff and the dead
+/// replica's job lease come first, and the whole suite runs beside it.
+const FAILOVER_DEADLINE: Duration = Duration::from_secs(120);
 const SHARED: &str = "banhub-shared";
 
 /// A hub and the hosts `a`, `b`, `c`, each online with the action and the shared jail installed.
@@ -501,7 +504,7 @@ impl Replicas {
         ips: &[String],
     ) -> Vec<Value> {
         let targets = &self.hosts[1..];
-        let delivered = wait_for_async(DEADLINE, "every shared ban delivered", || async {
+        let delivered = wait_for_async(FAILOVER_DEADLINE, "every shared ban delivered", || async {
             let (_, bans) = hub.api().get("/api/sharing/bans?limit=1000").await;
             let bans = bans.as_array()?.clone();
             (bans.len() >= targets.len() * ips.len()
