@@ -504,6 +504,9 @@ impl Fleet {
         requested_by: &str,
         command_id: String,
     ) -> Result<command_result::Outcome, FleetError> {
+        // A shared-ban sync is not slow: the agent answers within its `shared_bans.budget_ms` and
+        // leaves the rest to its own passes, so a sync lost with a dead replica holds its target
+        // for the ordinary timeout only.
         let slow = matches!(
             kind,
             command::Kind::SetJailsEnabled(_)
@@ -512,7 +515,6 @@ impl Fleet {
                 | command::Kind::Restart(_)
                 | command::Kind::SetIgnoreList(_)
                 | command::Kind::WriteDefaults(_)
-                | command::Kind::SyncSharedBans(_)
                 | command::Kind::CreateJail(_)
                 | command::Kind::WriteFilter(_)
                 | command::Kind::DeleteConfig(_)
