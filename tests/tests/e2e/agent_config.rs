@@ -13,6 +13,7 @@ use banhub_agent::fail2ban_files::{
     ConfigEditor, ConfigReader, EditError, EditableFile, EditorSettings, FilterName, FilterSource,
     FilterTestError, JailName, ReloadScope, Stage, Version,
 };
+use banhub_tests::commands::client_path;
 use banhub_tests::fail2ban::Fail2banSandbox;
 use tempfile::TempDir;
 
@@ -239,14 +240,6 @@ fn reader_matches_fail2ban_on_crafted_configs() {
 
     let sandbox = Fail2banSandbox::start("cfg-reader").expect("sandbox");
     assert_same_as_fail2ban(&sandbox.conf_dir());
-}
-
-fn client_path() -> PathBuf {
-    ["/usr/bin/fail2ban-client", "/usr/local/bin/fail2ban-client"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| PathBuf::from("fail2ban-client"))
 }
 
 struct Setup {

@@ -9,20 +9,13 @@ use banhub_agent::fail2ban_files::pending::{ChangeError, ConfigChanges, Phase, r
 use banhub_agent::fail2ban_files::{
     ConfigEditor, EditError, EditableFile, EditorSettings, JailName, SetFile, Version,
 };
+use banhub_tests::commands::client_path;
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::wait;
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
 
 mod hub;
-
-fn client_path() -> PathBuf {
-    ["/usr/bin/fail2ban-client", "/usr/local/bin/fail2ban-client"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| PathBuf::from("fail2ban-client"))
-}
 
 /// A sandbox, an editor of its files, and a state directory for the change record.
 struct Host {
