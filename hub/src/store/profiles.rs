@@ -204,6 +204,16 @@ impl Store {
     ) -> Result<ProfileWrite<ProfileVersion>, StoreError> {
         let ms = at.timestamp_millis();
         let tx = self.db.begin().await?;
+        // Write before reading: on SQLite a transaction that reads first and writes later fails at
+        // once with "database is locked" when another writer (a drift check) holds the lock.
+        let touched = profile::Entity::update_many()
+            .col_expr(profile::Column::UpdatedAt, Expr::value(ms))
+            .filter(profile::Column::Name.eq(name.to_string()))
+            .exec(&tx)
+            .await?;
+        if touched.rows_affected == 0 {
+            return Ok(ProfileWrite::NotFound);
+        }
         let Some(row) = profile::Entity::find_by_id(name.to_string())
             .one(&tx)
             .await?
@@ -213,7 +223,6 @@ impl Store {
         let next = row.latest_version.unwrap_or(0) + 1;
         let updated = profile::Entity::update_many()
             .col_expr(profile::Column::LatestVersion, Expr::value(next))
-            .col_expr(profile::Column::UpdatedAt, Expr::value(ms))
             .filter(profile::Column::Name.eq(name.to_string()))
             .filter(match row.latest_version {
                 Some(v) => profile::Column::LatestVersion.eq(v),
