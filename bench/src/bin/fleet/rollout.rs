@@ -59,15 +59,33 @@ where
     ))
 }
 
-/// Sends a JSON request and returns the body of a success, or the hub's refusal as the error.
+/// Sends a JSON request and returns the body of a success, or the hub's refusal as the error. A
+/// `503` with `Retry-After` (the store busy) is sent again after the wait it names, a few times,
+/// as a client of the API is asked to.
 async fn send(request: reqwest::RequestBuilder, what: &str) -> anyhow::Result<Value> {
-    let response = request.send().await.with_context(|| what.to_owned())?;
-    let status = response.status();
-    let text = response.text().await?;
-    if !status.is_success() {
-        bail!("{what}: {status} {text}");
+    for _ in 0..5 {
+        let attempt = request
+            .try_clone()
+            .context("a request without a streamed body")?;
+        let response = attempt.send().await.with_context(|| what.to_owned())?;
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let text = response.text().await?;
+        if let (reqwest::StatusCode::SERVICE_UNAVAILABLE, Some(secs)) = (status, retry_after) {
+            eprintln!("  {what}: 503, sent again in {secs} s: {text}");
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            continue;
+        }
+        if !status.is_success() {
+            bail!("{what}: {status} {text}");
+        }
+        return serde_json::from_str(&text).with_context(|| format!("{what}: not JSON: {text}"));
     }
-    serde_json::from_str(&text).with_context(|| format!("{what}: not JSON: {text}"))
+    bail!("{what}: still 503 after 5 tries")
 }
 
 /// Starts the rollout and polls it until it is no longer running; returns its last state.
