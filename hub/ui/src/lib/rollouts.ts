@@ -317,3 +317,11 @@ export function changePath(host: Pick<RolloutHost, 'serverId' | 'changeId'>): st
   if (!host.changeId) return null;
   return `api/servers/${encodeURIComponent(host.serverId)}/config-changes/${encodeURIComponent(host.changeId)}`;
 }
+
+/** What the page's query names: the rollout shown (`id`) and the profile the form starts from. */
+export function rolloutQuery(search: string): { id?: string; profile?: string } {
+  const params = new URLSearchParams(search);
+  const id = params.get('id')?.trim();
+  const profile = params.get('profile')?.trim();
+  return { ...(id ? { id } : {}), ...(profile ? { profile } : {}) };
+}

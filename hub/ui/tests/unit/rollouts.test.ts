@@ -12,6 +12,7 @@ import {
   progressText,
   rolloutBadge,
   rolloutBody,
+  rolloutQuery,
   shouldPoll,
   validateForm,
   type HostState,
@@ -262,5 +263,13 @@ describe('the rollouts route', () => {
     expect(parseRoute('/rollouts')).toEqual({ name: 'rollouts' });
     expect(parseRoute('/rollouts/x')).toEqual({ name: 'not-found', path: '/rollouts/x' });
     expect(pathOf({ name: 'rollouts' })).toBe('/rollouts');
+  });
+});
+
+describe('rolloutQuery', () => {
+  it('reads the rollout shown and the profile to start from, and leaves out blanks', () => {
+    expect(rolloutQuery('?id=r-1&profile=web')).toEqual({ id: 'r-1', profile: 'web' });
+    expect(rolloutQuery('?id=&profile=%20')).toEqual({});
+    expect(rolloutQuery('')).toEqual({});
   });
 });
