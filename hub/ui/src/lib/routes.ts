@@ -17,6 +17,7 @@ export type Route =
   | { name: 'address'; ip: string }
   | { name: 'defence' }
   | { name: 'profiles' }
+  | { name: 'rollouts' }
   | { name: 'login' }
   | { name: 'not-found'; path: string };
 
@@ -47,6 +48,7 @@ export function parseRoute(path: string): Route {
     case 'sharing':
     case 'defence':
     case 'profiles':
+    case 'rollouts':
     case 'login':
       return second === undefined ? { name: head } : { name: 'not-found', path };
     case 'jails':

@@ -1,8 +1,9 @@
 //! Fleet simulator and scale benchmarks. Simulated agents are lightweight tasks in this process that
 //! speak the real protocol over real mutual TLS: each enrolls through `Enrollment.Enroll` with a token
 //! from the API (its own key and CSR), then holds one `AgentGateway.Session`, heartbeats, answers
-//! commands (a ban or unban succeeds, a ping pongs, anything else is "unsupported") and reports ban
-//! events from a spool it numbers like the real agent. Prints its figures.
+//! commands as a host would with no latency (`sim_host`: bans, pings, its files, config sets with
+//! commit-confirm, fail2ban's status) and reports ban events from a spool it numbers like the real
+//! agent. Prints its figures.
 //!
 //! Scenarios (`--scenario`, several allowed):
 //! * `sessions`: N agents (10,000) on one hub with heartbeats: hub memory per session, idle CPU.
@@ -15,6 +16,8 @@
 //! * `drift`: a drift check of N online agents (1,000) against their profile (each agent answers
 //!   `GetConfigFiles`): hub CPU time and wall time of a pass that finds every host drifted, one
 //!   that finds every host in sync, and one that finds nothing changed.
+//! * `rollout`: a profile rolled out to N online agents (100) in batches with no watch, beside the
+//!   same changes applied batch by batch through `config-changes` (`rollout.rs`).
 //! * `simulate`: just run N agents producing `--rate` events per second against an existing hub
 //!   (`--hub-http`, `--token`), until interrupted.
 //!
@@ -34,9 +37,8 @@ use banhub_proto::token::EnrollmentToken;
 use banhub_proto::v1::agent_gateway_client::AgentGatewayClient;
 use banhub_proto::v1::enrollment_client::EnrollmentClient;
 use banhub_proto::v1::{
-    AgentFrame, BanChange, CommandError, CommandResult, ConfigFile, ConfigFiles, EnrollRequest,
-    ErrorCode, Event, EventBatch, EventKind, EventSource, Heartbeat, Hello, HubFrame, Pong,
-    SharedBanReport, SpoolHead, agent_frame, command, command_result, hub_frame,
+    AgentFrame, EnrollRequest, Event, EventBatch, EventKind, EventSource, Heartbeat, Hello,
+    HubFrame, SpoolHead, agent_frame, command, hub_frame,
 };
 use banhub_tests::agent::AgentProcess;
 use banhub_tests::fail2ban::Fail2banSandbox;
@@ -49,6 +51,11 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
+use sim_host::{SIMULATED_JAIL, SimHost};
+
+mod rollout;
+mod sim_host;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Scenario {
     Sessions,
@@ -58,6 +65,7 @@ enum Scenario {
     Agent,
     Simulate,
     Drift,
+    Rollout,
 }
 
 #[derive(Debug, Parser)]
@@ -74,6 +82,18 @@ struct Args {
     /// Agents for `fleet-ban`, `share` and `drift`.
     #[arg(long, default_value_t = 1000)]
     ban_agents: usize,
+    /// Agents for `rollout`.
+    #[arg(long, default_value_t = 100)]
+    rollout_agents: usize,
+    /// Hosts per batch of `rollout` (and of its floor).
+    #[arg(long, default_value_t = 10)]
+    rollout_batch: usize,
+    /// Hosts in the first batch of `rollout`.
+    #[arg(long, default_value_t = 10)]
+    rollout_canary: usize,
+    /// The agents' commit-confirm window in `rollout` and its floor, in seconds (10 to 3600).
+    #[arg(long, default_value_t = 10)]
+    confirm_secs: u32,
     /// Fleet-wide bans timed by `fleet-ban`, and origin bans timed by `share`.
     #[arg(long, default_value_t = 30)]
     ban_rounds: usize,
@@ -266,6 +286,8 @@ struct Agent {
     load: watch::Receiver<Load>,
     /// Addresses this agent reports a ban of at once (the origin of `share`).
     origin: Option<mpsc::UnboundedReceiver<String>>,
+    /// The host's files and config changes, kept across sessions.
+    host: SimHost,
     stop: tokio_util::sync::CancellationToken,
 }
 
@@ -326,7 +348,10 @@ impl Agent {
             agent_version: "sim".into(),
             hostname: self.creds.name.clone(),
             fail2ban_version: "1.0.2".into(),
-            capabilities: vec!["get_config_files".into()],
+            capabilities: sim_host::CAPABILITIES
+                .iter()
+                .map(|c| (*c).to_owned())
+                .collect(),
             spool: Some(SpoolHead {
                 epoch: spool.epoch,
                 last_seq: spool.next_seq - 1,
@@ -405,7 +430,7 @@ impl Agent {
                                 let mut shared = self.counters.shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                                 shared.extend(sync.bans.iter().map(|b| (b.ip.clone(), at)));
                             }
-                            tx.send(send(agent_frame::Body::Result(answer(command)))).await?;
+                            tx.send(send(agent_frame::Body::Result(self.host.answer(command)))).await?;
                         }
                         Some(hub_frame::Body::Ack(ack)) if ack.epoch == spool.epoch => {
                             let before = spool.unacked.len();
@@ -464,71 +489,6 @@ fn jitter(load: &Load) -> Duration {
     match load {
         Load::Every(period) => period.mul_f64(rand::random::<f64>()),
         _ => Duration::ZERO,
-    }
-}
-
-/// The jail override every simulated host has (`drift` profiles compare with it).
-const SIMULATED_JAIL: &str =
-    "[sshd]\nenabled = true\nmaxretry = 3\nfindtime = 600\nbantime = 3600\n";
-
-/// The `.local` files every simulated host reports: a jail override and a `jail.local` of about
-/// 2 KB, like a host's hand-kept defaults.
-fn simulated_config_files() -> ConfigFiles {
-    let jail_local: String = std::iter::once("[DEFAULT]\n".to_owned())
-        .chain((0..60).map(|i| format!("# site note {i:02}: kept by hand on this host\n")))
-        .collect();
-    let file = |path: &str, content: String| ConfigFile {
-        path: path.to_owned(),
-        version: String::new(),
-        exists: true,
-        content,
-    };
-    ConfigFiles {
-        files: vec![
-            file("jail.d/sshd.local", SIMULATED_JAIL.to_owned()),
-            file("jail.local", jail_local),
-        ],
-        ..ConfigFiles::default()
-    }
-}
-
-/// What the simulated fail2ban does: every ban and unban works, a ping pongs, the files are
-/// reported, the rest is not here.
-fn answer(command: banhub_proto::v1::Command) -> CommandResult {
-    let outcome = match command.kind {
-        Some(command::Kind::SetBan(ban)) => command_result::Outcome::BanChange(BanChange {
-            changed: true,
-            jails: vec![if ban.jail.is_empty() {
-                "sshd".into()
-            } else {
-                ban.jail
-            }],
-        }),
-        Some(command::Kind::SyncSharedBans(sync)) => {
-            command_result::Outcome::SharedBans(SharedBanReport {
-                held: sync.bans.len() as u32,
-                added: sync.bans.len() as u32,
-                lifted: sync.lift.len() as u32,
-                ..SharedBanReport::default()
-            })
-        }
-        Some(command::Kind::GetConfigFiles(_)) => {
-            command_result::Outcome::ConfigFiles(simulated_config_files())
-        }
-        Some(command::Kind::Ping(_)) => command_result::Outcome::Pong(Pong {
-            fail2ban_version: "1.0.2".into(),
-            fail2ban_latency_us: 50,
-            agent_version: "sim".into(),
-        }),
-        _ => command_result::Outcome::Error(CommandError {
-            code: ErrorCode::Unsupported.into(),
-            message: "the simulated agent only bans, unbans and pings".into(),
-            ..CommandError::default()
-        }),
-    };
-    CommandResult {
-        id: command.id,
-        outcome: Some(outcome),
     }
 }
 
@@ -626,6 +586,7 @@ impl Fleet {
                 counters: counters.clone(),
                 load: load_rx.clone(),
                 origin: origin_rx.take(),
+                host: SimHost::default(),
                 stop: stop.clone(),
             };
             let connecting = connecting.clone();
@@ -1442,6 +1403,7 @@ fn main() -> anyhow::Result<()> {
                 Scenario::Agent => agent(&args).await?,
                 Scenario::Simulate => simulate(&args).await?,
                 Scenario::Drift => drift(&args).await?,
+                Scenario::Rollout => rollout::rollout(&args).await?,
             }
         }
         Ok(())
