@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Makes the Debian base image the CI builds every banhub image from, out of Debian's packages alone
+# (mmdebstrap; no image registry needed): minbase, merged /usr, no documentation, like the public
+# debian:bookworm-slim. Does nothing when the image is already there, so a machine makes it once.
+#   deploy/container/base-image.sh [IMAGE]      (default localhost/banhub-ci/debian:bookworm-slim)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/containers.conf}"
+image=${1:-localhost/banhub-ci/debian:bookworm-slim}
+
+if podman image exists "$image"; then
+  echo "base-image: $image is there"
+  exit 0
+fi
+for tool in mmdebstrap podman; do
+  command -v "$tool" >/dev/null || {
+    echo "base-image: $tool is missing; install it with .ci/install-deps" >&2
+    exit 1
+  }
+done
+
+started=$SECONDS
+# The tar goes straight into podman; the path-exclude options stay in the image's dpkg configuration,
+# so packages installed later leave their documentation out too.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if ! mmdebstrap --quiet --variant=minbase \
+  --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+  --dpkgopt='path-exclude=/usr/share/man/*' \
+  --dpkgopt='path-exclude=/usr/share/doc/*' \
+  --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+  --dpkgopt='path-exclude=/usr/share/locale/*' \
+  --dpkgopt='path-exclude=/usr/share/info/*' \
+  bookworm - 2>"$log" |
+  podman import --quiet - "$image" >/dev/null; then
+  tail -n 40 "$log" >&2
+  echo "base-image: making $image failed" >&2
+  exit 1
+fi
+echo "base-image: made $image in $((SECONDS - started))s"
