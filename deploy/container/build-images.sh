@@ -30,6 +30,8 @@ for binary in banhub banhub-agent; do
 done
 
 "$here/base-image.sh" "$base"
+# Working containers an interrupted build left behind on this base.
+buildah containers --quiet --filter ancestor="$base" | xargs --no-run-if-empty buildah rm >/dev/null
 
 # The binaries without their debugging symbols, in a directory of their own: the build context
 # `binaries` of the prebuilt stage.
