@@ -9,6 +9,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/containers.conf}"
 image=${1:-localhost/banhub-ci/debian:bookworm-slim}
 
+# One maker at a time: CI starts this early in the background, and the container test calls it
+# again, to wait for it or to find the image made.
+exec 9>"${TMPDIR:-/tmp}/banhub-base-image.lock"
+flock 9
+
 if podman image exists "$image"; then
   echo "base-image: $image is there"
   exit 0
