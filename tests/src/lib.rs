@@ -15,6 +15,7 @@ pub mod fleet;
 pub mod hub;
 pub mod mmdb;
 pub mod oidc;
+pub mod podman;
 pub mod postgres;
 pub mod process;
 pub mod smtp;

@@ -1,8 +1,8 @@
-//! The container files and the compose example, checked as far as this machine can without a
-//! container engine (there is none here): the compose file parses as YAML (Debian's python3-yaml,
-//! installed by `.ci/deps.d/50-packaging.sh`), everything it references exists, every variable it
-//! needs is in the example environment file, and the real `banhub` binary accepts the configuration
-//! the compose file and the Containerfiles give it, and serves with it.
+//! The container files and the compose example, checked as text and against the real binary
+//! (`containers` builds and runs them with podman): the compose file parses as YAML (Debian's
+//! python3-yaml, installed by `.ci/deps.d/50-packaging.sh`), everything it references exists, every
+//! variable it needs is in the example environment file, and the real `banhub` binary accepts the
+//! configuration the compose file and the Containerfiles give it, and serves with it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;

@@ -16,6 +16,7 @@ mod config_confirm;
 mod config_create;
 mod config_preview;
 mod config_profiles;
+mod containers;
 mod control;
 mod defence;
 mod delivery;
