@@ -18,7 +18,6 @@ use crate::config_changes::ChangeError;
 use crate::domain::ServerId;
 use crate::domain::config_changes::{ChangeState, ConfigChange, SetFile};
 use crate::fleet::{AgentErrorKind, FleetError};
-use crate::profiles::Recheck;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -168,7 +167,6 @@ async fn apply_change(
             &caller.requested_by(),
         )
         .await?;
-    state.profiles.recheck(Recheck::Server(id));
     Ok((StatusCode::CREATED, ApiJson(change.into())))
 }
 
@@ -204,6 +202,5 @@ async fn revert_change(
         .config_changes
         .revert(id, &change, &caller.requested_by())
         .await?;
-    state.profiles.recheck(Recheck::Server(id));
     Ok(ApiJson(reverted.into()))
 }

@@ -102,7 +102,7 @@ impl Fleet {
                 .collect(),
             confirm_within_secs,
         });
-        self.config_set_call(server, kind, "apply_config_set", by)
+        self.config_set_call(server, kind, "apply_config_set", by, true)
             .await
     }
 
@@ -118,7 +118,7 @@ impl Fleet {
             change_id: change_id.to_owned(),
             confirm,
         });
-        self.config_set_call(server, kind, "settle_config_set", by)
+        self.config_set_call(server, kind, "settle_config_set", by, true)
             .await
     }
 
@@ -132,7 +132,7 @@ impl Fleet {
         let kind = command::Kind::ConfigSetStatus(GetConfigSetStatus {
             change_id: change_id.to_owned(),
         });
-        self.config_set_call(server, kind, "config_set_status", by)
+        self.config_set_call(server, kind, "config_set_status", by, false)
             .await
     }
 
@@ -142,8 +142,14 @@ impl Fleet {
         kind: command::Kind,
         label: &'static str,
         by: &str,
+        writes: bool,
     ) -> Result<AgentChange, FleetError> {
-        match self.call(server, kind, label, by).await? {
+        let outcome = if writes {
+            self.write_call(server, kind, label, by).await?
+        } else {
+            self.call(server, kind, label, by).await?
+        };
+        match outcome {
             Outcome::ConfigSet(state) => Ok(state.into()),
             other => Err(unexpected(&other)),
         }
