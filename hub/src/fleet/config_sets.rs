@@ -7,7 +7,7 @@ use banhub_proto::v1::{
 };
 
 use super::control::unexpected;
-use super::{AgentErrorKind, Fleet, FleetError};
+use super::{Fleet, FleetError};
 use crate::domain::ServerId;
 use crate::domain::config_changes::SetFile;
 
@@ -70,17 +70,7 @@ impl Fleet {
         confirm_within_secs: u32,
         by: &str,
     ) -> Result<AgentChange, FleetError> {
-        if let Some(info) = self.0.sessions.info(server)
-            && !info.capabilities.iter().any(|c| c == CONFIG_SET_CAPABILITY)
-        {
-            return Err(FleetError::Agent {
-                kind: AgentErrorKind::Unsupported,
-                message: "this server's agent is too old for config sets; upgrade the agent"
-                    .to_owned(),
-                details: Vec::new(),
-                current_version: None,
-            });
-        }
+        self.require_capability(server, CONFIG_SET_CAPABILITY, "config sets")?;
         let kind = command::Kind::ApplyConfigSet(ApplyConfigSet {
             change_id: change_id.to_owned(),
             files: files

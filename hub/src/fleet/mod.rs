@@ -4,6 +4,7 @@
 
 mod actions;
 mod callback_jails;
+mod capability;
 mod config_create;
 mod config_files;
 mod config_sets;
