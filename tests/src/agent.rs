@@ -24,6 +24,8 @@ pub struct AgentProcess {
     binary: PathBuf,
     args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
+    /// A command prefix the agent runs under (e.g. `nsenter --net=…`), empty for none.
+    launcher: Vec<OsString>,
     child: Option<ManagedChild>,
     runs: u32,
 }
@@ -62,6 +64,19 @@ impl AgentProcess {
         )
     }
 
+    /// [`AgentProcess::start`] under a command prefix, e.g. `nsenter --net=…` to run the agent in
+    /// a network namespace ([`crate::netns::NetNs::launcher`]).
+    pub fn start_under(
+        launcher: &[OsString],
+        state_dir: &Path,
+        fail2ban_socket: &Path,
+        fail2ban_conf_dir: &Path,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        let args = run_args(state_dir, fail2ban_socket, fail2ban_conf_dir);
+        Self::start_launched(binary(BINARY)?, launcher.to_vec(), args, env)
+    }
+
     /// [`AgentProcess::start`] with a given binary (e.g. a release build, for benchmarks).
     pub fn start_binary(
         binary: PathBuf,
@@ -70,20 +85,21 @@ impl AgentProcess {
         fail2ban_conf_dir: &Path,
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
-        let args = vec![
-            OsString::from("run"),
-            "--state-dir".into(),
-            state_dir.into(),
-            "--fail2ban-socket".into(),
-            fail2ban_socket.into(),
-            "--fail2ban-config-dir".into(),
-            fail2ban_conf_dir.into(),
-        ];
+        let args = run_args(state_dir, fail2ban_socket, fail2ban_conf_dir);
         Self::start_with(binary, args, env)
     }
 
     fn start_with(
         binary: PathBuf,
+        args: Vec<OsString>,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        Self::start_launched(binary, Vec::new(), args, env)
+    }
+
+    fn start_launched(
+        binary: PathBuf,
+        launcher: Vec<OsString>,
         args: Vec<OsString>,
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
@@ -98,6 +114,7 @@ impl AgentProcess {
             binary,
             args,
             env: env.iter().map(|(k, v)| (k.into(), v.into())).collect(),
+            launcher,
             child: None,
             runs: 0,
         };
@@ -168,7 +185,7 @@ impl AgentProcess {
 
     fn launch(&mut self) -> anyhow::Result<()> {
         self.runs += 1;
-        let mut command = agent_command(&self.binary, self.logs_dir.path());
+        let mut command = agent_command(&self.launcher, &self.binary, self.logs_dir.path());
         command
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)));
@@ -193,7 +210,7 @@ pub fn run_command(args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> anyhow::R
         .prefix("banhub-agent-cmd-")
         .tempdir()
         .context("creating a directory for the command's output")?;
-    let mut command = agent_command(&binary(BINARY)?, logs_dir.path());
+    let mut command = agent_command(&[], &binary(BINARY)?, logs_dir.path());
     command.args(args).envs(env.iter().copied());
     let name = args
         .first()
@@ -217,7 +234,7 @@ fn enroll_with(
         .prefix("banhub-enroll-")
         .tempdir()
         .context("creating a directory for the enroll output")?;
-    let mut command = agent_command(binary, logs_dir.path());
+    let mut command = agent_command(&[], binary, logs_dir.path());
     command
         .arg("enroll")
         .arg(token)
@@ -232,9 +249,30 @@ fn enroll_with(
     )
 }
 
-/// The agent binary with inherited `BANHUB_…` variables removed, running in `cwd`.
-fn agent_command(binary: &Path, cwd: &Path) -> Command {
-    let mut command = Command::new(binary);
+/// `banhub-agent run`'s arguments.
+fn run_args(state_dir: &Path, fail2ban_socket: &Path, fail2ban_conf_dir: &Path) -> Vec<OsString> {
+    vec![
+        OsString::from("run"),
+        "--state-dir".into(),
+        state_dir.into(),
+        "--fail2ban-socket".into(),
+        fail2ban_socket.into(),
+        "--fail2ban-config-dir".into(),
+        fail2ban_conf_dir.into(),
+    ]
+}
+
+/// The agent binary, under `launcher` when one is given, with inherited `BANHUB_…` variables
+/// removed, running in `cwd`.
+fn agent_command(launcher: &[OsString], binary: &Path, cwd: &Path) -> Command {
+    let mut command = match launcher.split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(binary);
+            command
+        }
+        None => Command::new(binary),
+    };
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("BANHUB_") {
             command.env_remove(key);

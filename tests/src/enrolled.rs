@@ -1,6 +1,7 @@
 //! The step most end-to-end tests begin with: register a server through the hub's API, enroll an
 //! agent for it with the one-time token, and start that agent beside a fail2ban sandbox.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -37,6 +38,19 @@ impl EnrolledAgent {
         sandbox: &Fail2banSandbox,
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
+        Self::register_under(client, api, name, sandbox, env, &[]).await
+    }
+
+    /// [`EnrolledAgent::register`] with the agent run under a command prefix, e.g. in a network
+    /// namespace ([`crate::netns::NetNs::launcher`]); the enrollment itself runs here.
+    pub async fn register_under(
+        client: &reqwest::Client,
+        api: &str,
+        name: &str,
+        sandbox: &Fail2banSandbox,
+        env: &[(&str, &str)],
+        launcher: &[OsString],
+    ) -> anyhow::Result<Self> {
         let response = client
             .post(format!("{api}/api/servers"))
             .json(&json!({ "name": name }))
@@ -67,8 +81,13 @@ impl EnrolledAgent {
         }
         let mut all_env = vec![BACKOFF_MAX_MS];
         all_env.extend_from_slice(env);
-        let agent =
-            AgentProcess::start(&dir, &sandbox.socket_path(), &sandbox.conf_dir(), &all_env)?;
+        let agent = AgentProcess::start_under(
+            launcher,
+            &dir,
+            &sandbox.socket_path(),
+            &sandbox.conf_dir(),
+            &all_env,
+        )?;
         Ok(Self {
             server_id,
             agent,

@@ -5,6 +5,7 @@
 //! process and kills that process when dropped. Nothing touches `/etc/fail2ban` or the system
 //! service, so tests run as any user and side by side.
 
+use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Write};
@@ -44,6 +45,7 @@ pub struct SandboxBuilder {
     persistent_db: bool,
     backend: String,
     shipped_filters: bool,
+    launcher: Vec<OsString>,
 }
 
 impl SandboxBuilder {
@@ -92,6 +94,13 @@ impl SandboxBuilder {
         self
     }
 
+    /// Runs the server under this command prefix, e.g. `nsenter --net=…` to put it and its
+    /// actions into a network namespace ([`crate::netns::NetNs::launcher`]).
+    pub fn launcher(mut self, prefix: Vec<OsString>) -> Self {
+        self.launcher = prefix;
+        self
+    }
+
     /// Writes the config, starts the server and waits until it has started every jail.
     pub fn start(self) -> anyhow::Result<Fail2banSandbox> {
         let server = find_program(SERVER)?;
@@ -121,6 +130,7 @@ impl SandboxBuilder {
             child: None,
             client,
             jails,
+            launcher: self.launcher.clone(),
         };
         sandbox.write_config(&self)?;
         sandbox.spawn(&server)?;
@@ -142,6 +152,7 @@ pub struct Fail2banSandbox {
     child: Option<Child>,
     client: PathBuf,
     jails: Vec<String>,
+    launcher: Vec<OsString>,
 }
 
 impl Fail2banSandbox {
@@ -154,6 +165,7 @@ impl Fail2banSandbox {
             persistent_db: false,
             backend: "auto".to_owned(),
             shipped_filters: false,
+            launcher: Vec::new(),
         }
     }
 
@@ -484,7 +496,15 @@ impl Fail2banSandbox {
     fn spawn(&mut self, server: &Path) -> anyhow::Result<()> {
         let out_path = self.dir().join("server.out");
         let out = fs::File::create(&out_path)?;
-        let child = Command::new(server)
+        let mut command = match self.launcher.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(server);
+                command
+            }
+            None => Command::new(server),
+        };
+        let child = command
             .arg("-c")
             .arg(self.conf_dir())
             .args(["-f", "-x"])

@@ -2,7 +2,7 @@
 //! is a hub process plus, per host name, a fail2ban sandbox and an agent enrolled for it and online.
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -149,9 +149,23 @@ impl TestFleet {
         sandbox: Fail2banSandbox,
         agent_env: &[(&str, &str)],
     ) -> anyhow::Result<&TestHost> {
+        self.add_host_under(name, sandbox, agent_env, &[]).await
+    }
+
+    /// [`TestFleet::add_host`] with the agent run under a command prefix, e.g. in a network
+    /// namespace ([`crate::netns::NetNs::launcher`]).
+    pub async fn add_host_under(
+        &mut self,
+        name: &str,
+        sandbox: Fail2banSandbox,
+        agent_env: &[(&str, &str)],
+        launcher: &[OsString],
+    ) -> anyhow::Result<&TestHost> {
         let api = self.hub.http_url();
         let client = self.hub.client();
-        let enrolled = EnrolledAgent::register(&client, &api, name, &sandbox, agent_env).await?;
+        let enrolled =
+            EnrolledAgent::register_under(&client, &api, name, &sandbox, agent_env, launcher)
+                .await?;
         enrolled
             .wait_online(&client, &api, ONLINE_DEADLINE)
             .await

@@ -11,7 +11,7 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -82,6 +82,7 @@ pub struct HubBuilder {
     args: Vec<OsString>,
     binary: Option<PathBuf>,
     start_timeout: Duration,
+    grpc_ip: IpAddr,
 }
 
 impl HubBuilder {
@@ -125,6 +126,13 @@ impl HubBuilder {
     /// same command line and `listening.json` contract).
     pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
         self.binary = Some(path.into());
+        self
+    }
+
+    /// The address the agent gateway listens on (`127.0.0.1` by default), e.g. the hub's end of a
+    /// veth pair for agents in a network namespace of their own ([`crate::netns`]).
+    pub fn grpc_ip(mut self, ip: IpAddr) -> Self {
+        self.grpc_ip = ip;
         self
     }
 
@@ -197,6 +205,7 @@ impl HubProcess {
             args: Vec::new(),
             binary: None,
             start_timeout: START_TIMEOUT,
+            grpc_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
         }
     }
 
@@ -348,7 +357,10 @@ impl HubProcess {
         self.runs += 1;
         let (http, grpc) = match ports_of {
             Some(l) => (l.http.to_string(), l.grpc.to_string()),
-            None => ("127.0.0.1:0".to_owned(), "127.0.0.1:0".to_owned()),
+            None => (
+                "127.0.0.1:0".to_owned(),
+                SocketAddr::new(self.options.grpc_ip, 0).to_string(),
+            ),
         };
         let mut command = Command::new(&self.binary);
         command

@@ -240,6 +240,27 @@ pub fn run_with_timeout(
     })
 }
 
+/// How many processes named `name` (their command name, as `/proc/<pid>/stat` gives it) are
+/// children of `parent` now, e.g. the `fail2ban-regex` runs an agent has started.
+pub fn children_named(parent: u32, name: &str) -> usize {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return 0;
+    };
+    let comm = format!("({name}");
+    let parent = parent.to_string();
+    entries
+        .flatten()
+        .filter_map(|entry| fs::read_to_string(entry.path().join("stat")).ok())
+        .filter(|stat| {
+            // `pid (comm) state ppid …`; comm may hold spaces, so split after its closing parenthesis.
+            let Some((head, rest)) = stat.rsplit_once(')') else {
+                return false;
+            };
+            head.contains(&comm) && rest.split_whitespace().nth(1) == Some(parent.as_str())
+        })
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,6 +326,20 @@ mod tests {
             .expect_err("ignored SIGTERM");
         assert!(format!("{err:#}").contains("ignored SIGTERM"), "{err:#}");
         assert!(!child.is_running());
+    }
+
+    #[test]
+    fn children_named_counts_the_children_of_one_parent_by_name() {
+        let mut child = Command::new("sleep").arg("30").spawn().expect("sleep");
+        let me = std::process::id();
+        crate::wait::wait_until(Duration::from_secs(5), "the child to run", || {
+            children_named(me, "sleep") >= 1
+        })
+        .expect("counted");
+        assert_eq!(children_named(me, "no-such-program"), 0);
+        assert_eq!(children_named(child.id(), "sleep"), 0);
+        child.kill().expect("kill");
+        child.wait().expect("reap");
     }
 
     #[test]

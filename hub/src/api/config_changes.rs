@@ -17,8 +17,6 @@ use crate::auth::{Admin, AuditHandle, Viewer};
 use crate::config_changes::ChangeError;
 use crate::domain::ServerId;
 use crate::domain::config_changes::{ChangeState, ConfigChange, SetFile};
-use crate::fleet::{AgentErrorKind, FleetError};
-use crate::profiles::Recheck;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -97,12 +95,6 @@ impl From<ChangeError> for ApiError {
             ChangeError::Open { .. } | ChangeError::NotRevertible { .. } => {
                 ApiError::Conflict(e.to_string())
             }
-            // An agent too old for config sets: the server must change first, as with an open change.
-            ChangeError::Fleet(FleetError::Agent {
-                kind: AgentErrorKind::Unsupported,
-                message,
-                ..
-            }) => ApiError::Conflict(message),
             ChangeError::Fleet(e) => ApiError::Fleet(e),
             ChangeError::Store(e) => e.into(),
         }
@@ -152,7 +144,7 @@ async fn list_changes(
     extensions(("x-required-role" = json!("admin"))),
     params(("id" = String, Path, description = "Server id or name")),
     responses((status = 201, body = ConfigChangeDto),
-              (status = 409, description = "Another change of the server is still open or its agent is too old for config sets (`conflict`), or a file changed since it was read", body = Problem)))]
+              (status = 409, description = "Another change of the server is still open (`conflict`), or a file changed since it was read", body = Problem)))]
 async fn apply_change(
     caller: Admin,
     State(state): State<AppState>,
@@ -168,7 +160,6 @@ async fn apply_change(
             &caller.requested_by(),
         )
         .await?;
-    state.profiles.recheck(Recheck::Server(id));
     Ok((StatusCode::CREATED, ApiJson(change.into())))
 }
 
@@ -204,6 +195,27 @@ async fn revert_change(
         .config_changes
         .revert(id, &change, &caller.requested_by())
         .await?;
-    state.profiles.recheck(Recheck::Server(id));
     Ok(ApiJson(reverted.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::response::IntoResponse as _;
+
+    use super::*;
+    use crate::fleet::{AgentErrorKind, FleetError};
+
+    #[test]
+    fn an_agent_too_old_for_config_sets_is_a_501_like_on_every_other_agent_route() {
+        let too_old = ChangeError::Fleet(FleetError::Agent {
+            kind: AgentErrorKind::Unsupported,
+            message: "this server's agent is too old for config sets; upgrade the agent".to_owned(),
+            details: Vec::new(),
+            current_version: None,
+        });
+        assert_eq!(
+            ApiError::from(too_old).into_response().status(),
+            StatusCode::NOT_IMPLEMENTED
+        );
+    }
 }

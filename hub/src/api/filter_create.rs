@@ -17,7 +17,6 @@ use super::error::{ApiError, ApiJson, Problem};
 use super::target::Target;
 use crate::auth::{Admin, Viewer};
 use crate::fleet::{ConfigChange, CreatedConfig, FilterCatalog, NewFilter};
-use crate::profiles::Recheck;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -96,7 +95,6 @@ async fn create_filter(
         .fleet
         .create_filter(server, NewFilter { name, lines }, &caller.requested_by())
         .await?;
-    state.profiles.recheck(Recheck::Server(server));
     Ok((StatusCode::CREATED, ApiJson(change)))
 }
 
@@ -123,6 +121,5 @@ async fn delete_filter(
             &caller.requested_by(),
         )
         .await?;
-    state.profiles.recheck(Recheck::Server(server));
     Ok(ApiJson(change))
 }

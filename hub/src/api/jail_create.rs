@@ -18,7 +18,6 @@ use super::jails::writable_jail_name;
 use super::target::Target;
 use crate::auth::Admin;
 use crate::fleet::{ConfigChange, CreatedConfig, NewJail};
-use crate::profiles::Recheck;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -118,7 +117,6 @@ async fn create_jail(
         .fleet
         .create_jail(server, jail, &caller.requested_by())
         .await?;
-    state.profiles.recheck(Recheck::Server(server));
     Ok((StatusCode::CREATED, ApiJson(change)))
 }
 
@@ -141,6 +139,5 @@ async fn delete_jail(
         .fleet
         .delete_created(server, CreatedConfig::Jail(jail), &caller.requested_by())
         .await?;
-    state.profiles.recheck(Recheck::Server(server));
     Ok(ApiJson(change))
 }

@@ -20,7 +20,6 @@ use crate::fleet::{
     BanOutcome, BannedPage, ConfigChange, Edit, IgnoreListView, JailConfig, JailList,
     LogTailResult, StatusReport,
 };
-use crate::profiles::Recheck;
 
 /// Largest configuration file accepted for writing.
 pub const MAX_CONFIG_BYTES: usize = 64 * 1024;
@@ -155,7 +154,6 @@ async fn manage_jails(
         .fleet
         .set_jails_enabled(server, &changes, &caller.requested_by())
         .await?;
-    state.profiles.recheck(Recheck::Server(server));
     Ok(ApiJson(change))
 }
 
@@ -308,7 +306,6 @@ async fn write_config(
             &caller.requested_by(),
         )
         .await?;
-    state.profiles.recheck(Recheck::Server(server));
     Ok(ApiJson(change))
 }
 

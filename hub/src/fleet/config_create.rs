@@ -170,7 +170,7 @@ impl Fleet {
         label: &'static str,
         by: &str,
     ) -> Result<ConfigChange, FleetError> {
-        match self.call(server, kind, label, by).await? {
+        match self.write_call(server, kind, label, by).await? {
             Outcome::ConfigChange(change) => Ok(change.into()),
             other => Err(unexpected(&other)),
         }

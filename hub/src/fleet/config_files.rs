@@ -81,12 +81,4 @@ impl Fleet {
             ))),
         }
     }
-
-    /// Whether `server`'s agent announced `capability`; `None` when its session is not held
-    /// here (then only the command itself can tell).
-    pub fn agent_supports(&self, server: ServerId, capability: &str) -> Option<bool> {
-        self.sessions()
-            .info(server)
-            .map(|info| info.capabilities.iter().any(|c| c == capability))
-    }
 }

@@ -7,7 +7,7 @@ use banhub_proto::v1::{
 };
 
 use super::control::unexpected;
-use super::{AgentErrorKind, Fleet, FleetError};
+use super::{Fleet, FleetError};
 use crate::domain::ServerId;
 use crate::domain::config_changes::SetFile;
 
@@ -70,17 +70,7 @@ impl Fleet {
         confirm_within_secs: u32,
         by: &str,
     ) -> Result<AgentChange, FleetError> {
-        if let Some(info) = self.0.sessions.info(server)
-            && !info.capabilities.iter().any(|c| c == CONFIG_SET_CAPABILITY)
-        {
-            return Err(FleetError::Agent {
-                kind: AgentErrorKind::Unsupported,
-                message: "this server's agent is too old for config sets; upgrade the agent"
-                    .to_owned(),
-                details: Vec::new(),
-                current_version: None,
-            });
-        }
+        self.require_capability(server, CONFIG_SET_CAPABILITY, "config sets")?;
         let kind = command::Kind::ApplyConfigSet(ApplyConfigSet {
             change_id: change_id.to_owned(),
             files: files
@@ -102,7 +92,7 @@ impl Fleet {
                 .collect(),
             confirm_within_secs,
         });
-        self.config_set_call(server, kind, "apply_config_set", by)
+        self.config_set_call(server, kind, "apply_config_set", by, true)
             .await
     }
 
@@ -118,7 +108,7 @@ impl Fleet {
             change_id: change_id.to_owned(),
             confirm,
         });
-        self.config_set_call(server, kind, "settle_config_set", by)
+        self.config_set_call(server, kind, "settle_config_set", by, true)
             .await
     }
 
@@ -132,7 +122,7 @@ impl Fleet {
         let kind = command::Kind::ConfigSetStatus(GetConfigSetStatus {
             change_id: change_id.to_owned(),
         });
-        self.config_set_call(server, kind, "config_set_status", by)
+        self.config_set_call(server, kind, "config_set_status", by, false)
             .await
     }
 
@@ -142,8 +132,14 @@ impl Fleet {
         kind: command::Kind,
         label: &'static str,
         by: &str,
+        writes: bool,
     ) -> Result<AgentChange, FleetError> {
-        match self.call(server, kind, label, by).await? {
+        let outcome = if writes {
+            self.write_call(server, kind, label, by).await?
+        } else {
+            self.call(server, kind, label, by).await?
+        };
+        match outcome {
             Outcome::ConfigSet(state) => Ok(state.into()),
             other => Err(unexpected(&other)),
         }

@@ -445,7 +445,10 @@ impl Fleet {
                 })
                 .collect(),
         });
-        match self.call(server, kind, "set_jails_enabled", by).await? {
+        match self
+            .write_call(server, kind, "set_jails_enabled", by)
+            .await?
+        {
             Outcome::ConfigChange(change) => Ok(change.into()),
             other => Err(unexpected(&other)),
         }
@@ -498,7 +501,10 @@ impl Fleet {
             jail_override: jail_override.map(edit),
             filter_local: filter_local.map(edit),
         });
-        match self.call(server, kind, "write_jail_config", by).await? {
+        match self
+            .write_call(server, kind, "write_jail_config", by)
+            .await?
+        {
             Outcome::ConfigChange(change) => Ok(change.into()),
             other => Err(unexpected(&other)),
         }

@@ -4,6 +4,7 @@
 
 mod actions;
 mod callback_jails;
+mod capability;
 mod config_create;
 mod config_files;
 mod config_sets;
@@ -62,6 +63,9 @@ pub use probe::{
 pub use sessions::{DrainReason, SessionEnd, SessionInfo};
 use sessions::{SendError, Sessions};
 pub use shared_bans::SharedBanReport;
+
+/// Writes told to a drift loop that has not read them yet; past it, the loop checks every host.
+const FILES_WRITTEN: usize = 64;
 
 /// A server with what the fleet knows about its agent right now.
 #[derive(Debug, Clone)]
@@ -179,6 +183,8 @@ struct Inner {
     guards: Arc<Guards>,
     /// Agent sessions started here, for the sharing engine.
     session_started: tokio::sync::broadcast::Sender<ServerId>,
+    /// Servers whose fail2ban files a command from here wrote, for the drift loop.
+    files_written: tokio::sync::broadcast::Sender<ServerId>,
 }
 
 /// The fleet; cheap to clone.
@@ -234,6 +240,7 @@ impl Fleet {
             filter_tests: filter_tests::FilterTestSlots::default(),
             guards: parts.guards,
             session_started: tokio::sync::broadcast::channel(shared_bans::SESSION_STARTS).0,
+            files_written: tokio::sync::broadcast::channel(FILES_WRITTEN).0,
         }))
     }
 
@@ -492,6 +499,28 @@ impl Fleet {
             uuid::Uuid::now_v7().to_string(),
         )
         .await
+    }
+
+    /// [`Fleet::call`] of a command that writes fail2ban's files on the host: its success is told
+    /// to the listeners of [`Fleet::files_written`], so every write banhub makes is followed by a
+    /// drift check without its callers asking for one.
+    async fn write_call(
+        &self,
+        id: ServerId,
+        kind: command::Kind,
+        label: &'static str,
+        requested_by: &str,
+    ) -> Result<command_result::Outcome, FleetError> {
+        let outcome = self.call(id, kind, label, requested_by).await?;
+        // No listener (the drift loop not started yet) is fine: its first pass reads every host.
+        let _ = self.0.files_written.send(id);
+        Ok(outcome)
+    }
+
+    /// The servers whose fail2ban files a command from this replica writes from now on (a jail
+    /// written or toggled, a jail or filter created or deleted, a config set applied or settled).
+    pub fn files_written(&self) -> tokio::sync::broadcast::Receiver<ServerId> {
+        self.0.files_written.subscribe()
     }
 
     /// [`Fleet::call`] with the command's id given: a command delivered again keeps its id, so the

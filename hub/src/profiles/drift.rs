@@ -1,6 +1,7 @@
 //! The drift loop: every host with a profile is compared with its profile's version when its
-//! agent's session starts here, every `profiles.drift_interval_secs`, and when asked
-//! ([`Recheck`], after a change banhub made there or a profile changed). Each replica compares
+//! agent's session starts here, after banhub wrote its files through this replica's fleet
+//! ([`Fleet::files_written`](crate::fleet::Fleet::files_written)), every
+//! `profiles.drift_interval_secs`, and when asked ([`Recheck`], after a profile changed). Each replica compares
 //! the hosts whose sessions it holds; a result is stored only when it changed, and a new drift
 //! raises one `config-drift` alert notice.
 
@@ -117,14 +118,15 @@ impl Profiles {
         Ok(DriftSummary { counts, servers })
     }
 
-    /// Compares hosts with their profiles until `shutdown`: on session starts here, on the
-    /// schedule, and when asked.
+    /// Compares hosts with their profiles until `shutdown`: on session starts here, after every
+    /// write of a host's files through this replica's fleet, on the schedule, and when asked.
     pub async fn run(self, shutdown: CancellationToken) {
         let Some(mut rechecks) = self.0.rechecks.lock().ok().and_then(|mut r| r.take()) else {
             tracing::error!("the drift loop runs once per hub; a second one is not started");
             return;
         };
         let mut starts = self.0.fleet.session_starts();
+        let mut written = self.0.fleet.files_written();
         let mut schedule = tokio::time::interval(self.0.interval);
         schedule.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -132,6 +134,11 @@ impl Profiles {
                 () = shutdown.cancelled() => return,
                 _ = schedule.tick() => self.check_all().await.map(drop),
                 start = starts.recv() => match start {
+                    Ok(server) => self.check_one(server).await,
+                    Err(RecvError::Lagged(_)) => self.check_all().await.map(drop),
+                    Err(RecvError::Closed) => return,
+                },
+                wrote = written.recv() => match wrote {
                     Ok(server) => self.check_one(server).await,
                     Err(RecvError::Lagged(_)) => self.check_all().await.map(drop),
                     Err(RecvError::Closed) => return,

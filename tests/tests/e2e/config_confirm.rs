@@ -1,6 +1,7 @@
 //! Config sets with commit-confirm against real fail2ban: the agent's change record and its
 //! revert at the deadline (also at a restart after the deadline), a confirmed change that stays,
-//! a revert on request, a CONFLICT that leaves the files as they were; then through the hub.
+//! a revert on request, a CONFLICT that leaves the files as they were; then through the hub, and
+//! a change whose reload cuts its host off from the hub (`netcut`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,6 +17,7 @@ use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
 
 mod hub;
+mod netcut;
 
 /// A sandbox, an editor of its files, and a state directory for the change record.
 struct Host {

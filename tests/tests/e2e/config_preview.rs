@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use banhub_tests::fleet::snapshot;
+use banhub_tests::process::children_named;
 use banhub_tests::{TestFleet, wait_for_async, wait_until_async};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -261,12 +262,17 @@ async fn other_commands_answer_while_a_long_preview_runs() {
     let preview = fleet.post("/api/jails/testauth/preview", server, &body);
     let meanwhile = async {
         wait_until_async(Duration::from_secs(20), "fail2ban-regex to run", || async {
-            regex_children(agent_pid) > 0
+            children_named(agent_pid, "fail2ban-regex") > 0
         })
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
         let (status, jails) = fleet.get("/api/jails/manage", server).await;
-        (status, jails, started.elapsed(), regex_children(agent_pid))
+        (
+            status,
+            jails,
+            started.elapsed(),
+            children_named(agent_pid, "fail2ban-regex"),
+        )
     };
     let ((status, preview), (jails_status, jails, answered_after, running)) =
         tokio::join!(preview, meanwhile);
@@ -290,27 +296,8 @@ async fn other_commands_answer_while_a_long_preview_runs() {
     wait_until_async(
         Duration::from_secs(10),
         "fail2ban-regex to be gone",
-        || async { regex_children(agent_pid) == 0 },
+        || async { children_named(agent_pid, "fail2ban-regex") == 0 },
     )
     .await
     .unwrap_or_else(|e| panic!("{e}: a preview outlived its time budget"));
-}
-
-/// The `fail2ban-regex` processes whose parent is `parent`.
-fn regex_children(parent: u32) -> usize {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| std::fs::read_to_string(entry.path().join("stat")).ok())
-        .filter(|stat| {
-            // `pid (comm) state ppid …`; comm may hold spaces, so split after its closing parenthesis.
-            let Some((head, rest)) = stat.rsplit_once(')') else {
-                return false;
-            };
-            let ppid = rest.split_whitespace().nth(1);
-            head.contains("(fail2ban-regex") && ppid == Some(parent.to_string().as_str())
-        })
-        .count()
 }

@@ -26,6 +26,25 @@ fn ignored(host: &TestHost, jail: &str) -> String {
         .expect("fail2ban lists its allowlist")
 }
 
+/// Waits until fail2ban's allowlist of `testauth` on `host` holds `OFFICE` (`present`) or no
+/// longer holds it; the fleet's logs are in the panic when it does not.
+async fn wait_office(fleet: &TestFleet, host: &TestHost, present: bool, what: &str) {
+    wait_until_async(DEADLINE, what, || async {
+        ignored(host, "testauth").contains(OFFICE) == present
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
+}
+
+/// Asserts that the hub's writes of `ignoreip` kept the entry written by hand.
+fn assert_hand_entry_kept(host: &TestHost) {
+    assert!(
+        ignored(host, "testauth").contains(HAND_ENTRY),
+        "the hand-written entry was dropped: {}",
+        ignored(host, "testauth")
+    );
+}
+
 /// Asserts a refusal by the protected network `OFFICE`, naming it in `protectedBy`.
 fn assert_protected(what: &str, status: StatusCode, problem: &Value) {
     assert_eq!(
@@ -242,18 +261,14 @@ async fn a_protected_network_is_refused_by_every_ban_and_ignored_by_fail2ban() {
 
     // fail2ban's own jail ignores it: in `ignoreip`, and log lines from it ban nothing while
     // another address's lines ban that one.
-    wait_until_async(
-        DEADLINE,
+    wait_office(
+        &fleet,
+        host,
+        true,
         "the protected network in the host's ignoreip",
-        || async { ignored(host, "testauth").contains(OFFICE) },
     )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
-    assert!(
-        ignored(host, "testauth").contains(HAND_ENTRY),
-        "the hand-written entry was dropped: {}",
-        ignored(host, "testauth")
-    );
+    .await;
+    assert_hand_entry_kept(host);
     let log = host.sandbox.log_path("testauth");
     host.sandbox
         .append_failures(&log, "198.51.100.7", 5)
@@ -280,18 +295,14 @@ async fn a_protected_network_is_refused_by_every_ban_and_ignored_by_fail2ban() {
     assert_eq!(status, StatusCode::NO_CONTENT);
     let (status, problem) = api.delete(&path).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{problem}");
-    wait_until_async(
-        DEADLINE,
+    wait_office(
+        &fleet,
+        host,
+        false,
         "the network out of the host's ignoreip",
-        || async { !ignored(host, "testauth").contains(OFFICE) },
     )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
-    assert!(
-        ignored(host, "testauth").contains(HAND_ENTRY),
-        "the hand-written entry was dropped: {}",
-        ignored(host, "testauth")
-    );
+    .await;
+    assert_hand_entry_kept(host);
     let (status, outcome) = fleet
         .post("/api/jails/testauth/ban/198.51.100.7", server, &json!({}))
         .await;
@@ -408,13 +419,13 @@ async fn a_restarted_hub_knows_what_each_hosts_ignoreip_holds() {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{office}");
     let host = fleet.host(0);
-    wait_until_async(
-        DEADLINE,
+    wait_office(
+        &fleet,
+        host,
+        true,
         "the protected network in the host's ignoreip",
-        || async { ignored(host, "testauth").contains(OFFICE) },
     )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
+    .await;
 
     fleet.hub.restart().expect("the hub restarts");
     // Polled through failures: the client's pooled connections to the stopped hub fail once.
@@ -432,18 +443,14 @@ async fn a_restarted_hub_knows_what_each_hosts_ignoreip_holds() {
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     let host = fleet.host(0);
-    wait_until_async(
-        DEADLINE,
+    wait_office(
+        &fleet,
+        host,
+        false,
         "the network out of the host's ignoreip after the restart",
-        || async { !ignored(host, "testauth").contains(OFFICE) },
     )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
-    assert!(
-        ignored(host, "testauth").contains(HAND_ENTRY),
-        "the hand-written entry was dropped: {}",
-        ignored(host, "testauth")
-    );
+    .await;
+    assert_hand_entry_kept(host);
 }
 
 /// The proxy the hub trusts in [`an_operators_address_is_protected_while_the_session_lives`].

@@ -674,6 +674,31 @@ fn ca_pem(ca: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(ca.join("ca.pem")).context("reading the hub's CA")
 }
 
+/// One hub (SQLite, `env` added to [`hub_with`]'s) with `n` simulated agents enrolled as
+/// `<prefix>…`, idle and online. The CA's directory comes first so that it outlives the hub.
+async fn simulated_fleet(
+    args: &Args,
+    env: &[(&str, String)],
+    prefix: &str,
+    n: usize,
+) -> anyhow::Result<(tempfile::TempDir, HubProcess, Fleet)> {
+    let ca = tempfile::tempdir()?;
+    let hub = hub_with(args, env, None, ca.path())?;
+    let pem = ca_pem(ca.path())?;
+    let creds = enroll_many(
+        &hub.client(),
+        &hub.http_url(),
+        hub.grpc_addr(),
+        &pem,
+        prefix,
+        n,
+    )
+    .await?;
+    let fleet = Fleet::start(creds, &pem, &[hub.grpc_addr()], Load::Idle).await?;
+    wait_online(&hub, n).await?;
+    Ok((ca, hub, fleet))
+}
+
 async fn sessions(args: &Args) -> anyhow::Result<()> {
     let n = args.agents;
     println!(
@@ -769,20 +794,7 @@ fn percentile(sorted: &[Duration], q: f64) -> Duration {
 async fn fleet_ban(args: &Args) -> anyhow::Result<()> {
     let n = args.ban_agents;
     println!("== fleet-ban: fleet-wide bans over {n} online agents (one hub, SQLite)");
-    let ca = tempfile::tempdir()?;
-    let hub = hub_with(args, &[], None, ca.path())?;
-    let pem = ca_pem(ca.path())?;
-    let creds = enroll_many(
-        &hub.client(),
-        &hub.http_url(),
-        hub.grpc_addr(),
-        &pem,
-        "b",
-        n,
-    )
-    .await?;
-    let fleet = Fleet::start(creds, &pem, &[hub.grpc_addr()], Load::Idle).await?;
-    wait_online(&hub, n).await?;
+    let (_ca, hub, fleet) = simulated_fleet(args, &[], "b", n).await?;
     let client = hub.client();
     let mut samples = Vec::with_capacity(args.ban_rounds);
     for round in 0..args.ban_rounds + 2 {
@@ -832,27 +844,13 @@ async fn share(args: &Args) -> anyhow::Result<()> {
         "== share: origin ban to shared ban on {} targets (one hub, SQLite)",
         n - 1
     );
-    let ca = tempfile::tempdir()?;
     // One origin ban makes a shared ban per target; the storm breaker's limit is raised past the
     // rounds' total so the bench times propagation, not the breaker.
-    let hub = hub_with(
-        args,
-        &[("BANHUB_DEFENCE__STORM_LIMIT_PER_MINUTE", "1000000".into())],
-        None,
-        ca.path(),
-    )?;
-    let pem = ca_pem(ca.path())?;
-    let creds = enroll_many(
-        &hub.client(),
-        &hub.http_url(),
-        hub.grpc_addr(),
-        &pem,
-        "h",
-        n,
-    )
-    .await?;
-    let fleet = Fleet::start(creds, &pem, &[hub.grpc_addr()], Load::Idle).await?;
-    wait_online(&hub, n).await?;
+    let env = [(
+        "BANHUB_DEFENCE__STORM_LIMIT_PER_MINUTE",
+        "1000000".to_owned(),
+    )];
+    let (_ca, hub, fleet) = simulated_fleet(args, &env, "h", n).await?;
     let client = hub.client();
     let policy = client
         .post(hub.url("/api/sharing/policies"))
@@ -1279,22 +1277,9 @@ async fn drift(args: &Args) -> anyhow::Result<()> {
     println!(
         "== drift: drift check of {n} simulated agents against their profile (one hub, SQLite)"
     );
-    let ca = tempfile::tempdir()?;
     // The schedule stays out of the way; each pass is started by a change of the profile.
     let env = [("BANHUB_PROFILES__DRIFT_INTERVAL_SECS", "86400".to_owned())];
-    let hub = hub_with(args, &env, None, ca.path())?;
-    let pem = ca_pem(ca.path())?;
-    let creds = enroll_many(
-        &hub.client(),
-        &hub.http_url(),
-        hub.grpc_addr(),
-        &pem,
-        "d",
-        n,
-    )
-    .await?;
-    let fleet = Fleet::start(creds, &pem, &[hub.grpc_addr()], Load::Idle).await?;
-    wait_online(&hub, n).await?;
+    let (_ca, hub, fleet) = simulated_fleet(args, &env, "d", n).await?;
     let pid = pid_of(&hub)?;
     let client = hub.client();
     let n = n as u64;

@@ -25,7 +25,7 @@ fn set(maxretry: u32, version: &str, window: u32) -> Value {
     })
 }
 
-fn changes_path(host: &TestHost) -> String {
+pub(super) fn changes_path(host: &TestHost) -> String {
     format!("/api/servers/{}/config-changes", host.id)
 }
 
@@ -42,7 +42,7 @@ fn override_text(host: &TestHost) -> Option<String> {
 }
 
 /// The agent's own record of its latest change.
-fn agent_phase(host: &TestHost) -> String {
+pub(super) fn agent_phase(host: &TestHost) -> String {
     let text = std::fs::read_to_string(host.state_dir().join("config-change.json"))
         .expect("the agent's change record");
     let record: Value = serde_json::from_str(&text).expect("json");
@@ -50,7 +50,12 @@ fn agent_phase(host: &TestHost) -> String {
 }
 
 /// Polls the change until its state is `want`, and returns it.
-async fn wait_state(fleet: &TestFleet, path: &str, want: &str, within: Duration) -> Value {
+pub(super) async fn wait_state(
+    fleet: &TestFleet,
+    path: &str,
+    want: &str,
+    within: Duration,
+) -> Value {
     wait_for_async(within, &format!("the change to be {want}"), || async {
         let (status, body) = fleet.get(path, None).await;
         (status == StatusCode::OK && body["state"] == want).then_some(body)

@@ -10777,7 +10777,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Another change of the server is still open or its agent is too old for config sets (`conflict`), or a file changed since it was read. Codes from the shared layers: `config_conflict`. */
+            /** @description Another change of the server is still open (`conflict`), or a file changed since it was read. Codes from the shared layers: `config_conflict`. */
             409: {
                 headers: {
                     [name: string]: unknown;

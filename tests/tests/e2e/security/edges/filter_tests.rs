@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use banhub_tests::process::children_named;
 use banhub_tests::wait::POLL_INTERVAL;
 use banhub_tests::{TestFleet, wait_until};
 use reqwest::StatusCode;
@@ -56,7 +57,7 @@ async fn catastrophic_filter_tests_run_one_at_a_time_and_are_killed_at_their_bou
         // While the tests run, the agent never has two fail2ban-regex processes.
         let mut most = 0;
         while !done.load(Ordering::SeqCst) {
-            most = most.max(regex_children(agent_pid));
+            most = most.max(children_named(agent_pid, "fail2ban-regex"));
             tokio::time::sleep(POLL_INTERVAL).await;
         }
         most
@@ -91,26 +92,7 @@ async fn catastrophic_filter_tests_run_one_at_a_time_and_are_killed_at_their_bou
     }
     assert!(most <= 1, "{most} fail2ban-regex processes ran at once");
     wait_until(Duration::from_secs(10), "no fail2ban-regex left", || {
-        regex_children(agent_pid) == 0
+        children_named(agent_pid, "fail2ban-regex") == 0
     })
     .unwrap_or_else(|e| panic!("{e:#}\n{}", fleet.logs()));
-}
-
-/// How many `fail2ban-regex` processes `parent` has now.
-fn regex_children(parent: u32) -> usize {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| std::fs::read_to_string(entry.path().join("stat")).ok())
-        .filter(|stat| {
-            // `pid (comm) state ppid …`; comm may hold spaces, so split after its closing parenthesis.
-            let Some((head, rest)) = stat.rsplit_once(')') else {
-                return false;
-            };
-            let ppid = rest.split_whitespace().nth(1);
-            head.contains("(fail2ban-regex") && ppid == Some(parent.to_string().as_str())
-        })
-        .count()
 }
