@@ -113,5 +113,9 @@ test.afterAll(async () => {
     const current = await (await fetch('api/settings')).json();
     const doc = { ...current, alerts: { ...current.alerts, rules: [] } };
     await fetch('api/settings', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(doc) });
+    // This suite's session ends here; the main suite counts the sessions it leaves.
+    // It answers with a redirect to the provider's end-session page, which is not followed here.
+    await fetch('auth/logout', { method: 'POST', redirect: 'manual' });
   });
+  await admin.context().close();
 });
