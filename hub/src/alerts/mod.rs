@@ -19,7 +19,10 @@ pub mod insights;
 pub mod mail;
 pub mod notice;
 pub mod places;
+pub mod preview;
 pub mod render;
+pub mod templates;
+pub mod test_alert;
 pub mod test_mail;
 pub mod webhook;
 
@@ -72,6 +75,8 @@ struct Inner {
     geoip: geoip::GeoIpCache,
     /// Bans per country and network, for the insights.
     places: Arc<places::PlacesCache>,
+    /// When each channel last had a test alert.
+    test_limiter: test_alert::TestLimiter,
     shutdown: CancellationToken,
 }
 
@@ -100,6 +105,7 @@ impl Alerts {
             deliveries_due: Notify::new(),
             geoip: geoip::GeoIpCache::default(),
             places: Arc::default(),
+            test_limiter: test_alert::TestLimiter::default(),
             shutdown,
         }))
     }
@@ -550,8 +556,8 @@ impl Alerts {
             .into_iter()
             .map(|s| (s.id.to_string(), s.name.to_string()))
             .collect();
-        let rendered = render::render(&digest, &servers);
         let snapshot = self.0.settings.current();
+        let rendered = render::render(&digest, &servers, snapshot.settings.alerts.language);
         let secret_err = |e: crate::settings::CryptoError| (e.to_string(), false);
         match delivery.channel {
             Channel::Email => {

@@ -7,7 +7,9 @@ use std::fmt::Write as _;
 
 use serde_json::json;
 
+use super::templates::{Messages, fill, messages};
 use crate::domain::alerts::Digest;
+use crate::settings::model::Language;
 
 /// Top addresses listed in a message.
 const TOP_IPS: usize = 10;
@@ -21,10 +23,6 @@ pub struct Rendered {
     /// A few lines for chat tools.
     pub chat: String,
     pub json: serde_json::Value,
-}
-
-fn plural(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 fn escape(text: &str) -> String {
@@ -42,74 +40,102 @@ fn escape(text: &str) -> String {
     out
 }
 
-/// Renders `digest`; `servers` names servers by id.
-pub fn render(digest: &Digest, servers: &HashMap<String, String>) -> Rendered {
+/// Renders `digest` in `language`; `servers` names servers by id.
+pub fn render(digest: &Digest, servers: &HashMap<String, String>, language: Language) -> Rendered {
+    let m = messages(language);
     if let Some(notice) = &digest.summary.notice {
-        return render_notice(digest, notice);
+        return render_notice(digest, notice, m);
     }
     let s = &digest.summary;
     let name = |id: &str| servers.get(id).cloned().unwrap_or_else(|| id.to_owned());
+    let bans = m.count(digest.events, m.bans);
     let subject = format!(
-        "[banhub] {}: {} on {}",
-        digest.rule_name,
-        plural(digest.events, "ban", "bans"),
-        plural(s.by_server.len() as u64, "server", "servers")
+        "[banhub] {}",
+        fill(
+            m.subject,
+            &[
+                ("rule", &digest.rule_name),
+                ("bans", &bans),
+                ("servers", &m.count(s.by_server.len() as u64, m.servers)),
+            ]
+        )
     );
     let span = match (s.first_at, s.last_at) {
-        (Some(first), Some(last)) => format!(
-            "between {} and {} (UTC)",
-            first.format("%Y-%m-%d %H:%M:%S"),
-            last.format("%Y-%m-%d %H:%M:%S")
+        (Some(first), Some(last)) => fill(
+            m.span,
+            &[
+                ("first", &first.format(m.date_time).to_string()),
+                ("last", &last.format(m.date_time).to_string()),
+            ],
         ),
         _ => String::new(),
+    };
+    let headline = |rule: &str, span: &str| {
+        fill(
+            m.matched,
+            &[("rule", rule), ("bans", &bans), ("span", span)],
+        )
     };
     let by_server: Vec<(String, u64)> = s.by_server.iter().map(|(k, v)| (name(k), *v)).collect();
     let by_jail: Vec<(String, u64)> = s.by_jail.iter().map(|(k, v)| (k.clone(), *v)).collect();
     let by_country: Vec<(String, u64)> =
         s.by_country.iter().map(|(k, v)| (k.clone(), *v)).collect();
     let top = s.top_ips(TOP_IPS);
-
-    let mut text = format!(
-        "Alert rule \"{}\" matched {} {span}.\n",
-        digest.rule_name,
-        plural(digest.events, "ban", "bans")
+    let footer = fill(
+        m.digest_footer,
+        &[
+            ("id", &digest.id.to_string()),
+            ("first", &digest.first_event_id.to_string()),
+            ("last", &digest.last_event_id.to_string()),
+        ],
     );
+    let sample = |time: &str, ip: &str, jail: &str, server: &str| {
+        fill(
+            m.sample,
+            &[
+                ("time", time),
+                ("ip", ip),
+                ("jail", jail),
+                ("server", server),
+            ],
+        )
+    };
+
+    let mut text = format!("{}\n", headline(&m.quoted(&digest.rule_name), &span));
     let mut section = |title: &str, rows: &[(String, u64)]| {
         if rows.is_empty() {
             return;
         }
         let _ = writeln!(text, "\n{title}:");
         for (k, v) in rows {
-            let _ = writeln!(text, "  {k}: {v}");
+            let _ = writeln!(text, "  {k}: {}", m.number(*v));
         }
     };
-    section("By server", &by_server);
-    section("By jail", &by_jail);
-    section("By country", &by_country);
+    section(m.by_server, &by_server);
+    section(m.by_jail, &by_jail);
+    section(m.by_country, &by_country);
     let top_rows: Vec<(String, u64)> = top.iter().map(|(ip, n)| ((*ip).to_owned(), *n)).collect();
-    section("Top addresses", &top_rows);
+    section(m.top_addresses, &top_rows);
     if !s.samples.is_empty() {
-        let _ = writeln!(text, "\nFirst bans:");
-        for m in &s.samples {
+        let _ = writeln!(text, "\n{}:", m.first_bans);
+        for x in &s.samples {
             let _ = writeln!(
                 text,
-                "  {} {} banned in {} on {}{}",
-                m.occurred_at.format("%H:%M:%S"),
-                m.ip,
-                m.jail,
-                name(&m.server_id),
-                m.country
+                "  {}{}",
+                sample(
+                    &x.occurred_at.format(m.time).to_string(),
+                    &x.ip,
+                    &x.jail,
+                    &name(&x.server_id)
+                ),
+                x.country
                     .as_deref()
                     .map(|c| format!(" ({c})"))
                     .unwrap_or_default()
             );
         }
     }
-    let _ = writeln!(
-        text,
-        "\nDigest {} (events {} to {}). Sent by banhub.",
-        digest.id, digest.first_event_id, digest.last_event_id
-    );
+    let _ = writeln!(text, "\n{footer}");
 
     let table = |title: &str, rows: &[(String, u64)]| -> String {
         if rows.is_empty() {
@@ -117,57 +143,57 @@ pub fn render(digest: &Digest, servers: &HashMap<String, String>) -> Rendered {
         }
         let mut out = format!("<h3>{}</h3><table>", escape(title));
         for (k, v) in rows {
-            let _ = write!(out, "<tr><td>{}</td><td>{v}</td></tr>", escape(k));
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td></tr>",
+                escape(k),
+                escape(&m.number(*v))
+            );
         }
         out.push_str("</table>");
         out
     };
     let mut html = format!(
-        "<html><body><p>Alert rule <b>{}</b> matched {} {}.</p>",
-        escape(&digest.rule_name),
-        plural(digest.events, "ban", "bans"),
-        escape(&span)
+        "<html><body><p>{}</p>",
+        headline(
+            &format!("<b>{}</b>", escape(&digest.rule_name)),
+            &escape(&span)
+        )
     );
-    html.push_str(&table("By server", &by_server));
-    html.push_str(&table("By jail", &by_jail));
-    html.push_str(&table("By country", &by_country));
-    html.push_str(&table("Top addresses", &top_rows));
+    html.push_str(&table(m.by_server, &by_server));
+    html.push_str(&table(m.by_jail, &by_jail));
+    html.push_str(&table(m.by_country, &by_country));
+    html.push_str(&table(m.top_addresses, &top_rows));
     if !s.samples.is_empty() {
-        html.push_str("<h3>First bans</h3><table>");
-        for m in &s.samples {
+        let _ = write!(html, "<h3>{}</h3><table>", escape(m.first_bans));
+        for x in &s.samples {
             let _ = write!(
                 html,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                m.occurred_at.format("%H:%M:%S"),
-                escape(&m.ip),
-                escape(&m.jail),
-                escape(&name(&m.server_id))
+                x.occurred_at.format(m.time),
+                escape(&x.ip),
+                escape(&x.jail),
+                escape(&name(&x.server_id))
             );
         }
         html.push_str("</table>");
     }
-    let _ = write!(
-        html,
-        "<p>Digest {} (events {} to {}). Sent by banhub.</p></body></html>",
-        digest.id, digest.first_event_id, digest.last_event_id
-    );
+    let _ = write!(html, "<p>{}</p></body></html>", escape(&footer));
 
-    let mut chat = format!(
-        "*{}*: {} {span}",
-        digest.rule_name,
-        plural(digest.events, "ban", "bans")
-    );
+    let mut chat = format!("*{}*: {bans} {span}", digest.rule_name)
+        .trim_end()
+        .to_owned();
     if !by_server.is_empty() {
         let list: Vec<String> = by_server.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let _ = write!(chat, "\nservers: {}", list.join(", "));
+        let _ = write!(chat, "\n{}: {}", m.chat_servers, list.join(", "));
     }
     if !by_jail.is_empty() {
         let list: Vec<String> = by_jail.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let _ = write!(chat, "\njails: {}", list.join(", "));
+        let _ = write!(chat, "\n{}: {}", m.chat_jails, list.join(", "));
     }
     if !top.is_empty() {
         let list: Vec<String> = top.iter().map(|(ip, n)| format!("{ip} ({n})")).collect();
-        let _ = write!(chat, "\ntop: {}", list.join(", "));
+        let _ = write!(chat, "\n{}: {}", m.chat_top, list.join(", "));
     }
 
     let json = json!({
@@ -184,6 +210,9 @@ pub fn render(digest: &Digest, servers: &HashMap<String, String>) -> Rendered {
         "byCountry": s.by_country,
         "topIps": top.iter().map(|(ip, n)| json!({"ip": ip, "bans": n})).collect::<Vec<_>>(),
         "samples": s.samples,
+        "language": language.as_str(),
+        "subject": subject,
+        "text": text,
     });
     Rendered {
         subject,
@@ -196,16 +225,17 @@ pub fn render(digest: &Digest, servers: &HashMap<String, String>) -> Rendered {
 
 /// A notice (a digest without events, see `notice.rs`) rendered for every channel; its title is
 /// the digest's rule name.
-fn render_notice(digest: &Digest, notice: &str) -> Rendered {
+fn render_notice(digest: &Digest, notice: &str, m: &Messages) -> Rendered {
     let title = &digest.rule_name;
+    let footer = fill(m.notice_footer, &[("id", &digest.id.to_string())]);
     Rendered {
         subject: format!("[banhub] {title}"),
-        text: format!("{notice}\n\nNotice {}. Sent by banhub.\n", digest.id),
+        text: format!("{notice}\n\n{footer}\n"),
         html: format!(
-            "<html><body><p><b>{}</b></p><p>{}</p><p>Notice {}. Sent by banhub.</p></body></html>",
+            "<html><body><p><b>{}</b></p><p>{}</p><p>{}</p></body></html>",
             escape(title),
             escape(notice),
-            digest.id
+            escape(&footer)
         ),
         chat: format!("*{title}*\n{notice}"),
         json: json!({
@@ -242,7 +272,7 @@ mod tests {
                 ..DigestSummary::default()
             },
         };
-        let rendered = render(&digest, &HashMap::new());
+        let rendered = render(&digest, &HashMap::new(), Language::En);
         assert_eq!(rendered.subject, "[banhub] Sharing paused for <web-1>");
         assert!(rendered.text.starts_with("601 shared bans & more"));
         assert!(rendered.html.contains("&lt;web-1&gt;"));

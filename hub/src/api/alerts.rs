@@ -1,6 +1,7 @@
 //! `GET /api/alerts/deliveries` (every e-mail and webhook delivery with its status, attempts and
-//! last error) and `GET /api/alerts/digests[/{id}]` (what each digest grouped). Rules themselves
-//! are part of the settings.
+//! last error), `GET /api/alerts/digests[/{id}]` (what each digest grouped), `POST
+//! /api/alerts/preview` (a rule's message rendered, sent nowhere) and `POST /api/alerts/test` (a
+//! test alert through one channel). Rules themselves are part of the settings.
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -12,8 +13,12 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::error::query;
 use super::error::{ApiError, ApiJson, Problem};
-use crate::auth::Viewer;
-use crate::domain::alerts::{Delivery, DeliveryFilter, DeliveryStatus, Digest};
+use crate::alerts::preview::{MessageFormat, Preview, PreviewError, PreviewRequest};
+use crate::alerts::test_alert::{TestAlertError, TestAlertResult, TestTarget};
+use crate::auth::{Admin, Viewer};
+use crate::domain::ServerId;
+use crate::domain::alerts::{Channel, Delivery, DeliveryFilter, DeliveryStatus, Digest};
+use crate::settings::model::Language;
 
 /// Largest page.
 const MAX_LIMIT: u64 = 500;
@@ -24,6 +29,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(deliveries))
         .routes(routes!(digests))
         .routes(routes!(digest))
+        .routes(routes!(preview))
+        .routes(routes!(test_alert))
 }
 
 fn limit(raw: Option<u64>) -> Result<u64, ApiError> {
@@ -152,4 +159,140 @@ async fn digest(
         .await?
         .map(ApiJson)
         .ok_or_else(|| ApiError::NotFound(format!("no alert digest has the id {id}")))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PreviewBody {
+    /// The rule's name, 1 to 100 characters.
+    rule_name: String,
+    /// A server id: the sample bans happened there (default: a sample server).
+    #[serde(default)]
+    server: Option<String>,
+    /// The sample bans' jail (default `sshd`).
+    #[serde(default)]
+    jail: Option<String>,
+    format: MessageFormat,
+    /// Default: `alerts.language` of the saved settings.
+    #[serde(default)]
+    language: Option<Language>,
+}
+
+/// Renders a rule's message for a sample digest (three bans) in a channel's format and a
+/// language, exactly as it would be sent, and sends nothing.
+#[utoipa::path(post, path = "/api/alerts/preview", tag = "alerts",
+    extensions(("x-required-role" = json!("admin"))), request_body = PreviewBody,
+    responses((status = 200, body = Preview),
+              (status = 400, body = Problem),
+              (status = 422, description = "A bad value; `field` names it", body = Problem)))]
+async fn preview(
+    _caller: Admin,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<PreviewBody>,
+) -> Result<ApiJson<Preview>, ApiError> {
+    let request = body.parse()?;
+    let preview = state.alerts.preview(request).await.map_err(|e| match e {
+        PreviewError::NoSuchServer(_) => ApiError::invalid("server", e),
+        PreviewError::Store(e) => e.into(),
+    })?;
+    Ok(ApiJson(preview))
+}
+
+impl PreviewBody {
+    fn parse(self) -> Result<PreviewRequest, ApiError> {
+        let rule_name = self.rule_name.trim().to_owned();
+        if rule_name.is_empty()
+            || rule_name.chars().count() > 100
+            || rule_name.chars().any(char::is_control)
+        {
+            return Err(ApiError::invalid(
+                "ruleName",
+                "must be 1 to 100 characters without control characters",
+            ));
+        }
+        let server = self
+            .server
+            .as_deref()
+            .map(|raw| ServerId::parse(raw).map_err(|e| ApiError::invalid("server", e)))
+            .transpose()?;
+        let jail = self
+            .jail
+            .as_deref()
+            .map(|raw| {
+                banhub_proto::rules::JailName::parse(raw)
+                    .map(|j| j.as_str().to_owned())
+                    .map_err(|e| ApiError::invalid("jail", format!("{raw:?} {e}")))
+            })
+            .transpose()?;
+        Ok(PreviewRequest {
+            rule_name,
+            server,
+            jail,
+            format: self.format,
+            language: self.language,
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TestAlertBody {
+    /// `email` (to `alerts.recipients`) or `webhook` (the one named in `webhook`).
+    channel: Channel,
+    /// The webhook's name, with `channel: webhook`.
+    #[serde(default)]
+    webhook: Option<String>,
+    /// Default: `alerts.language` of the saved settings.
+    #[serde(default)]
+    language: Option<Language>,
+}
+
+/// Sends a test alert (a sample digest marked as a test) through one channel of the saved
+/// settings, as alerts are sent, and answers with the channel's answer: `delivered` with the mail
+/// server's reply or the webhook's status, or the error. One test per channel every 10 seconds.
+#[utoipa::path(post, path = "/api/alerts/test", tag = "alerts",
+    extensions(("x-required-role" = json!("admin"))), request_body = TestAlertBody,
+    responses((status = 200, body = TestAlertResult),
+              (status = 400, body = Problem),
+              (status = 422, description = "The channel is not configured; `field` names what is missing", body = Problem),
+              (status = 429, description = "A test went through this channel moments ago", body = Problem)))]
+async fn test_alert(
+    _caller: Admin,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<TestAlertBody>,
+) -> Result<ApiJson<TestAlertResult>, ApiError> {
+    let target = match (body.channel, body.webhook) {
+        (Channel::Email, None) => TestTarget::Email,
+        (Channel::Email, Some(_)) => {
+            return Err(ApiError::invalid(
+                "webhook",
+                "is only for `channel: webhook`",
+            ));
+        }
+        (Channel::Webhook, Some(name)) => TestTarget::Webhook(name),
+        (Channel::Webhook, None) => {
+            return Err(ApiError::invalid(
+                "webhook",
+                "name the webhook to test (one of alerts.webhooks)",
+            ));
+        }
+    };
+    let result = state
+        .alerts
+        .send_test_alert(target, body.language)
+        .await
+        .map_err(|e| match e {
+            TestAlertError::NoSmtp => ApiError::invalid("smtp", e),
+            TestAlertError::NoRecipient => ApiError::invalid("alerts.recipients", e),
+            TestAlertError::NoSuchWebhook(_) | TestAlertError::NoUrl(_) => {
+                ApiError::invalid("webhook", e)
+            }
+            TestAlertError::TooSoon { retry_after_secs } => ApiError::TooSoon {
+                code: "test_alert_too_soon",
+                message: e.to_string(),
+                retry_after_secs,
+            },
+            TestAlertError::Secret(e) => ApiError::Internal(e.to_string()),
+        })?;
+    Ok(ApiJson(result))
 }

@@ -53,6 +53,13 @@ pub enum ApiError {
     /// The mail server did not take the test e-mail (502; `code` says why).
     #[error(transparent)]
     Mail(#[from] MailError),
+    /// The same request came too soon after the last one (429 with `Retry-After`).
+    #[error("{message}")]
+    TooSoon {
+        code: &'static str,
+        message: String,
+        retry_after_secs: u64,
+    },
     /// The hub takes no direct callbacks (403).
     #[error(
         "this hub accepts no direct callbacks (settings: callbacks.directEnabled); report through \
@@ -205,6 +212,7 @@ impl ApiError {
                 e.code(),
                 "The test e-mail was not accepted",
             ),
+            Self::TooSoon { code, .. } => (StatusCode::TOO_MANY_REQUESTS, code, "Too soon"),
             Self::DirectCallbacksOff => (
                 StatusCode::FORBIDDEN,
                 "direct_callbacks_disabled",
@@ -272,6 +280,9 @@ impl IntoResponse for ApiError {
             Self::Auth(AuthError::RateLimited { retry_after_secs }) => Some(*retry_after_secs),
             _ if code == STORE_UNAVAILABLE.1 => Some(u64::from(STORE_RETRY_AFTER_SECS)),
             Self::Fleet(FleetError::FilterTestsBusy) => Some(FILTER_TEST_RETRY_AFTER_SECS),
+            Self::TooSoon {
+                retry_after_secs, ..
+            } => Some(*retry_after_secs),
             _ => None,
         };
         let etag = match &self {

@@ -5,6 +5,7 @@
 
 mod agent_commands;
 mod agent_config;
+mod alert_forms;
 mod alerts;
 mod api;
 mod audit;

@@ -51,6 +51,9 @@ pub struct AlertsDocument {
     pub rules: Vec<RuleDocument>,
     #[serde(default)]
     pub webhooks: Vec<WebhookDocument>,
+    /// The language of alert e-mails, chat messages and test alerts.
+    #[serde(default)]
+    pub language: Language,
 }
 
 impl Default for AlertsDocument {
@@ -63,6 +66,45 @@ impl Default for AlertsDocument {
             retry_initial_secs: default_retry_initial(),
             rules: Vec::new(),
             webhooks: Vec::new(),
+            language: Language::default(),
+        }
+    }
+}
+
+/// A language alert messages are written in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    #[default]
+    En,
+    De,
+    Fr,
+    Es,
+    It,
+    Ja,
+    Zh,
+}
+
+impl Language {
+    pub const ALL: [Self; 7] = [
+        Self::En,
+        Self::De,
+        Self::Fr,
+        Self::Es,
+        Self::It,
+        Self::Ja,
+        Self::Zh,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::En => "en",
+            Self::De => "de",
+            Self::Fr => "fr",
+            Self::Es => "es",
+            Self::It => "it",
+            Self::Ja => "ja",
+            Self::Zh => "zh",
         }
     }
 }
@@ -121,8 +163,13 @@ pub enum WebhookFormat {
     Json,
     /// `{"text": …}`, as Slack-style incoming webhooks (Slack, Mattermost, Rocket.Chat) take it.
     Slack,
-    /// Plain text with `Title`, `Tags` and `Priority` headers, as ntfy takes it.
+    /// Plain text with `Title`, `Tags` and `Priority` headers, posted to the topic's URL, as ntfy
+    /// takes it.
     Ntfy,
+    /// ntfy's JSON publish, `{"topic", "title", "message", "tags", "priority"}`, posted to the root
+    /// of the ntfy server; the topic is the last segment of the URL's path.
+    #[serde(rename = "ntfy-json")]
+    NtfyJson,
 }
 
 impl WebhookFormat {
@@ -131,6 +178,7 @@ impl WebhookFormat {
             Self::Json => "json",
             Self::Slack => "slack",
             Self::Ntfy => "ntfy",
+            Self::NtfyJson => "ntfy-json",
         }
     }
 }
@@ -172,6 +220,7 @@ pub struct Alerts {
     pub retry_initial: Duration,
     pub rules: Vec<AlertRule>,
     pub webhooks: Vec<Webhook>,
+    pub language: Language,
 }
 
 impl Default for Alerts {
@@ -184,6 +233,7 @@ impl Default for Alerts {
             retry_initial: Duration::from_secs(u64::from(default_retry_initial())),
             rules: Vec::new(),
             webhooks: Vec::new(),
+            language: Language::default(),
         }
     }
 }
@@ -268,10 +318,17 @@ pub(super) fn validate_alerts(
             return refuse(at("name"), format!("{:?} is used twice", w.name));
         }
         if let Some(Some(url)) = &w.url {
-            check_webhook_url(url).map_err(|reason| FieldError {
+            let parsed = check_webhook_url(url).map_err(|reason| FieldError {
                 field: at("url"),
                 reason,
             })?;
+            if w.format == WebhookFormat::NtfyJson && ntfy_topic(&parsed).is_none() {
+                return refuse(
+                    at("url"),
+                    "must end with the ntfy topic (1 to 64 letters, digits, `-` or `_`), e.g. \
+                     https://ntfy.sh/banhub-alerts",
+                );
+            }
         }
         if let Some(Some(token)) = &w.token
             && (token.is_empty()
@@ -421,6 +478,7 @@ pub(super) fn validate_alerts(
         retry_initial: Duration::from_secs(u64::from(a.retry_initial_secs)),
         rules,
         webhooks,
+        language: a.language,
     })
 }
 
@@ -440,6 +498,25 @@ pub fn check_webhook_url(raw: &str) -> Result<reqwest::Url, String> {
         return Err("must not carry a user name or password; use `token`".to_owned());
     }
     Ok(url)
+}
+
+/// An ntfy topic URL split for ntfy's JSON publish: the server's root URL (the path without its
+/// last segment) and the topic (that segment). `None` when the last segment is no topic name.
+pub fn ntfy_topic(url: &reqwest::Url) -> Option<(reqwest::Url, String)> {
+    let path = url.path().trim_end_matches('/');
+    let (base, topic) = path.rsplit_once('/')?;
+    let valid = (1..=64).contains(&topic.len())
+        && topic
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !valid {
+        return None;
+    }
+    let mut root = url.clone();
+    root.set_path(&format!("{base}/"));
+    root.set_query(None);
+    root.set_fragment(None);
+    Some((root, topic.to_owned()))
 }
 
 /// The host and port of a URL, to show instead of the URL itself.

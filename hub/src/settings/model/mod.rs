@@ -26,9 +26,9 @@ use utoipa::ToSchema;
 use crate::domain::ServerId;
 
 pub use alerts::{
-    AlertRule, Alerts, AlertsDocument, MAX_RECIPIENTS, MAX_RULES, MAX_WEBHOOKS,
+    AlertRule, Alerts, AlertsDocument, Language, MAX_RECIPIENTS, MAX_RULES, MAX_WEBHOOKS,
     RepeatOffenderDocument, RuleDocument, Spike, SpikeDocument, Webhook, WebhookDocument,
-    WebhookFormat, check_webhook_url, url_host,
+    WebhookFormat, check_webhook_url, ntfy_topic, url_host,
 };
 pub use callbacks::{CallbackPolicy, CallbacksDocument, MAX_ROTATION_OVERLAP_SECS};
 pub use events::EventsDocument;

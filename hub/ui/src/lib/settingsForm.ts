@@ -1,6 +1,7 @@
 // The settings page's form model: the settings document as the API reads it (GET /api/settings),
 // turned into plain form fields and back into the document to POST. Secrets are write-only: an
 // empty password field keeps the stored one, "remove" sends null.
+import type { AlertLanguage, RuleDoc, WebhookDoc } from './alerts';
 
 export interface SettingsDoc {
   version?: number;
@@ -38,8 +39,9 @@ export interface AlertsDoc {
   digestWindowSecs?: number;
   maxAttempts?: number;
   retryInitialSecs?: number;
-  rules?: unknown[];
-  webhooks?: unknown[];
+  rules?: RuleDoc[];
+  webhooks?: WebhookDoc[];
+  language?: AlertLanguage;
 }
 
 export interface DefaultsDoc {
@@ -70,6 +72,7 @@ export interface SettingsForm {
   retryInitial: string;
   rulesJson: string;
   webhooksJson: string;
+  alertsLanguage: AlertLanguage;
   retentionDays: string;
   geoipPath: string;
   bantime: string;
@@ -110,6 +113,7 @@ export function toForm(doc: SettingsDoc): SettingsForm {
     retryInitial: str(alerts.retryInitialSecs ?? 30),
     rulesJson: JSON.stringify(alerts.rules ?? [], null, 2),
     webhooksJson: JSON.stringify(alerts.webhooks ?? [], null, 2),
+    alertsLanguage: alerts.language ?? 'en',
     retentionDays: str(doc.events?.retentionDays),
     geoipPath: doc.geoip?.databasePath ?? '',
     bantime: str(d.bantime),
@@ -192,8 +196,9 @@ export function fromForm(f: SettingsForm): SettingsDoc {
       digestWindowSecs: required('alerts.digestWindowSecs', f.digestWindow),
       maxAttempts: required('alerts.maxAttempts', f.maxAttempts),
       retryInitialSecs: required('alerts.retryInitialSecs', f.retryInitial),
-      rules: json('alerts.rules', f.rulesJson),
-      webhooks: json('alerts.webhooks', f.webhooksJson),
+      rules: json('alerts.rules', f.rulesJson) as RuleDoc[],
+      webhooks: json('alerts.webhooks', f.webhooksJson) as WebhookDoc[],
+      language: f.alertsLanguage,
     },
     events: { retentionDays: int('events.retentionDays', f.retentionDays) },
     geoip: { databasePath: f.geoipPath.trim() || null },

@@ -86,6 +86,49 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/alerts/preview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Renders a rule's message for a sample digest (three bans) in a channel's format and a
+         *     language, exactly as it would be sent, and sends nothing.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        post: operations["preview"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/alerts/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Sends a test alert (a sample digest marked as a test) through one channel of the saved
+         *     settings, as alerts are sent, and answers with the channel's answer: `delivered` with the mail
+         *     server's reply or the webhook's status, or the error. One test per channel every 10 seconds.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        post: operations["test_alert"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/audit": {
         parameters: {
             query?: never;
@@ -1908,6 +1951,8 @@ export interface components {
             digestWindowSecs?: number;
             /** @description Off: no rule is evaluated (events arriving meanwhile are never alerted on). */
             enabled?: boolean;
+            /** @description The language of alert e-mails, chat messages and test alerts. */
+            language?: components["schemas"]["Language"];
             /**
              * Format: int32
              * @description Attempts per delivery before it is reported failed, 1 to 20.
@@ -3074,6 +3119,11 @@ export interface components {
              */
             labels: components["schemas"]["Labels"];
         };
+        /**
+         * @description A language alert messages are written in.
+         * @enum {string}
+         */
+        Language: "en" | "de" | "fr" | "es" | "it" | "ja" | "zh";
         /** @description Body of `POST /auth/login`. */
         LocalLogin: {
             password: string;
@@ -3112,6 +3162,11 @@ export interface components {
             ip: string;
             line: string;
         };
+        /**
+         * @description A channel's message format.
+         * @enum {string}
+         */
+        MessageFormat: "email" | "json" | "slack" | "ntfy" | "ntfy-json";
         /** @description A letter or digit, then letters, digits, `.`, `_`, `@` or `-`; at most 64 characters. */
         Name: string;
         NetworkCountDto: {
@@ -3241,6 +3296,25 @@ export interface components {
             unbanFollowsOrigin: boolean;
             /** Format: date-time */
             updatedAt: string;
+        };
+        /** @description A message as it would go out. */
+        Preview: {
+            /**
+             * @description The JSON body posted (`json`, `slack`, `ntfy-json`); the topic of `ntfy-json` is shown as
+             *     `<topic>`, since a webhook's URL is never shown.
+             */
+            body?: unknown;
+            format: components["schemas"]["MessageFormat"];
+            /** @description The headers sent with a text body (`ntfy`). */
+            headers?: {
+                [key: string]: string;
+            };
+            /** @description The e-mail's HTML part. */
+            html?: string | null;
+            language: components["schemas"]["Language"];
+            subject: string;
+            /** @description The plain text: the e-mail's text part, ntfy's body, or the chat text of Slack. */
+            text: string;
         };
         /** @description One address of a preview. */
         PreviewAddress: {
@@ -3994,6 +4068,29 @@ export interface components {
          * @enum {string}
          */
         TargetState: "queued" | "delivered" | "done" | "failed" | "expired";
+        TestAlertBody: {
+            /** @description `email` (to `alerts.recipients`) or `webhook` (the one named in `webhook`). */
+            channel: components["schemas"]["Channel"];
+            language?: components["schemas"]["Language"] | null;
+            /** @description The webhook's name, with `channel: webhook`. */
+            webhook?: string | null;
+        };
+        /** @description What happened to a test alert. */
+        TestAlertResult: {
+            channel: components["schemas"]["Channel"];
+            /** @description Whether the mail server or the webhook took it. */
+            delivered: boolean;
+            /** @description Why it was not delivered. */
+            error?: string | null;
+            language: components["schemas"]["Language"];
+            /** @description The mail server's reply or the webhook's status line. */
+            response?: string | null;
+            subject: string;
+            /** @description `email`, or the webhook's name. */
+            target: string;
+            /** Format: int64 */
+            tookMs: number;
+        };
         TestEmailBody: {
             smtp?: components["schemas"]["SmtpDocument"] | null;
             /** @description Recipients; empty: `alerts.recipients` of the saved settings. */
@@ -4135,7 +4232,7 @@ export interface components {
          * @description What a webhook's body looks like.
          * @enum {string}
          */
-        WebhookFormat: "json" | "slack" | "ntfy";
+        WebhookFormat: "json" | "slack" | "ntfy" | "ntfy-json";
         WriteConfig: {
             filterLocal?: components["schemas"]["FileEditBody"] | null;
             jailOverride?: components["schemas"]["FileEditBody"] | null;
@@ -4424,6 +4521,205 @@ export interface operations {
             };
             /** @description Not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    preview: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PreviewBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Preview"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A bad value; `field` names it. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    test_alert: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TestAlertBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TestAlertResult"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The channel is not configured; `field` names what is missing. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A test went through this channel moments ago */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };

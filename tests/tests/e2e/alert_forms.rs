@@ -1,0 +1,228 @@
+//! What the alert forms stand on, against one real hub process: a rule saved with a bad field is
+//! refused naming that field and changes nothing; a rule's message previewed in two languages; a
+//! test alert through real SMTP (maildev) arriving in the language of `alerts.language`; test
+//! alerts to a webhook receiver in the test in Slack's and ntfy's JSON formats; the test alert
+//! audited and limited to one per channel at a time.
+
+use banhub_tests::hub::HubProcess;
+use banhub_tests::hub::{api_get as get, api_post as post};
+use banhub_tests::smtp::SmtpServer;
+use banhub_tests::wait::wait_for_async;
+use banhub_tests::webhook::WebhookReceiver;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+async fn save(hub: &HubProcess, mut doc: Value) -> (StatusCode, Value) {
+    let (_, current) = get(hub, "/api/settings").await;
+    doc["version"] = current["version"].clone();
+    post(hub, "/api/settings", doc).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alert_rules_previews_and_test_alerts_through_the_api() {
+    let smtp = SmtpServer::start().expect("maildev starts");
+    let receiver = WebhookReceiver::start().await.expect("receiver");
+    let hub = HubProcess::start().expect("hub starts");
+    let (status, saved) = save(
+        &hub,
+        json!({
+            "smtp": {"host": smtp.host(), "port": smtp.smtp_port(), "tls": "none",
+                     "from": "banhub alerts <alerts@example.test>"},
+            "alerts": {
+                "recipients": ["ops@example.test"],
+                "language": "de",
+                "webhooks": [
+                    {"name": "chat", "format": "slack", "url": receiver.url("/hooks/slack")},
+                    {"name": "phone", "format": "ntfy-json", "url": receiver.url("/ntfy/banhub-alerts")}
+                ],
+                "rules": [{"name": "ssh", "jails": ["sshd"], "webhooks": ["chat"]}]
+            }
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{saved}");
+    assert_eq!(saved["alerts"]["language"], "de");
+
+    // A bad field: refused with the field named, and nothing changed.
+    let mut bad = saved.clone();
+    bad["alerts"]["rules"][0]["spike"] = json!({"bans": 1, "windowSecs": 60});
+    let (status, problem) = post(&hub, "/api/settings", bad).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(problem["field"], "alerts.rules[0].spike.bans", "{problem}");
+    let mut unknown_language = saved.clone();
+    unknown_language["alerts"]["language"] = json!("xx");
+    let (status, problem) = post(&hub, "/api/settings", unknown_language).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(problem["field"], "alerts.language", "{problem}");
+    let mut no_topic = saved.clone();
+    no_topic["alerts"]["webhooks"][1]["url"] = json!(receiver.url("/"));
+    let (status, problem) = post(&hub, "/api/settings", no_topic).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(problem["field"], "alerts.webhooks[1].url", "{problem}");
+    let (_, now) = get(&hub, "/api/settings").await;
+    assert_eq!(
+        now["version"], saved["version"],
+        "a refused save changes nothing"
+    );
+    assert_eq!(now["alerts"]["rules"], saved["alerts"]["rules"]);
+
+    // The preview in two languages, in two formats; nothing is sent.
+    let (status, en) = post(
+        &hub,
+        "/api/alerts/preview",
+        json!({"ruleName": "ssh", "jail": "sshd", "format": "email", "language": "en"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{en}");
+    assert_eq!(en["subject"], "[banhub] ssh: 3 bans on 1 server");
+    assert!(
+        en["text"].as_str().is_some_and(|t| t.contains("By jail:")),
+        "{en}"
+    );
+    assert!(
+        en["html"].as_str().is_some_and(|h| h.contains("<table>")),
+        "{en}"
+    );
+    let (status, de) = post(
+        &hub,
+        "/api/alerts/preview",
+        json!({"ruleName": "ssh", "jail": "sshd", "format": "slack"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{de}");
+    assert_eq!(de["language"], "de", "the saved language is the default");
+    assert_eq!(
+        de["body"]["blocks"][0]["text"]["text"],
+        "[banhub] ssh: 3 Sperren auf 1 Server"
+    );
+    assert!(
+        de["body"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("Jails: sshd 3")),
+        "{de}"
+    );
+    let (status, problem) = post(
+        &hub,
+        "/api/alerts/preview",
+        json!({"ruleName": "ssh", "jail": "../etc", "format": "email"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(problem["field"], "jail");
+    assert!(receiver.received().is_empty(), "a preview sends nothing");
+
+    // A test e-mail through real SMTP, in German.
+    let (status, sent) = post(&hub, "/api/alerts/test", json!({"channel": "email"})).await;
+    assert_eq!(status, StatusCode::OK, "{sent}\n{}", hub.logs());
+    assert_eq!(sent["delivered"], true, "{sent}");
+    assert!(
+        sent["response"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("250")),
+        "{sent}"
+    );
+    let mails = wait_for_async(DEADLINE, "the test e-mail", || async {
+        let mails = smtp.emails().await.ok()?;
+        (!mails.is_empty()).then_some(mails)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", hub.logs()));
+    let mail = &mails[0];
+    assert!(
+        mail.subject.starts_with("[banhub] Testalarm: 3 Sperren"),
+        "{}",
+        mail.subject
+    );
+    assert_eq!(mail.to[0].address, "ops@example.test");
+    let text = mail.text.as_deref().unwrap_or_default();
+    assert!(text.starts_with("Dies ist ein Testalarm"), "{text}");
+    assert!(text.contains("Nach Jail:"), "{text}");
+    // Dates as German write them: day.month.year.
+    let year = chrono::Utc::now().format("%Y").to_string();
+    assert!(text.contains(&format!(".{year} ")), "{text}");
+
+    // One test per channel at a time; another channel is not held up.
+    let (status, problem) = post(&hub, "/api/alerts/test", json!({"channel": "email"})).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{problem}");
+    assert_eq!(problem["code"], "test_alert_too_soon");
+    assert_eq!(smtp.emails().await.expect("mails").len(), 1);
+
+    // Slack's incoming-webhook JSON, in English when asked.
+    let (status, sent) = post(
+        &hub,
+        "/api/alerts/test",
+        json!({"channel": "webhook", "webhook": "chat", "language": "en"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{sent}");
+    assert_eq!(sent["delivered"], true, "{sent}");
+    assert_eq!(sent["response"], "HTTP 200 OK");
+    // ntfy's JSON publish, to the server's root, naming the topic.
+    let (status, sent) = post(
+        &hub,
+        "/api/alerts/test",
+        json!({"channel": "webhook", "webhook": "phone"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{sent}");
+    assert_eq!(sent["delivered"], true, "{sent}");
+    let received = receiver.received();
+    assert_eq!(received.len(), 2, "{received:?}");
+    let slack = received[0].json().expect("Slack JSON");
+    assert_eq!(received[0].path, "/hooks/slack");
+    assert!(
+        slack["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("This is a test alert")),
+        "{slack}"
+    );
+    assert_eq!(slack["blocks"][0]["type"], "header");
+    assert!(
+        slack["blocks"][0]["text"]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("[banhub] Test alert: 3 bans")),
+        "{slack}"
+    );
+    assert_eq!(slack["blocks"][1]["text"]["type"], "mrkdwn");
+    assert_eq!(received[1].path, "/ntfy/");
+    let ntfy = received[1].json().expect("ntfy JSON");
+    assert_eq!(ntfy["topic"], "banhub-alerts");
+    assert!(
+        ntfy["title"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("[banhub] Testalarm")),
+        "{ntfy}"
+    );
+    assert!(
+        ntfy["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Nach Jail:")),
+        "{ntfy}"
+    );
+    assert_eq!(ntfy["tags"], json!(["rotating_light"]));
+    assert_eq!(ntfy["priority"], 4);
+
+    // A channel that is not configured is named.
+    let (status, problem) = post(
+        &hub,
+        "/api/alerts/test",
+        json!({"channel": "webhook", "webhook": "pager"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(problem["field"], "webhook");
+
+    // Each test alert is in the audit log.
+    let (status, page) = get(&hub, "/api/audit?limit=500").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let tests = page["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|e| e["action"] == "POST /api/alerts/test")
+        .count();
+    assert!(tests >= 3, "{page}");
+}
