@@ -109,8 +109,9 @@ function lookup(key: string, loc: string): string | undefined {
   return undefined;
 }
 
-/** The message `key` in the current locale with `{name}` placeholders filled; the key itself if none has it. */
-export function t(key: string, params?: Record<string, string | number>): string {
+/** The message `key` in the current locale with `{name}` placeholders filled (a missing value as
+ * nothing); the key itself if no locale has it. */
+export function t(key: string, params?: Record<string, string | number | null | undefined>): string {
   const loc = state.locale;
   let text: string | undefined;
   const count = params?.count;
@@ -124,6 +125,6 @@ export function t(key: string, params?: Record<string, string | number>): string
   return text.replace(/\{(\w+)\}/g, (whole, name: string) => {
     if (!(name in params)) return whole;
     const value = params[name];
-    return typeof value === 'number' ? numberFormat(loc).format(value) : value;
+    return typeof value === 'number' ? numberFormat(loc).format(value) : (value ?? '');
   });
 }

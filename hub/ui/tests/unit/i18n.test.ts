@@ -121,7 +121,7 @@ describe('check-i18n', () => {
         '<script>const a = "Hello";</script>',
         '<h1>Servers</h1>',
         '<p>{t("x")} · {n > 1 ? "s" : ""}</p>',
-        '<input placeholder="web-1" title={t("y")} />',
+        '<input placeholder="host name" title={t("y")} />',
         '<button aria-label="Close {name}">×</button>',
         '<pre>fail2ban-client status</pre>',
         '<span>banhub</span>',
@@ -130,7 +130,7 @@ describe('check-i18n', () => {
     );
     expect(found.map((f: { text: string }) => f.text)).toEqual([
       'Servers',
-      'placeholder="web-1"',
+      'placeholder="host name"',
       'aria-label="Close {name}"',
       'what="Loading servers"',
     ]);
