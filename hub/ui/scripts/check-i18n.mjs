@@ -11,8 +11,8 @@ import { fileURLToPath } from 'node:url';
 const root = join(fileURLToPath(import.meta.url), '..', '..');
 const src = join(root, 'src');
 
-/** Text that reads the same in every language: the product's name, an example host name, symbols and units. */
-export const ALLOWED_TEXT = new Set(['banhub', 'fail2ban', 'web-1', 'IP', 'ms', 'JSON', 'CIDR', 'ASN', 'TOML']);
+/** Text that reads the same in every language: the product's name, an example host and jail name, symbols and units. */
+export const ALLOWED_TEXT = new Set(['banhub', 'fail2ban', 'web-1', 'sshd', 'IP', 'ms', 'JSON', 'CIDR', 'ASN', 'TOML']);
 
 /** Attribute values that are samples of fail2ban's configuration, the same in every language. */
 export const CODE_SAMPLES = new Set(['[{jail}]&#10;maxretry = 5', '[Definition]&#10;failregex = …']);
@@ -35,7 +35,6 @@ export const PENDING = new Set([
   'src/pages/Address.svelte',
   'src/pages/Audit.svelte',
   'src/pages/Defence.svelte',
-  'src/pages/Events.svelte',
   'src/pages/Feeds.svelte',
   'src/pages/Filters.svelte',
   'src/pages/Insights.svelte',
