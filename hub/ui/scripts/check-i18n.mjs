@@ -14,8 +14,14 @@ const src = join(root, 'src');
 /** Text that reads the same in every language: the product's name, an example host and jail name, symbols and units. */
 export const ALLOWED_TEXT = new Set(['banhub', 'fail2ban', 'web-1', 'sshd', 'IP', 'ms', 'JSON', 'CIDR', 'ASN', 'TOML']);
 
-/** Attribute values that are samples of fail2ban's configuration, the same in every language. */
-export const CODE_SAMPLES = new Set(['[{jail}]&#10;maxretry = 5', '[Definition]&#10;failregex = …']);
+/** Attribute values that are samples of configuration, addresses or paths, the same in every language. */
+export const CODE_SAMPLES = new Set([
+  '[{jail}]&#10;maxretry = 5',
+  '[Definition]&#10;failregex = …',
+  'banhub <banhub@example.org>',
+  'ops@example.org',
+  '/var/lib/GeoIP/GeoLite2-Country.mmdb',
+]);
 
 /** Attributes and component props whose literal value a person reads or hears. */
 export const READ_ATTRIBUTES = new Set([
@@ -39,7 +45,6 @@ export const PENDING = new Set([
   'src/pages/Insights.svelte',
   'src/pages/Profiles.svelte',
   'src/pages/Protected.svelte',
-  'src/pages/Settings.svelte',
   'src/pages/Sharing.svelte',
   'src/components/ConfigChanges.svelte',
   'src/components/FleetBanForm.svelte',
