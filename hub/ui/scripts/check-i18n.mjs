@@ -12,7 +12,7 @@ const root = join(fileURLToPath(import.meta.url), '..', '..');
 const src = join(root, 'src');
 
 /** Text that reads the same in every language: the product's name, an example host and jail name, symbols and units. */
-export const ALLOWED_TEXT = new Set(['banhub', 'fail2ban', 'web-1', 'sshd', 'IP', 'ms', 'JSON', 'CIDR', 'ASN', 'TOML']);
+export const ALLOWED_TEXT = new Set(['banhub', 'fail2ban', 'web-1', 'sshd', 'failregex', 'ignoreregex', 'datepattern', 'IP', 'ms', 'JSON', 'CIDR', 'ASN', 'TOML']);
 
 /** Attribute values that are samples of configuration, addresses or paths, the same in every language. */
 export const CODE_SAMPLES = new Set([
@@ -21,6 +21,7 @@ export const CODE_SAMPLES = new Set([
   'banhub <banhub@example.org>',
   'ops@example.org',
   '/var/lib/GeoIP/GeoLite2-Country.mmdb',
+  '2026-11-22 23:42:38 Failed login for root from 203.0.113.7',
 ]);
 
 /** Attributes and component props whose literal value a person reads or hears. */
@@ -41,14 +42,12 @@ export const PENDING = new Set([
   'src/pages/Address.svelte',
   'src/pages/Defence.svelte',
   'src/pages/Feeds.svelte',
-  'src/pages/Filters.svelte',
   'src/pages/Insights.svelte',
   'src/pages/Profiles.svelte',
   'src/pages/Protected.svelte',
   'src/pages/Sharing.svelte',
   'src/components/ConfigChanges.svelte',
   'src/components/FleetBanForm.svelte',
-  'src/components/NewFilterForm.svelte',
   'src/components/NewJailForm.svelte',
   'src/components/PreviewPanel.svelte',
 ]);
