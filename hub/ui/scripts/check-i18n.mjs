@@ -42,7 +42,6 @@ export const PENDING = new Set([
   'src/pages/Address.svelte',
   'src/pages/Defence.svelte',
   'src/pages/Feeds.svelte',
-  'src/pages/Insights.svelte',
   'src/pages/Profiles.svelte',
   'src/pages/Protected.svelte',
   'src/pages/Sharing.svelte',
