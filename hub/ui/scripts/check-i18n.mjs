@@ -43,7 +43,6 @@ export const PENDING = new Set([
   'src/pages/Defence.svelte',
   'src/pages/Feeds.svelte',
   'src/pages/Profiles.svelte',
-  'src/pages/Protected.svelte',
   'src/pages/Sharing.svelte',
   'src/components/ConfigChanges.svelte',
   'src/components/FleetBanForm.svelte',
