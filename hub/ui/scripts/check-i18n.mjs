@@ -22,6 +22,7 @@ export const CODE_SAMPLES = new Set([
   'ops@example.org',
   '/var/lib/GeoIP/GeoLite2-Country.mmdb',
   '2026-11-22 23:42:38 Failed login for root from 203.0.113.7',
+  'env=prod, role=web',
 ]);
 
 /** Attributes and component props whose literal value a person reads or hears. */
@@ -45,7 +46,6 @@ export const PENDING = new Set([
   'src/pages/Profiles.svelte',
   'src/pages/Sharing.svelte',
   'src/components/ConfigChanges.svelte',
-  'src/components/FleetBanForm.svelte',
   'src/components/NewJailForm.svelte',
   'src/components/PreviewPanel.svelte',
 ]);

@@ -128,3 +128,12 @@ export function t(key: string, params?: Record<string, string | number | null | 
     return typeof value === 'number' ? numberFormat(loc).format(value) : (value ?? '');
   });
 }
+
+/** The message `key` cut at its `{slot}` placeholder, for markup around a value in the middle of a
+ * sentence (`<code>` around an address): `['Unbanned ', ' everywhere:']`. */
+export function tSplit(key: string, slot: string, params?: Record<string, string | number | null | undefined>): [string, string] {
+  const marker = '\u0000';
+  const text = t(key, { ...params, [slot]: marker });
+  const at = text.indexOf(marker);
+  return at < 0 ? [text, ''] : [text.slice(0, at), text.slice(at + marker.length)];
+}

@@ -1,7 +1,7 @@
 // t(): lookup along the fallback chain, placeholders, plurals; the locale a browser opens in; the
 // formatters in several locales; and the translation check's rules on catalogs and markup.
 import { afterEach, describe, expect, it } from 'vitest';
-import { catalogs, fallbackChain, initialLocale, locale, matchLocale, setLocale, t } from '../../src/lib/i18n.svelte';
+import { catalogs, fallbackChain, initialLocale, locale, matchLocale, setLocale, t, tSplit } from '../../src/lib/i18n.svelte';
 import { ago, count, dateTime, duration } from '../../src/lib/format';
 // @ts-expect-error: a plain ES module without types
 import { checkCatalogs, hardCodedStrings } from '../../scripts/check-i18n.mjs';
@@ -38,6 +38,13 @@ describe('t', () => {
     expect(t('components.unchangedLines', { count: 1200 })).toBe('1.200 unveränderte Zeilen');
     setLocale('fr');
     expect(t('components.unchangedLines', { count: 0 })).toBe('0 ligne inchangée');
+  });
+
+  it('cuts a message at a placeholder for markup around the value', () => {
+    expect(tSplit('fleetBan.unbannedEverywhere', 'ip')).toEqual(['Unbanned ', ' everywhere:']);
+    setLocale('de');
+    expect(tSplit('fleetBan.unbannedEverywhere', 'ip')).toEqual(['', ' überall entsperrt:']);
+    expect(tSplit('nav.logout', 'ip')).toEqual(['Abmelden', '']);
   });
 
   it('leaves a placeholder without a param as it is', () => {
