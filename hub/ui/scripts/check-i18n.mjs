@@ -11,8 +11,8 @@ import { fileURLToPath } from 'node:url';
 const root = join(fileURLToPath(import.meta.url), '..', '..');
 const src = join(root, 'src');
 
-/** Text that reads the same in every language: the product's name, an example host and jail name, symbols and units. */
-export const ALLOWED_TEXT = new Set(['banhub', 'fail2ban', 'web-1', 'sshd', 'failregex', 'ignoreregex', 'datepattern', 'IP', 'ms', 'JSON', 'CIDR', 'ASN', 'TOML']);
+/** Text that reads the same in every language: the product's name, fail2ban's setting names, an example host and jail name, symbols and units. */
+export const ALLOWED_TEXT = new Set(['banhub', 'fail2ban', 'web-1', 'sshd', 'failregex', 'ignoreregex', 'datepattern', 'maxretry', 'findtime', 'bantime', 'IP', 'ms', 'JSON', 'CIDR', 'ASN', 'TOML']);
 
 /** Attribute values that are samples of configuration, addresses or paths, the same in every language. */
 export const CODE_SAMPLES = new Set([
@@ -23,6 +23,9 @@ export const CODE_SAMPLES = new Set([
   '/var/lib/GeoIP/GeoLite2-Country.mmdb',
   '2026-11-22 23:42:38 Failed login for root from 203.0.113.7',
   'env=prod, role=web',
+  '/var/log/auth.log',
+  '_SYSTEMD_UNIT=sshd.service + _COMM=sshd',
+  'ssh',
 ]);
 
 /** Attributes and component props whose literal value a person reads or hears. */
@@ -46,7 +49,6 @@ export const PENDING = new Set([
   'src/pages/Profiles.svelte',
   'src/pages/Sharing.svelte',
   'src/components/ConfigChanges.svelte',
-  'src/components/NewJailForm.svelte',
   'src/components/PreviewPanel.svelte',
 ]);
 
