@@ -48,8 +48,6 @@ export const PENDING = new Set([
   'src/pages/Feeds.svelte',
   'src/pages/Profiles.svelte',
   'src/pages/Sharing.svelte',
-  'src/components/ConfigChanges.svelte',
-  'src/components/PreviewPanel.svelte',
 ]);
 
 const LETTER = /\p{L}/u;
