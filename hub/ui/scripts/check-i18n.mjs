@@ -44,7 +44,6 @@ export const READ_ATTRIBUTES = new Set([
 /** Components whose strings are still being moved into the catalogs: reported on every run, not failed. */
 export const PENDING = new Set([
   'src/pages/Address.svelte',
-  'src/pages/Defence.svelte',
   'src/pages/Feeds.svelte',
   'src/pages/Profiles.svelte',
   'src/pages/Sharing.svelte',
