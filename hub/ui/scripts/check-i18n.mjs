@@ -23,6 +23,7 @@ export const CODE_SAMPLES = new Set([
   '/var/lib/GeoIP/GeoLite2-Country.mmdb',
   '2026-11-22 23:42:38 Failed login for root from 203.0.113.7',
   'env=prod, role=web',
+  'env=prod',
   '/var/log/auth.log',
   '_SYSTEMD_UNIT=sshd.service + _COMM=sshd',
   'ssh',
@@ -46,7 +47,6 @@ export const PENDING = new Set([
   'src/pages/Address.svelte',
   'src/pages/Feeds.svelte',
   'src/pages/Profiles.svelte',
-  'src/pages/Sharing.svelte',
 ]);
 
 const LETTER = /\p{L}/u;
