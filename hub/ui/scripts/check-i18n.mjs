@@ -11,8 +11,8 @@ import { fileURLToPath } from 'node:url';
 const root = join(fileURLToPath(import.meta.url), '..', '..');
 const src = join(root, 'src');
 
-/** Text that reads the same in every language: the product's name, fail2ban's setting names, an example host and jail name, symbols and units. */
-export const ALLOWED_TEXT = new Set(['banhub', 'fail2ban', 'web-1', 'sshd', 'failregex', 'ignoreregex', 'datepattern', 'maxretry', 'findtime', 'bantime', 'IP', 'ms', 'JSON', 'CIDR', 'ASN', 'TOML']);
+/** Text that reads the same in every language: the product's name, fail2ban's setting names, an example host and jail name, the version mark "v", symbols and units. */
+export const ALLOWED_TEXT = new Set(['banhub', 'fail2ban', 'web-1', 'sshd', 'failregex', 'ignoreregex', 'datepattern', 'maxretry', 'findtime', 'bantime', 'v', 'IP', 'ms', 'JSON', 'CIDR', 'ASN', 'TOML']);
 
 /** Attribute values that are samples of configuration, addresses or paths, the same in every language. */
 export const CODE_SAMPLES = new Set([
@@ -24,6 +24,9 @@ export const CODE_SAMPLES = new Set([
   '2026-11-22 23:42:38 Failed login for root from 203.0.113.7',
   'env=prod, role=web',
   'env=prod',
+  'role=web',
+  'role=web, dc=a',
+  'jail.d/sshd.local',
   '/var/log/auth.log',
   '_SYSTEMD_UNIT=sshd.service + _COMM=sshd',
   'ssh',
@@ -46,7 +49,6 @@ export const READ_ATTRIBUTES = new Set([
 export const PENDING = new Set([
   'src/pages/Address.svelte',
   'src/pages/Feeds.svelte',
-  'src/pages/Profiles.svelte',
 ]);
 
 const LETTER = /\p{L}/u;
