@@ -24,6 +24,7 @@ export const CODE_SAMPLES = new Set([
   '2026-11-22 23:42:38 Failed login for root from 203.0.113.7',
   'env=prod, role=web',
   'env=prod',
+  'env=prod role=web',
   'role=web',
   'role=web, dc=a',
   'jail.d/sshd.local',
@@ -48,7 +49,6 @@ export const READ_ATTRIBUTES = new Set([
 /** Components whose strings are still being moved into the catalogs: reported on every run, not failed. */
 export const PENDING = new Set([
   'src/pages/Address.svelte',
-  'src/pages/Feeds.svelte',
 ]);
 
 const LETTER = /\p{L}/u;
