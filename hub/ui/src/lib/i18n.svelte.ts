@@ -9,6 +9,8 @@
 // plural key (the same text twice in languages without plurals) and may add a language's own categories.
 //
 // The locale is reactive state: a component that calls `t()` re-renders when `setLocale` switches it.
+// English is in the main bundle; every other locale is a chunk of its own (`src/lib/catalogs/`) that
+// `loadLocale` fetches, with its fallback chain, before the UI shows it.
 
 /** Every locale the UI speaks, each named in its own language for the switcher. */
 export const LOCALE_NAMES = {
@@ -29,16 +31,35 @@ const STORAGE_KEY = 'banhub.locale';
 
 type Catalog = Record<string, string>;
 
-const files = import.meta.glob<Catalog>('../locales/*/*.json', { eager: true, import: 'default' });
-
-/** Every locale's messages, keyed `area.key`. */
+/** The loaded locales' messages, keyed `area.key`. */
 export const catalogs: Record<string, Catalog> = {};
-for (const [path, messages] of Object.entries(files)) {
-  const match = /locales\/([^/]+)\/([^/]+)\.json$/.exec(path);
-  if (!match) continue;
-  const [, loc, area] = match;
-  const catalog = (catalogs[loc] ??= {});
-  for (const [key, text] of Object.entries(messages)) catalog[`${area}.${key}`] = text;
+
+/** Adds a locale's area files (path → messages) to `catalogs`. */
+function addFiles(files: Record<string, Catalog>): void {
+  for (const [path, messages] of Object.entries(files)) {
+    const match = /locales\/([^/]+)\/([^/]+)\.json$/.exec(path);
+    if (!match) continue;
+    const [, loc, area] = match;
+    const catalog = (catalogs[loc] ??= {});
+    for (const [key, text] of Object.entries(messages)) catalog[`${area}.${key}`] = text;
+  }
+}
+
+addFiles(import.meta.glob<Catalog>('../locales/en/*.json', { eager: true, import: 'default' }));
+
+// The other locales' chunks, by the file name of their loader (`./catalogs/de-CH.ts`).
+const loaders = import.meta.glob<Record<string, Catalog>>('./catalogs/*.ts', { import: 'default' });
+
+/** Fetches the messages of `loc` and of its fallback chain, once each. */
+export async function loadLocale(loc: string): Promise<void> {
+  await Promise.all(
+    fallbackChain(loc)
+      .filter((l) => !catalogs[l])
+      .map(async (l) => {
+        const load = loaders[`./catalogs/${l}.ts`];
+        if (load) addFiles(await load());
+      }),
+  );
 }
 
 /** `zh-Hans-CN` → `['zh-Hans-CN', 'zh-Hans', 'zh']`. */
@@ -85,8 +106,9 @@ export function locale(): Locale {
   return state.locale;
 }
 
-/** Switches the UI's language and remembers the choice in this browser. */
-export function setLocale(next: Locale): void {
+/** Switches the UI's language once its messages are loaded, and remembers the choice in this browser. */
+export async function setLocale(next: Locale): Promise<void> {
+  await loadLocale(next);
   state.locale = next;
   globalThis.localStorage?.setItem(STORAGE_KEY, next);
   globalThis.document?.documentElement.setAttribute('lang', next);
