@@ -22,6 +22,7 @@ export const LOCALE_NAMES = {
   it: 'Italiano',
   ja: '日本語',
   zh: '中文',
+  ca: 'Català',
 } as const;
 export type Locale = keyof typeof LOCALE_NAMES;
 export const LOCALES = Object.keys(LOCALE_NAMES) as Locale[];
@@ -106,12 +107,19 @@ export function locale(): Locale {
   return state.locale;
 }
 
-/** Switches the UI's language once its messages are loaded, and remembers the choice in this browser. */
-export async function setLocale(next: Locale): Promise<void> {
-  await loadLocale(next);
-  state.locale = next;
-  globalThis.localStorage?.setItem(STORAGE_KEY, next);
-  globalThis.document?.documentElement.setAttribute('lang', next);
+/** Switches the UI's language once its messages are loaded (at once when they already are), and
+ * remembers the choice in this browser. */
+export function setLocale(next: Locale): Promise<void> {
+  const show = () => {
+    state.locale = next;
+    globalThis.localStorage?.setItem(STORAGE_KEY, next);
+    globalThis.document?.documentElement.setAttribute('lang', next);
+  };
+  if (fallbackChain(next).every((l) => catalogs[l] || !loaders[`./catalogs/${l}.ts`])) {
+    show();
+    return Promise.resolve();
+  }
+  return loadLocale(next).then(show);
 }
 
 const numberFormats = new Map<string, Intl.NumberFormat>();

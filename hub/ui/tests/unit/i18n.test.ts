@@ -47,6 +47,11 @@ describe('t', () => {
     expect(tSplit('nav.logout', 'ip')).toEqual(['Abmelden', '']);
   });
 
+  it('switches at once to a locale whose messages are loaded', () => {
+    void setLocale('it');
+    expect(t('nav.logout')).toBe('Esci');
+  });
+
   it('leaves a placeholder without a param as it is', async () => {
     expect(t('nav.themeIs')).toBe('Theme: {theme}');
   });
@@ -59,6 +64,7 @@ describe('initialLocale', () => {
     expect(initialLocale(null, ['de-ch'])).toBe('de-CH');
     expect(initialLocale(null, ['de-AT'])).toBe('de');
     expect(initialLocale(null, ['zh-Hans-CN'])).toBe('zh');
+    expect(initialLocale(null, ['ca-ES', 'es'])).toBe('ca');
     expect(initialLocale('xx', ['pt-BR', 'nl'])).toBe('en');
     expect(matchLocale('EN-gb')).toBe('en');
     expect(matchLocale('pt')).toBeUndefined();
