@@ -21,6 +21,10 @@ test.beforeAll(async ({ browser }) => {
 });
 
 test.afterAll(async () => {
+  // Ends this suite's session on the hub (the French browser shared it), so the harness finds only
+  // the sessions ui.spec.ts leaves behind.
+  const status = await page.evaluate(async () => (await fetch('auth/logout', { method: 'POST', credentials: 'same-origin' })).status);
+  expect(status).toBeLessThan(400);
   await context.close();
 });
 
