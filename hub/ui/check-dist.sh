@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CI's check of the web UI (called by .ci/test as the `ui` step): the generated API types match the
-# committed OpenAPI copy, the code type-checks, the unit tests pass, and a fresh build is byte for
+# committed OpenAPI copy, every locale has every message and no component hard-codes text
+# (scripts/check-i18n.mjs), the code type-checks, the unit tests pass, and a fresh build is byte for
 # byte the committed dist/ (which the hub embeds). Run `hub/ui/update-api.sh` after an API change and
 # `npm run build` after a UI change, then commit both.
 set -euo pipefail
@@ -24,6 +25,9 @@ if ! diff -u src/lib/api/schema.d.ts "$scratch/schema.d.ts" >"$scratch/schema.di
   head -n 40 "$scratch/schema.diff" >&2
   fail "src/lib/api/schema.d.ts is not generated from src/lib/api/openapi.json; run hub/ui/update-api.sh and commit"
 fi
+
+echo "check-dist: translations"
+node scripts/check-i18n.mjs
 
 echo "check-dist: svelte-check"
 node_modules/.bin/svelte-check --tsconfig ./tsconfig.json --fail-on-warnings --output human

@@ -16,6 +16,8 @@ export default defineConfig({
   use: {
     baseURL: process.env.BANHUB_URL,
     viewport: { width: 1366, height: 860 },
+    // The UI follows the browser's language: the suite reads English unless a test chooses another.
+    locale: 'en-US',
     screenshot: 'only-on-failure',
     trace: 'off',
     launchOptions: {

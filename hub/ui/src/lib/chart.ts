@@ -66,10 +66,10 @@ export function bucketLabel(seconds: number, bucketSeconds: number): string {
   return bucketSeconds >= 86400 ? day : `${day} ${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
-/** The ranges the insight and dashboard pickers offer, in hours. */
+/** The ranges the insight and dashboard pickers offer, in hours, each with the message key of its label. */
 export const RANGES: { label: string; hours: number }[] = [
-  { label: 'Last 24 hours', hours: 24 },
-  { label: 'Last 7 days', hours: 24 * 7 },
-  { label: 'Last 30 days', hours: 24 * 30 },
-  { label: 'Last 90 days', hours: 24 * 90 },
+  { label: 'insights.range24h', hours: 24 },
+  { label: 'insights.range7d', hours: 24 * 7 },
+  { label: 'insights.range30d', hours: 24 * 30 },
+  { label: 'insights.range90d', hours: 24 * 90 },
 ];

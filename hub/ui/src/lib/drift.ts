@@ -2,6 +2,7 @@
 // one-line summary of the jail list.
 
 import type { SettingDrift } from './api/types';
+import { t } from './i18n.svelte';
 
 export interface RunningRow {
   setting: string;
@@ -10,7 +11,7 @@ export interface RunningRow {
   files?: string;
 }
 
-const shown = (value: string) => value || '(none)';
+const shown = (value: string) => value || t('jails.noValue');
 
 // One row per running setting, in the agent's order, with the files' value where it differs.
 export function runningRows(running: Record<string, string>, drift: SettingDrift[]): RunningRow[] {
@@ -23,5 +24,7 @@ export function runningRows(running: Record<string, string>, drift: SettingDrift
 
 // `maxretry: files 5, running 99` per differing setting, one per line.
 export function driftText(drift: SettingDrift[]): string {
-  return drift.map((d) => `${d.setting}: files ${shown(d.fileValue)}, running ${shown(d.runningValue)}`).join('\n');
+  return drift
+    .map((d) => t('jails.driftLine', { setting: d.setting, files: shown(d.fileValue), running: shown(d.runningValue) }))
+    .join('\n');
 }

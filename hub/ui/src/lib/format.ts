@@ -1,48 +1,66 @@
-// How times, durations and counts read in the UI.
+// How times, durations and counts read in the UI, in the current locale (`Intl` formatters, kept per
+// locale); the units of ban lengths come from the `format` message area.
+import { locale, t } from './i18n.svelte';
 
 const pad = (n: number) => String(n).padStart(2, '0');
 
-/** "2026-11-22 23:42:38" in the browser's time zone; "—" for nothing. */
+const cache = new Map<string, Intl.DateTimeFormat | Intl.NumberFormat | Intl.RelativeTimeFormat>();
+
+function cached<T extends Intl.DateTimeFormat | Intl.NumberFormat | Intl.RelativeTimeFormat>(kind: string, make: (loc: string) => T): T {
+  const loc = locale();
+  const key = `${kind}:${loc}`;
+  let f = cache.get(key) as T | undefined;
+  if (!f) cache.set(key, (f = make(loc)));
+  return f;
+}
+
+/** A date and time in the browser's time zone, written as the locale writes them; "—" for nothing. */
 export function dateTime(iso: string | null | undefined): string {
   if (!iso) return '—';
   const d = new Date(iso);
   if (Number.isNaN(d.getTime())) return iso;
-  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  return cached('dateTime', (loc) => new Intl.DateTimeFormat(loc, { dateStyle: 'medium', timeStyle: 'medium' })).format(d);
 }
 
-/** "5 s ago", "3 min ago", "2 h ago", "4 d ago" (relative to `now`). */
+/** "5 sec. ago", "vor 3 Min.", "2 時間前" (relative to `now`); "never" in the locale for nothing. */
 export function ago(iso: string | null | undefined, now = Date.now()): string {
-  if (!iso) return 'never';
-  const t = Date.parse(iso);
-  if (Number.isNaN(t)) return iso;
-  const s = Math.max(0, Math.round((now - t) / 1000));
-  if (s < 60) return `${s} s ago`;
-  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
-  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
-  return `${Math.floor(s / 86400)} d ago`;
+  if (!iso) return t('format.never');
+  const at = Date.parse(iso);
+  if (Number.isNaN(at)) return iso;
+  const s = Math.max(0, Math.round((now - at) / 1000));
+  const rtf = cached('ago', (loc) => new Intl.RelativeTimeFormat(loc, { numeric: 'always', style: 'short' }));
+  if (s < 60) return rtf.format(-s, 'second');
+  if (s < 3600) return rtf.format(-Math.floor(s / 60), 'minute');
+  if (s < 86400) return rtf.format(-Math.floor(s / 3600), 'hour');
+  return rtf.format(-Math.floor(s / 86400), 'day');
 }
 
-/** A ban length in seconds: "10 min", "1 h 30 min", "permanent" for -1. */
+/** A ban length in seconds: "10 min", "1 h 30 min", "permanent" for -1 (in the locale's words). */
 export function duration(seconds: number | null | undefined): string {
   if (seconds === null || seconds === undefined) return '—';
-  if (seconds < 0) return 'permanent';
-  if (seconds < 60) return `${seconds} s`;
+  if (seconds < 0) return t('format.permanent');
+  if (seconds < 60) return t('format.seconds', { n: seconds });
   const d = Math.floor(seconds / 86400);
   const h = Math.floor((seconds % 86400) / 3600);
   const m = Math.floor((seconds % 3600) / 60);
-  const parts = [d && `${d} d`, h && `${h} h`, m && `${m} min`].filter(Boolean);
-  return parts.length ? parts.join(' ') : `${seconds} s`;
+  const parts = [
+    d && t('format.days', { n: d }),
+    h && t('format.hours', { n: h }),
+    m && t('format.minutes', { n: m }),
+  ].filter(Boolean);
+  return parts.length ? parts.join(' ') : t('format.seconds', { n: seconds });
 }
 
+/** A count with the locale's digit grouping ("12,345", "12.345", "12 345"); "—" for nothing. */
 export function count(n: number | null | undefined): string {
-  return n === null || n === undefined ? '—' : n.toLocaleString('en-US');
+  return n === null || n === undefined ? '—' : cached('count', (loc) => new Intl.NumberFormat(loc)).format(n);
 }
 
 /** A value for <input type="datetime-local"> → RFC 3339 (UTC), or undefined when empty/invalid. */
 export function localInputToIso(value: string): string | undefined {
   if (!value) return undefined;
-  const t = new Date(value);
-  return Number.isNaN(t.getTime()) ? undefined : t.toISOString();
+  const d = new Date(value);
+  return Number.isNaN(d.getTime()) ? undefined : d.toISOString();
 }
 
 /** RFC 3339 → a value for <input type="datetime-local"> in the browser's time zone. */

@@ -1,6 +1,7 @@
 // The lockout guard's question before a ban: `GET /api/protected-networks/check` says whether an
 // address covers a protected network or the operator's own address, and the form warns in words.
 import { get } from './api/client';
+import { t } from './i18n.svelte';
 
 /** What `GET /api/protected-networks/check` answers. */
 export interface ProtectedCheck {
@@ -14,13 +15,12 @@ export interface ProtectedCheck {
 export function warningOf(check: ProtectedCheck): string {
   const parts: string[] = [];
   if (check.coversYou) {
-    parts.push(`${check.ip} covers your own address (${check.yourAddress}): you could lock yourself out.`);
+    parts.push(t('protected.coversYou', { ip: check.ip, yours: check.yourAddress }));
   }
   if (check.protectedBy) {
     const by = check.protectedBy;
-    parts.push(
-      `${check.ip} covers the protected network ${by.network} (${by.kind}${by.note ? `: ${by.note}` : ''}); the hub will refuse the ban.`,
-    );
+    const what = by.note ? `${by.kind}: ${by.note}` : by.kind;
+    parts.push(t('protected.coversNetwork', { ip: check.ip, network: by.network, what }));
   }
   return parts.join(' ');
 }

@@ -3,6 +3,8 @@
 // empty password field keeps the stored one, "remove" sends null.
 import type { AlertLanguage, RuleDoc, WebhookDoc } from './alerts';
 
+
+import { t } from './i18n.svelte';
 export interface SettingsDoc {
   version?: number;
   updatedAt?: string;
@@ -140,15 +142,15 @@ export class FormError extends Error {
 }
 
 function int(field: string, text: string): number | null {
-  const t = text.trim();
-  if (t === '') return null;
-  if (!/^-?\d+$/.test(t)) throw new FormError(field, 'must be a whole number');
-  return Number(t);
+  const trimmed = text.trim();
+  if (trimmed === '') return null;
+  if (!/^-?\d+$/.test(trimmed)) throw new FormError(field, t('settings.wholeNumber'));
+  return Number(trimmed);
 }
 
 function required(field: string, text: string): number {
   const n = int(field, text);
-  if (n === null) throw new FormError(field, 'is required');
+  if (n === null) throw new FormError(field, t('settings.required'));
   return n;
 }
 
@@ -164,9 +166,9 @@ function json(field: string, text: string): unknown[] {
   try {
     value = JSON.parse(text.trim() || '[]');
   } catch (e) {
-    throw new FormError(field, `is not valid JSON: ${(e as Error).message}`);
+    throw new FormError(field, t('settings.invalidJson', { error: (e as Error).message }));
   }
-  if (!Array.isArray(value)) throw new FormError(field, 'must be a JSON list');
+  if (!Array.isArray(value)) throw new FormError(field, t('settings.jsonList'));
   return value;
 }
 

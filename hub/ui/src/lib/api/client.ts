@@ -2,6 +2,8 @@
 // the UI works under any base path), JSON in and out, and every failure turned into an `ApiError`
 // whose message is the problem document's `detail`, never a bare status code.
 
+import { t } from '../i18n.svelte';
+
 /** What the hub sends on failure: an RFC 9457 problem document (hub/src/api/error.rs). */
 export interface ProblemBody {
   type?: string;
@@ -68,19 +70,13 @@ export class ApiError extends Error {
   }
 }
 
-const STATUS_WORDS: Record<number, string> = {
-  400: 'The hub could not read the request',
-  401: 'You are not signed in',
-  403: 'Your role does not allow this',
-  404: 'Not found',
-  409: 'Someone changed this in the meantime',
-  413: 'The request is too large',
-  422: 'The hub refused a value',
-  500: 'The hub failed',
-  502: 'The host or its fail2ban failed',
-  503: 'The server is unavailable',
-  504: 'The server did not answer in time',
-};
+/** The statuses with words of their own, each the message `errors.http<status>`. */
+const STATUS_WORDS = new Set([400, 401, 403, 404, 409, 413, 422, 500, 502, 503, 504]);
+
+/** The UI's own words for `status`, none for a status without them. */
+function statusWords(status: number): string | undefined {
+  return STATUS_WORDS.has(status) ? t(`errors.http${status}`) : undefined;
+}
 
 /**
  * Turns a failed response into an `ApiError`. A problem document gives its own words; anything else
@@ -96,8 +92,8 @@ export function errorFromResponse(status: number, contentType: string | null, bo
         return new ApiError({
           status: typeof p.status === 'number' ? p.status : status,
           code: p.code ?? `http_${status}`,
-          title: p.title ?? STATUS_WORDS[status] ?? `HTTP ${status}`,
-          detail: p.detail ?? p.title ?? STATUS_WORDS[status] ?? `HTTP ${status}`,
+          title: p.title ?? statusWords(status) ?? `HTTP ${status}`,
+          detail: p.detail ?? p.title ?? statusWords(status) ?? `HTTP ${status}`,
           field: p.field ?? undefined,
           details: Array.isArray(p.details) ? p.details.map(String) : [],
           currentVersion: p.currentVersion ?? undefined,
@@ -108,7 +104,7 @@ export function errorFromResponse(status: number, contentType: string | null, bo
       // Not JSON after all: described below like any other body.
     }
   }
-  const words = STATUS_WORDS[status] ?? (status >= 500 ? 'The hub failed' : 'The request failed');
+  const words = statusWords(status) ?? (status >= 500 ? t('errors.http500') : t('errors.requestFailed'));
   const excerpt = type.includes('html') ? '' : bodyText.trim().replace(/\s+/g, ' ').slice(0, 200);
   return new ApiError({
     status,
@@ -124,8 +120,8 @@ export function networkError(cause: unknown): ApiError {
   return new ApiError({
     status: 0,
     code: 'network',
-    title: 'The hub is unreachable',
-    detail: `The hub did not answer (${why}). Check that it is running and that this page can reach it.`,
+    title: t('errors.unreachable'),
+    detail: t('errors.unreachableDetail', { why }),
   });
 }
 
@@ -206,8 +202,8 @@ export async function request<T>(method: string, path: string, options: RequestO
     throw new ApiError({
       status: response.status,
       code: 'bad_response',
-      title: 'Unexpected answer',
-      detail: `The hub answered ${path} with something that is not JSON.`,
+      title: t('errors.unexpected'),
+      detail: t('errors.unexpectedDetail', { path }),
     });
   }
 }

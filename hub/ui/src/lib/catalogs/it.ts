@@ -1,0 +1,2 @@
+// The Italian messages, one chunk of the build, loaded when the UI first needs them.
+export default import.meta.glob<Record<string, string>>('../../locales/it/*.json', { eager: true, import: 'default' });
