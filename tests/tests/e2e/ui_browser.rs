@@ -184,7 +184,8 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
     let artifacts = target_dir().join("ui-e2e");
     let screenshots = artifacts.join("screenshots");
     let _ = std::fs::remove_dir_all(&screenshots);
-    let output = Command::new(&playwright)
+    let mut suite = Command::new(&playwright);
+    suite
         .args(["test", "e2e/ui.spec.ts", "e2e/address.spec.ts"])
         .current_dir(&ui)
         .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
@@ -207,8 +208,12 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
         .env("BANHUB_ADMIN_LOGIN", "alice")
         .env("BANHUB_VIEWER_LOGIN", "victor")
         .env("BANHUB_UI_ARTIFACTS", &artifacts)
-        .env("BANHUB_SCREENSHOTS", &screenshots)
-        .output()
+        .env("BANHUB_SCREENSHOTS", &screenshots);
+    // The suite runs on a blocking thread: this test's runtime keeps serving the lookup server
+    // meanwhile.
+    let output = tokio::task::spawn_blocking(move || suite.output())
+        .await
+        .expect("joined")
         .expect("playwright runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let report = format!(
