@@ -14,6 +14,7 @@ pub mod events;
 pub mod feeds;
 pub mod fleet;
 pub mod hub_addresses;
+pub mod lookups;
 pub mod metrics;
 pub mod pki;
 pub mod previews;

@@ -13,6 +13,7 @@ pub mod enrolled;
 pub mod fail2ban;
 pub mod fleet;
 pub mod hub;
+pub mod lookup_server;
 pub mod mmdb;
 pub mod netns;
 pub mod oidc;

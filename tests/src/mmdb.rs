@@ -1,6 +1,7 @@
 //! A small writer of MaxMind DB files (format 2.0, <https://maxmind.github.io/MaxMind-DB/>), so the
-//! GeoIP tests have a real country database without shipping one: a few networks, each with an ISO
-//! country code, in the shape of GeoLite2-Country records.
+//! GeoIP tests have a real country or ASN database without shipping one: a few networks, each with
+//! an ISO country code in the shape of GeoLite2-Country records, or an autonomous system in the
+//! shape of GeoLite2-ASN records.
 //!
 //! The file is what the spec describes: an IPv6 binary search tree of 32-bit records (IPv4 networks
 //! live under `::/96`, where readers look for them), a 16-byte zero separator, the data section
@@ -52,23 +53,77 @@ pub fn write_country_db(path: &Path, networks: &[CountryNetwork]) -> anyhow::Res
 
 /// A country database with `networks`, as bytes.
 pub fn country_db(networks: &[CountryNetwork]) -> anyhow::Result<Vec<u8>> {
+    let entries: Vec<(&str, String, Value)> = networks
+        .iter()
+        .map(|n| {
+            (
+                n.network.as_str(),
+                n.iso_code.clone(),
+                country_record(&n.iso_code, &n.name),
+            )
+        })
+        .collect();
+    database(&entries, "banhub-Test-Country")
+}
+
+/// One network of an ASN database and its autonomous system.
+#[derive(Debug, Clone)]
+pub struct AsnNetwork {
+    pub network: String,
+    pub number: u32,
+    pub organization: String,
+}
+
+impl AsnNetwork {
+    pub fn new(network: &str, number: u32, organization: &str) -> Self {
+        Self {
+            network: network.to_owned(),
+            number,
+            organization: organization.to_owned(),
+        }
+    }
+}
+
+/// Writes an ASN database (GeoLite2-ASN's records: `autonomous_system_number`,
+/// `autonomous_system_organization`) with `networks` to `path`.
+pub fn write_asn_db(path: &Path, networks: &[AsnNetwork]) -> anyhow::Result<()> {
+    let entries: Vec<(&str, String, Value)> = networks
+        .iter()
+        .map(|n| {
+            let record = Value::Map(vec![
+                ("autonomous_system_number".into(), Value::U32(n.number)),
+                (
+                    "autonomous_system_organization".into(),
+                    Value::Str(n.organization.clone()),
+                ),
+            ]);
+            (n.network.as_str(), n.number.to_string(), record)
+        })
+        .collect();
+    let bytes = database(&entries, "GeoLite2-ASN")?;
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+/// A database of `(network, key, record)` (records with the same key written once) of
+/// `database_type`, as bytes.
+fn database(entries: &[(&str, String, Value)], database_type: &str) -> anyhow::Result<Vec<u8>> {
     let mut data = Vec::new();
-    // One data record per country, shared by every network in it.
+    // One data record per key, shared by every network with it.
     let mut offsets: BTreeMap<String, u32> = BTreeMap::new();
     let mut tree = Tree::default();
-    for n in networks {
-        let (bits, len) = prefix_bits(&n.network)?;
-        let offset = match offsets.get(&n.iso_code) {
+    for (network, key, record) in entries {
+        let (bits, len) = prefix_bits(network)?;
+        let offset = match offsets.get(key) {
             Some(&offset) => offset,
             None => {
                 let offset = u32::try_from(data.len()).context("data section too large")?;
-                encode(&country_record(&n.iso_code, &n.name), &mut data);
-                offsets.insert(n.iso_code.clone(), offset);
+                encode(record, &mut data);
+                offsets.insert(key.clone(), offset);
                 offset
             }
         };
         tree.insert(bits, len, offset)
-            .with_context(|| format!("network {}", n.network))?;
+            .with_context(|| format!("network {network}"))?;
     }
     let node_count = u32::try_from(tree.nodes.len()).context("too many nodes")?;
     let mut out = Vec::with_capacity(tree.nodes.len() * 8 + 16 + data.len() + 256);
@@ -95,10 +150,7 @@ pub fn country_db(networks: &[CountryNetwork]) -> anyhow::Result<Vec<u8>> {
             ("binary_format_major_version".into(), Value::U16(2)),
             ("binary_format_minor_version".into(), Value::U16(0)),
             ("build_epoch".into(), Value::U64(build_epoch)),
-            (
-                "database_type".into(),
-                Value::Str("banhub-Test-Country".into()),
-            ),
+            ("database_type".into(), Value::Str(database_type.to_owned())),
             (
                 "description".into(),
                 Value::Map(vec![(
@@ -335,6 +387,29 @@ mod tests {
         let reader = maxminddb::Reader::from_source(bytes).expect("valid");
         assert_eq!(country(&reader, "10.1.2.3").as_deref(), Some("DE"));
         assert_eq!(country(&reader, "172.20.0.1").as_deref(), Some("DE"));
+    }
+
+    #[test]
+    fn an_asn_database_reads_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("asn.mmdb");
+        write_asn_db(
+            &path,
+            &[
+                AsnNetwork::new("8.8.8.0/24", 15169, "GOOGLE"),
+                AsnNetwork::new("2a00:1450::/29", 15169, "GOOGLE"),
+            ],
+        )
+        .expect("written");
+        let reader = maxminddb::Reader::open_readfile(&path).expect("valid");
+        assert_eq!(reader.metadata().database_type, "GeoLite2-ASN");
+        for ip in ["8.8.8.8", "2a00:1450:4001::1"] {
+            let found = reader.lookup(ip.parse().expect("ip")).expect("lookup");
+            let asn: maxminddb::geoip2::Asn<'_> =
+                found.decode().expect("decode").expect("a record");
+            assert_eq!(asn.autonomous_system_number, Some(15169), "{ip}");
+            assert_eq!(asn.autonomous_system_organization, Some("GOOGLE"));
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Country of an address from a MaxMind-format database (GeoLite2/GeoIP2 Country or City), for
-//! alert rules by country and the countries shown in insights. The file is read once into memory;
-//! [`GeoIpCache`] reopens it when the configured path changes or the file at that path is replaced
-//! (geoipupdate writes a new file and renames it over the old one).
+//! alert rules by country and the countries shown in insights, and the autonomous system of an
+//! address from an ASN database (GeoLite2-ASN) for the address page. The file is read once into
+//! memory; [`GeoIpCache`] reopens it when the configured path changes or the file at that path is
+//! replaced (geoipupdate writes a new file and renames it over the old one).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -10,12 +11,15 @@ use std::time::{Duration, Instant, SystemTime};
 
 use banhub_proto::rules::IpOrCidr;
 
+pub use crate::settings::GeoipKind;
+
 /// How often the cache looks whether the file changed under the same path.
 const RECHECK: Duration = Duration::from_secs(2);
 
 /// An open GeoIP database.
 pub struct GeoIp {
     path: PathBuf,
+    kind: GeoipKind,
     /// Modification time and length when it was read, to notice a replaced file.
     stamp: Option<(SystemTime, u64)>,
     reader: maxminddb::Reader<Vec<u8>>,
@@ -32,25 +36,57 @@ fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
     Some((meta.modified().ok()?, meta.len()))
 }
 
+/// The autonomous system an address belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Asn {
+    pub number: u32,
+    pub organization: Option<String>,
+}
+
 impl GeoIp {
     /// Reads the database at `path`, and checks that it is one a country can be read from.
     pub fn open(path: &Path) -> Result<Self, String> {
+        Self::open_kind(path, GeoipKind::Country)
+    }
+
+    /// Reads the database at `path`, and checks that it is of `kind`.
+    pub fn open_kind(path: &Path, kind: GeoipKind) -> Result<Self, String> {
         let stamp = stamp(path);
         let reader = maxminddb::Reader::open_readfile(path)
             .map_err(|e| format!("{} is not a readable MaxMind DB file: {e}", path.display()))?;
-        let kind = &reader.metadata().database_type;
-        let lower = kind.to_ascii_lowercase();
-        if !(lower.contains("country") || lower.contains("city")) {
+        let found = &reader.metadata().database_type;
+        let lower = found.to_ascii_lowercase();
+        let (fits, needed) = match kind {
+            GeoipKind::Country => (
+                lower.contains("country") || lower.contains("city"),
+                "a country or city database is needed (e.g. GeoLite2-Country.mmdb)",
+            ),
+            GeoipKind::Asn => (
+                lower.contains("asn"),
+                "an ASN database is needed (e.g. GeoLite2-ASN.mmdb)",
+            ),
+        };
+        if !fits {
             return Err(format!(
-                "{} is a {kind:?} database; a country or city database is needed \
-                 (e.g. GeoLite2-Country.mmdb)",
+                "{} is a {found:?} database; {needed}",
                 path.display()
             ));
         }
         Ok(Self {
             path: path.to_owned(),
+            kind,
             stamp,
             reader,
+        })
+    }
+
+    /// The autonomous system of `addr`, if the database (an ASN one) knows it.
+    pub fn asn_of(&self, addr: IpAddr) -> Option<Asn> {
+        let found = self.reader.lookup(addr).ok()?;
+        let record: maxminddb::geoip2::Asn<'_> = found.decode().ok()??;
+        Some(Asn {
+            number: record.autonomous_system_number?,
+            organization: record.autonomous_system_organization.map(str::to_owned),
         })
     }
 
@@ -89,12 +125,21 @@ struct Slot {
 /// The database of the configured path, opened once and reopened when the path changes or the
 /// file is replaced. Cheap to call per batch or per request.
 pub struct GeoIpCache {
+    kind: GeoipKind,
     slot: Mutex<Slot>,
 }
 
 impl Default for GeoIpCache {
     fn default() -> Self {
+        Self::new(GeoipKind::Country)
+    }
+}
+
+impl GeoIpCache {
+    /// A cache of databases of `kind`.
+    pub fn new(kind: GeoipKind) -> Self {
         Self {
+            kind,
             slot: Mutex::new(Slot {
                 db: None,
                 failed: None,
@@ -119,6 +164,7 @@ impl GeoIpCache {
         let now = Instant::now();
         if let Some(open) = slot.db.clone()
             && open.path() == path
+            && open.kind == self.kind
         {
             if now.duration_since(slot.checked) < RECHECK {
                 return Some(open);
@@ -137,7 +183,7 @@ impl GeoIpCache {
         {
             return None;
         }
-        match GeoIp::open(path) {
+        match GeoIp::open_kind(path, self.kind) {
             Ok(db) => {
                 tracing::info!(path = %path.display(), "GeoIP database opened");
                 let db = Arc::new(db);

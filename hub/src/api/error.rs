@@ -13,6 +13,7 @@ use crate::alerts::mail::MailError;
 use crate::auth::AuthError;
 use crate::domain::GuardViolation;
 use crate::fleet::{AgentErrorKind, FILTER_TEST_RETRY_AFTER_SECS, FleetError};
+use crate::lookups::LookupError;
 pub use crate::serve::problem::{Problem, problem};
 use crate::serve::problem::{ProtectedBy, problem_response};
 use crate::store::StoreError;
@@ -69,6 +70,10 @@ pub enum ApiError {
     /// A direct callback without a known callback secret (401).
     #[error("send the server's callback secret in the X-Callback-Secret header")]
     NoCallbackSecret,
+    /// An RDAP or AbuseIPDB lookup gave no answer (429 over the hub's limit, 504 on its time
+    /// bound, 502 for what the service did).
+    #[error(transparent)]
+    Lookup(#[from] LookupError),
     #[error("{0}")]
     Internal(String),
 }
@@ -219,6 +224,28 @@ impl ApiError {
                 "Direct callbacks are turned off",
             ),
             Self::NoCallbackSecret => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+            Self::Lookup(e) => match e {
+                LookupError::RateLimited { .. } => (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "lookup_rate_limited",
+                    "Too many lookups",
+                ),
+                LookupError::Timeout { .. } => (
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "lookup_timeout",
+                    "The lookup took too long",
+                ),
+                LookupError::Secret(_) => (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "Internal error",
+                ),
+                _ => (
+                    StatusCode::BAD_GATEWAY,
+                    "lookup_failed",
+                    "The lookup failed",
+                ),
+            },
             Self::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -283,6 +310,9 @@ impl IntoResponse for ApiError {
             Self::TooSoon {
                 retry_after_secs, ..
             } => Some(*retry_after_secs),
+            Self::Lookup(LookupError::RateLimited {
+                retry_after_secs, ..
+            }) => Some(*retry_after_secs),
             _ => None,
         };
         let etag = match &self {

@@ -12,6 +12,7 @@ use crate::domain::Guards;
 use crate::events::Events;
 use crate::feeds::Feeds;
 use crate::fleet::Fleet;
+use crate::lookups::Lookups;
 use crate::metrics::Metrics;
 use crate::profiles::Profiles;
 use crate::protected::Protection;
@@ -49,4 +50,6 @@ pub struct AppState {
     pub profiles: Profiles,
     /// Sets of fail2ban files applied to servers with commit-confirm.
     pub config_changes: ConfigChanges,
+    /// What the hub can say about one address: ASN, RDAP, AbuseIPDB, where it is banned now.
+    pub lookups: Lookups,
 }

@@ -25,6 +25,7 @@ use crate::domain::{Guards, PrefixLimits};
 use crate::events::Events;
 use crate::feeds::Feeds;
 use crate::fleet::{Fleet, FleetParts};
+use crate::lookups::Lookups;
 use crate::metrics::Metrics;
 use crate::pki::{Ca, PkiError, RevocationList, server_tls_config};
 use crate::profiles::Profiles;
@@ -116,8 +117,10 @@ impl App {
         cluster.join(ca.fingerprint()).await?;
         let key_file = config.secrets_key_file();
         let key = SecretsKey::load_or_create(&key_file).map_err(SettingsError::from)?;
-        let settings =
-            SettingsService::load(store.clone(), key, |path| GeoIp::open(path).map(drop)).await?;
+        let settings = SettingsService::load(store.clone(), key, |path, kind| {
+            GeoIp::open_kind(path, kind).map(drop)
+        })
+        .await?;
         // Every API route needs a session or a token (there is always a way to log in: the OpenID
         // provider or the local administrator), so any listen address is safe.
         let auth = Auth::new(
@@ -201,6 +204,7 @@ impl App {
             Duration::from_secs(config.profiles.drift_interval_secs),
         );
         let config_changes = ConfigChanges::new(store.clone(), fleet.clone(), shutdown.clone());
+        let lookups = Lookups::new(settings.clone());
         tracing::info!(
             database = store.backend_name(),
             data_dir = %config.data_dir.display(),
@@ -226,6 +230,7 @@ impl App {
                 defence,
                 profiles,
                 config_changes,
+                lookups,
             },
             http,
             grpc,

@@ -20,13 +20,13 @@ use tokio::sync::watch;
 pub use callbacks::{CallbackSecretError, IssuedSecret, SecretStatus};
 pub use crypto::{CryptoError, SecretsKey};
 pub use model::{
-    CallbackPolicy, Fail2banDefaults, FieldError, GeoipCheck, Settings, SettingsDocument, Smtp,
-    SmtpDocument, TlsMode, WebhookFormat,
+    CallbackPolicy, Fail2banDefaults, FieldError, GeoipCheck, GeoipKind, Lookups, Settings,
+    SettingsDocument, Smtp, SmtpDocument, TlsMode, WebhookFormat,
 };
 
 use crate::domain::{ServerId, StoredSettings};
 use crate::store::{Store, StoreError};
-use model::{smtp_password_slot, webhook_token_slot, webhook_url_slot};
+use model::{abuseipdb_key_slot, smtp_password_slot, webhook_token_slot, webhook_url_slot};
 
 /// Why reading or changing the settings failed.
 #[derive(Debug, thiserror::Error)]
@@ -220,6 +220,18 @@ impl SettingsService {
                 }
             };
         }
+        let slot = abuseipdb_key_slot();
+        doc.lookups.abuseipdb_key_set = match doc.lookups.abuseipdb_key.take() {
+            None => carry(slot, &mut secrets),
+            Some(None) => false,
+            Some(Some(key_text)) => {
+                secrets.insert(
+                    slot.clone(),
+                    key.seal(&slot, &SecretString::from(key_text))?,
+                );
+                true
+            }
+        };
         for (i, webhook) in doc.alerts.webhooks.iter_mut().enumerate() {
             let slot = webhook_url_slot(&webhook.name);
             match webhook.url.take() {
@@ -283,6 +295,11 @@ impl SettingsService {
         self.secret(snapshot, &smtp_password_slot())
     }
 
+    /// The stored AbuseIPDB API key.
+    pub fn abuseipdb_key(&self, snapshot: &Snapshot) -> Result<Option<SecretString>, CryptoError> {
+        self.secret(snapshot, &abuseipdb_key_slot())
+    }
+
     /// A webhook's stored URL and token.
     pub fn webhook_secrets(
         &self,
@@ -337,6 +354,7 @@ fn canonical(mut doc: SettingsDocument) -> SettingsDocument {
         webhook.url = None;
         webhook.token = None;
     }
+    doc.lookups.abuseipdb_key = None;
     doc
 }
 

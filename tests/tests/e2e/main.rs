@@ -3,6 +3,7 @@
 //! Each module is one former test file; run one with `-E 'test(/^<module>::/)'`. nextest runs every
 //! test in its own process, so statics and environment variables stay per test.
 
+mod address_lookup;
 mod agent_commands;
 mod agent_config;
 mod alert_forms;

@@ -4,7 +4,9 @@
 //! server (maildev). This file starts everything, runs the suite with the addresses in `BANHUB_*`
 //! variables (see `hub/ui/e2e/env.ts`), fails with Playwright's output when it fails, and checks the
 //! real state behind what the browser saw (fail2ban's bans, maildev's inbox, the hub's sessions) and
-//! the screenshots it must leave under `target/ui-e2e/`. A second, small run
+//! the screenshots it must leave under `target/ui-e2e/`. The address page's lookups
+//! (`hub/ui/e2e/address.spec.ts`) reach RDAP and AbuseIPDB as served by `LookupServer`, and its
+//! country and ASN come from MaxMind databases written here. A second, small run
 //! (`hub/ui/e2e/local-login.spec.ts`) signs in with the local administrator's form of a hub without
 //! OIDC.
 
@@ -15,6 +17,8 @@ use banhub_tests::TestFleet;
 use banhub_tests::agent::relay_addr;
 use banhub_tests::fail2ban::Fail2banSandbox;
 use banhub_tests::hub::HubProcess;
+use banhub_tests::lookup_server::LookupServer;
+use banhub_tests::mmdb::{AsnNetwork, CountryNetwork, write_asn_db, write_country_db};
 use banhub_tests::oidc::OidcProvider;
 use banhub_tests::process::{target_dir, workspace_root};
 use banhub_tests::smtp::SmtpServer;
@@ -103,6 +107,42 @@ fn require_browser_tooling(ui: &Path) -> PathBuf {
     playwright
 }
 
+/// Points the hub's lookups at `server`, and its country and ASN databases at files written in
+/// `dir` that know Google's 8.8.8.0/24.
+async fn configure_lookups(hub: &HubProcess, server: &LookupServer, dir: &Path) {
+    let country = dir.join("GeoLite2-Country.mmdb");
+    let asn = dir.join("GeoLite2-ASN.mmdb");
+    write_country_db(
+        &country,
+        &[CountryNetwork::new("8.8.8.0/24", "US", "United States")],
+    )
+    .expect("country database");
+    write_asn_db(&asn, &[AsnNetwork::new("8.8.8.0/24", 15169, "GOOGLE")]).expect("ASN database");
+    let mut doc: Value = hub
+        .client()
+        .get(hub.url("/api/settings"))
+        .send()
+        .await
+        .expect("GET /api/settings")
+        .json()
+        .await
+        .expect("json");
+    doc["lookups"] = server.settings();
+    doc["geoip"] = json!({"databasePath": country, "asnDatabasePath": asn});
+    let response = hub
+        .client()
+        .post(hub.url("/api/settings"))
+        .json(&doc)
+        .send()
+        .await
+        .expect("POST /api/settings");
+    assert!(
+        response.status().is_success(),
+        "{}",
+        response.text().await.unwrap_or_default()
+    );
+}
+
 #[tokio::test]
 async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
     let ui = workspace_root().join("hub/ui");
@@ -137,16 +177,21 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
     }
     let hub = &fleet.hub;
     let (web1, web2) = (fleet.host(0), fleet.host(1));
+    let lookups = LookupServer::start().await.expect("lookup server");
+    let geoip = tempfile::tempdir().expect("tempdir");
+    configure_lookups(hub, &lookups, geoip.path()).await;
 
     let artifacts = target_dir().join("ui-e2e");
     let screenshots = artifacts.join("screenshots");
     let _ = std::fs::remove_dir_all(&screenshots);
-    let output = Command::new(&playwright)
-        .args(["test", "e2e/alerts.spec.ts", "e2e/ui.spec.ts", "e2e/i18n.spec.ts", "e2e/rollouts.spec.ts"])
+    let mut suite = Command::new(&playwright);
+    suite
+        .args(["test", "e2e/alerts.spec.ts", "e2e/ui.spec.ts", "e2e/i18n.spec.ts", "e2e/rollouts.spec.ts", "e2e/address.spec.ts"])
         .current_dir(&ui)
         .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
         .env("CHROMIUM_PATH", CHROMIUM)
         .env("BANHUB_URL", hub.url("/"))
+        .env("BANHUB_LOOKUP_URL", lookups.url("/"))
         .env("BANHUB_SERVER_A", "web-1")
         .env("BANHUB_SERVER_B", "web-2")
         .env("BANHUB_JAIL", JAIL)
@@ -163,8 +208,12 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
         .env("BANHUB_ADMIN_LOGIN", "alice")
         .env("BANHUB_VIEWER_LOGIN", "victor")
         .env("BANHUB_UI_ARTIFACTS", &artifacts)
-        .env("BANHUB_SCREENSHOTS", &screenshots)
-        .output()
+        .env("BANHUB_SCREENSHOTS", &screenshots);
+    // The suite runs on a blocking thread: this test's runtime keeps serving the lookup server
+    // meanwhile.
+    let output = tokio::task::spawn_blocking(move || suite.output())
+        .await
+        .expect("joined")
         .expect("playwright runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let report = format!(
@@ -252,6 +301,27 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
     let tokens = tokens.as_array().expect("a list");
     assert_eq!(tokens.len(), 1, "{tokens:?}");
     assert!(tokens[0]["revokedAt"].is_string(), "{tokens:?}");
+
+    // The address page asked the lookup server for 8.8.8.8 and never for the private address.
+    let asked: Vec<String> = lookups.requests().into_iter().map(|r| r.path).collect();
+    assert!(
+        asked.iter().any(|p| p.ends_with("/rdap/ip/8.8.8.8")),
+        "{asked:?}"
+    );
+    assert!(
+        asked.iter().any(|p| p.contains("ipAddress=8.8.8.8")),
+        "{asked:?}"
+    );
+    assert!(
+        !asked.iter().any(|p| p.contains("10.20.30.40")),
+        "{asked:?}"
+    );
+    let shot = artifacts.join("address.png");
+    assert!(
+        std::fs::metadata(&shot).is_ok_and(|m| m.len() > 1000),
+        "{} is missing",
+        shot.display()
+    );
 
     let missing: Vec<String> = expected_screenshots()
         .into_iter()

@@ -43,6 +43,7 @@ const HUB: Layering = Layering {
             "services",
             &[
                 "previews",
+                "lookups",
                 "profiles",
                 "config_changes",
                 "backup",
@@ -85,6 +86,8 @@ const HUB: Layering = Layering {
         ("feeds", "events"),
         ("events", "cluster"),
         ("hub_addresses", "config"),
+        ("lookups", "alerts"),
+        ("lookups", "settings"),
     ],
     exceptions: &[],
 };

@@ -1,20 +1,21 @@
 //! The settings document as the API reads and writes it ([`SettingsDocument`], camelCase JSON),
 //! and the validated [`Settings`] the rest of the hub uses, built from it by [`validate`].
 //!
-//! Secrets (the SMTP password, each webhook's URL and token) are write-only: in a document they
-//! are `password` / `url` / `token`, absent to keep the stored value, `null` to remove it, a string
-//! to replace it; they are never serialized. The `…Set` flags (and a webhook's `urlHost`) say what
+//! Secrets (the SMTP password, each webhook's URL and token, the AbuseIPDB key) are write-only: in
+//! a document they are `password` / `url` / `token` / `abuseipdbKey`, absent to keep the stored
+//! value, `null` to remove it, a string to replace it; they are never serialized. The `…Set` flags (and a webhook's `urlHost`) say what
 //! is stored and are ignored on input, so a client may post back what it read.
 //!
 //! Each section of the document is a module of its own, with its document, its checked form and
-//! its checks: `smtp`, `alerts`, `events`, `geoip`, `fail2ban` and `callbacks`. This module holds
-//! the document as a whole, [`validate`], and what the sections share.
+//! its checks: `smtp`, `alerts`, `events`, `geoip`, `fail2ban`, `callbacks` and `lookups`. This
+//! module holds the document as a whole, [`validate`], and what the sections share.
 
 mod alerts;
 mod callbacks;
 mod events;
 mod fail2ban;
 mod geoip;
+mod lookups;
 mod smtp;
 
 use std::path::{Path, PathBuf};
@@ -35,7 +36,8 @@ pub use events::EventsDocument;
 pub use fail2ban::{
     DefaultsDocument, Fail2banDefaults, Fail2banDocument, MAX_IGNOREIP, validate_defaults,
 };
-pub use geoip::GeoipDocument;
+pub use geoip::{GeoipDocument, GeoipKind};
+pub use lookups::{DEFAULT_ABUSEIPDB, DEFAULT_RDAP_BOOTSTRAP, Lookups, LookupsDocument};
 pub use smtp::{Smtp, SmtpDocument, TlsMode, parse_address};
 
 /// Longest secret accepted, in bytes.
@@ -76,6 +78,8 @@ pub struct SettingsDocument {
     pub fail2ban: Fail2banDocument,
     #[serde(default)]
     pub callbacks: CallbacksDocument,
+    #[serde(default)]
+    pub lookups: LookupsDocument,
 }
 
 /// A setting that breaks its rule: `field` is its JSON path (`alerts.rules[0].jails[1]`).
@@ -101,13 +105,20 @@ pub struct Settings {
     /// Overrides `events.retention_days` of the hub's configuration.
     pub retention_days: Option<u32>,
     pub geoip_path: Option<PathBuf>,
+    /// The ASN database of the address page.
+    pub asn_path: Option<PathBuf>,
     pub defaults: Fail2banDefaults,
     pub callbacks: CallbackPolicy,
+    pub lookups: Lookups,
 }
 
 /// A secret's slot name, the associated data it is sealed with and its key in the stored map.
 pub fn smtp_password_slot() -> String {
     "smtp.password".to_owned()
+}
+
+pub fn abuseipdb_key_slot() -> String {
+    "lookups.abuseipdbKey".to_owned()
 }
 
 pub fn webhook_url_slot(name: &str) -> String {
@@ -138,9 +149,9 @@ fn host_ok(host: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
 }
 
-/// Reads the GeoIP database at a path and says why it cannot be used. The reader belongs to the
-/// alerts, which look countries up; `app` hands it to the settings service.
-pub type GeoipCheck = fn(&Path) -> Result<(), String>;
+/// Reads the GeoIP database of a kind at a path and says why it cannot be used. The reader belongs
+/// to the alerts, which look countries up; `app` hands it to the settings service.
+pub type GeoipCheck = fn(&Path, GeoipKind) -> Result<(), String>;
 
 /// Checks `doc` (secrets aside) and builds the settings from it. Rules without an id get one.
 /// `server_exists` says whether a rule's server is registered; with `check_files`, the files named
@@ -176,16 +187,19 @@ pub fn validate(
         }
     }
     let retention_days = events::validate_retention(&doc.events)?;
-    let geoip_path = geoip::validate_geoip(&doc.geoip, check_files)?;
+    let (geoip_path, asn_path) = geoip::validate_geoip(&doc.geoip, check_files)?;
     let defaults = validate_defaults(&doc.fail2ban.defaults, "fail2ban.defaults")?;
     let callbacks = callbacks::validate_callbacks(&doc.callbacks)?;
+    let lookups = lookups::validate_lookups(&doc.lookups)?;
     Ok(Settings {
         smtp,
         alerts,
         retention_days,
         geoip_path,
+        asn_path,
         defaults,
         callbacks,
+        lookups,
     })
 }
 
@@ -195,7 +209,7 @@ mod tests {
 
     fn parse(json: serde_json::Value) -> Result<Settings, FieldError> {
         let mut doc: SettingsDocument = serde_json::from_value(json).expect("a document");
-        validate(&mut doc, &|_| true, Some(|_| Ok(())))
+        validate(&mut doc, &|_| true, Some(|_, _| Ok(())))
     }
 
     fn refused(json: serde_json::Value, field: &str) {
@@ -336,10 +350,10 @@ mod tests {
                        "rules": [{"name": "r", "email": false, "webhooks": ["w"]}]}
         }))
         .expect("doc");
-        let first = validate(&mut doc, &|_| true, Some(|_| Ok(()))).expect("valid");
+        let first = validate(&mut doc, &|_| true, Some(|_, _| Ok(()))).expect("valid");
         let id = doc.alerts.rules[0].id.clone().expect("an id was given");
         assert_eq!(first.alerts.rules[0].id.to_string(), id);
-        let again = validate(&mut doc, &|_| true, Some(|_| Ok(()))).expect("valid");
+        let again = validate(&mut doc, &|_| true, Some(|_, _| Ok(()))).expect("valid");
         assert_eq!(again.alerts.rules[0].id, first.alerts.rules[0].id);
     }
 }

@@ -25,6 +25,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/addresses/{ip}/abuseipdb": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What AbuseIPDB's `check` says of the address (confidence score, reports, ISP, usage type),
+         *     when an API key is stored in `lookups.abuseipdbKey`. Kept and limited like RDAP.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["abuseipdb"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/addresses/{ip}/rdap": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What the address's RDAP registry (found through IANA's bootstrap files) says of its network:
+         *     name, handle, CIDR blocks, country, entities with their abuse address, registration events.
+         *     Answers are kept for `lookups.cacheTtlSecs`; at most `lookups.perMinute` lookups a minute
+         *     leave the hub.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["rdap"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/alerts/deliveries": {
         parameters: {
             query?: never;
@@ -1908,6 +1952,41 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description What AbuseIPDB says of an address. */
+        AbuseLookupDto: {
+            /** @description The answer was kept from an earlier lookup (no request left the hub). */
+            cached: boolean;
+            /** Format: date-time */
+            fetchedAt?: string | null;
+            ip: string;
+            report?: components["schemas"]["AbuseReport"] | null;
+            scope: components["schemas"]["AddressScope"];
+            status: components["schemas"]["LookupStatus"];
+        };
+        /** @description What AbuseIPDB knows of an address. */
+        AbuseReport: {
+            /**
+             * Format: int32
+             * @description 0 to 100: how sure AbuseIPDB is that the address is abusive.
+             */
+            abuseConfidenceScore: number;
+            countryCode?: string | null;
+            domain?: string | null;
+            isTor?: boolean | null;
+            isWhitelisted?: boolean | null;
+            isp?: string | null;
+            /** @description When it was last reported (RFC 3339), if ever. */
+            lastReportedAt?: string | null;
+            /** Format: int64 */
+            numDistinctUsers?: number | null;
+            /**
+             * Format: int64
+             * @description Reports in the last 90 days.
+             */
+            totalReports: number;
+            /** @description e.g. `Data Center/Web Hosting/Transit`. */
+            usageType?: string | null;
+        };
         /** @description A network to protect. */
         AddProtectedBody: {
             /** @description An address or a CIDR network; host bits are cleared. */
@@ -1924,13 +2003,29 @@ export interface components {
         Address: string;
         /** @description An address across the fleet. */
         AddressDto: {
+            asn?: components["schemas"]["AsnDto"] | null;
+            /** @description Where the address is banned now, by the stored events and shared bans. */
+            bannedNow: components["schemas"]["BannedNowDto"][];
+            /** @description ISO 3166 code by the GeoIP country database, if set and known. */
+            country?: string | null;
             /** @description Every shared ban of the address that ended (lifted or expired), newest first. */
             ended: components["schemas"]["SharedBanDto"][];
             ip: string;
+            lookups: components["schemas"]["LookupsAvailable"];
+            /**
+             * @description The range the address (a network's first address) lives in; only `public` ones are looked
+             *     up outside.
+             */
+            scope: components["schemas"]["AddressScope"];
             servers: components["schemas"]["AddressServerDto"][];
             /** @description Shared bans of the address that were never sent (the lockout guard refused it). */
             skipped: components["schemas"]["SharedBanDto"][];
         };
+        /**
+         * @description The range an address belongs to.
+         * @enum {string}
+         */
+        AddressScope: "public" | "private" | "uniqueLocal" | "sharedAddressSpace" | "loopback" | "linkLocal" | "documentation" | "benchmarking" | "multicast" | "broadcast" | "unspecified" | "reserved";
         /** @description One server's view of the address. */
         AddressServerDto: {
             /**
@@ -1983,6 +2078,12 @@ export interface components {
             confirmWithinSecs: number;
             /** @description 1 to 64 files by logical path. */
             files: components["schemas"]["SetFile"][];
+        };
+        /** @description The autonomous system of the address, from the ASN database of the settings. */
+        AsnDto: {
+            /** Format: int32 */
+            number: number;
+            organization?: string | null;
         };
         /** @description One recorded action. */
         AuditEntryDto: {
@@ -2053,6 +2154,24 @@ export interface components {
             expiresAt?: string | null;
             ip: string;
             permanent: boolean;
+        };
+        /** @description A ban of the address in force now. */
+        BannedNowDto: {
+            /** @description The address (a network's page lists each of its addresses). */
+            ip: string;
+            jail: string;
+            permanent: boolean;
+            serverId: string;
+            serverName?: string | null;
+            /** @description A shared ban (fleet defence) rather than the server's own. */
+            shared: boolean;
+            /** Format: date-time */
+            since: string;
+            /**
+             * Format: date-time
+             * @description When it ends; `null` when permanent (`permanent`) or not reported.
+             */
+            until?: string | null;
         };
         /** @description A page of a jail's banned addresses. */
         BannedPage: {
@@ -2876,6 +2995,11 @@ export interface components {
         FormatName: "txt" | "nft" | "ipset" | "rsc";
         GeoipDocument: {
             /**
+             * @description Absolute path of a MaxMind-format ASN database, e.g.
+             *     `/var/lib/GeoIP/GeoLite2-ASN.mmdb`; `null` for none.
+             */
+            asnDatabasePath?: string | null;
+            /**
              * @description Absolute path of a MaxMind-format country (or city) database, e.g.
              *     `/var/lib/GeoIP/GeoLite2-Country.mmdb`; `null` for none.
              */
@@ -3132,6 +3256,43 @@ export interface components {
         LogTailResult: {
             lines: string[];
             path: string;
+        };
+        /**
+         * @description How a lookup ended.
+         * @enum {string}
+         */
+        LookupStatus: "found" | "notFound" | "notPublic" | "disabled";
+        /** @description Which outside services the hub would ask about the address. */
+        LookupsAvailable: {
+            /** @description An AbuseIPDB key is stored and the address is public. */
+            abuseipdb: boolean;
+            /** @description RDAP is on and the address is public. */
+            rdap: boolean;
+        };
+        LookupsDocument: {
+            /** @description Whether an AbuseIPDB key is stored (read-only). */
+            readonly abuseipdbKeySet?: boolean;
+            /** @description The base of AbuseIPDB's API; `check` is asked below it. */
+            abuseipdbUrl?: string;
+            /**
+             * Format: int32
+             * @description How long an answer is kept and shown again without asking, 60 to 604800 seconds.
+             */
+            cacheTtlSecs?: number;
+            /**
+             * Format: int32
+             * @description Lookups that may leave the hub per minute and service, 1 to 600; beyond, 429.
+             */
+            perMinute?: number;
+            /** @description The directory holding the RDAP bootstrap files `ipv4.json` and `ipv6.json`. */
+            rdapBootstrapUrl?: string;
+            /** @description Whether the hub looks public addresses up in RDAP (whois) when asked. */
+            rdapEnabled?: boolean;
+            /**
+             * Format: int32
+             * @description Bound on one lookup (connecting, answering, reading), 1 to 60 seconds.
+             */
+            timeoutSecs?: number;
         };
         /** @description Jails to enable or disable, applied as one validated change. */
         ManageJails: {
@@ -3545,6 +3706,55 @@ export interface components {
             /** @description One result per server. */
             results: components["schemas"]["DefaultsPushResult"][];
         };
+        /** @description Someone the registry names for the network: the registrant, its abuse desk, … */
+        RdapEntity: {
+            /** @description The vCard's `email`. */
+            email?: string | null;
+            handle?: string | null;
+            /** @description The vCard's `fn` (formatted name). */
+            name?: string | null;
+            /** @description e.g. `registrant`, `abuse`, `technical`. */
+            roles: string[];
+        };
+        /** @description A registry event: `registration`, `last changed`, … */
+        RdapEvent: {
+            action: string;
+            /** @description As the registry wrote it (RFC 3339). */
+            date: string;
+        };
+        /** @description What RDAP says of the network holding an address. */
+        RdapLookupDto: {
+            /** @description The answer was kept from an earlier lookup (no request left the hub). */
+            cached: boolean;
+            /** Format: date-time */
+            fetchedAt?: string | null;
+            ip: string;
+            network?: components["schemas"]["RdapNetwork"] | null;
+            scope: components["schemas"]["AddressScope"];
+            status: components["schemas"]["LookupStatus"];
+        };
+        /** @description What a registry says about the network holding an address. */
+        RdapNetwork: {
+            /** @description The first e-mail of an entity with the `abuse` role. */
+            abuseEmail?: string | null;
+            /**
+             * @description The network as CIDR blocks (from the `cidr0` extension, else from its first and last
+             *     address).
+             */
+            cidrs: string[];
+            country?: string | null;
+            endAddress?: string | null;
+            entities: components["schemas"]["RdapEntity"][];
+            events: components["schemas"]["RdapEvent"][];
+            handle?: string | null;
+            name?: string | null;
+            parentHandle?: string | null;
+            /** @description The registry's base URL the answer came from. */
+            registry: string;
+            startAddress?: string | null;
+            /** @description e.g. `DIRECT ALLOCATION`, `ASSIGNED PA`. */
+            type?: string | null;
+        };
         Readiness: {
             agentsOnline: number;
             database: string;
@@ -3876,6 +4086,7 @@ export interface components {
             events?: components["schemas"]["EventsDocument"];
             fail2ban?: components["schemas"]["Fail2banDocument"];
             geoip?: components["schemas"]["GeoipDocument"];
+            lookups?: components["schemas"]["LookupsDocument"];
             smtp?: components["schemas"]["SmtpDocument"] | null;
             /**
              * Format: date-time
@@ -4304,6 +4515,194 @@ export interface operations {
             };
             /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    abuseipdb: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description One IPv4 or IPv6 address */
+                ip: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AbuseLookupDto"];
+                };
+            };
+            /** @description Not a single address (`bad_request`) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Over the hub's lookups per minute (`lookup_rate_limited`, with `Retry-After`) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description AbuseIPDB failed, refused the key or answered too much (`lookup_failed`) */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No answer within `lookups.timeoutSecs` (`lookup_timeout`) */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    rdap: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description One IPv4 or IPv6 address */
+                ip: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RdapLookupDto"];
+                };
+            };
+            /** @description Not a single address (`bad_request`) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Over the hub's lookups per minute (`lookup_rate_limited`, with `Retry-After`) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The registry failed, answered with an error or too much (`lookup_failed`) */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No answer within `lookups.timeoutSecs` (`lookup_timeout`) */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };
