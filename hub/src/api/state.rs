@@ -15,6 +15,7 @@ use crate::fleet::Fleet;
 use crate::metrics::Metrics;
 use crate::profiles::Profiles;
 use crate::protected::Protection;
+use crate::rollouts::Rollouts;
 use crate::settings::SettingsService;
 use crate::sharing::Sharing;
 use crate::store::Store;
@@ -49,4 +50,6 @@ pub struct AppState {
     pub profiles: Profiles,
     /// Sets of fail2ban files applied to servers with commit-confirm.
     pub config_changes: ConfigChanges,
+    /// Profile versions rolled out to many servers, canary first, with commit-confirm.
+    pub rollouts: Rollouts,
 }

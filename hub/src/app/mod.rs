@@ -29,6 +29,7 @@ use crate::metrics::Metrics;
 use crate::pki::{Ca, PkiError, RevocationList, server_tls_config};
 use crate::profiles::Profiles;
 use crate::protected::{Protection, ProtectionParts};
+use crate::rollouts::Rollouts;
 use crate::settings::{SecretsKey, SettingsError, SettingsService};
 use crate::sharing::Sharing;
 use crate::store::{Store, StoreError};
@@ -201,6 +202,13 @@ impl App {
             Duration::from_secs(config.profiles.drift_interval_secs),
         );
         let config_changes = ConfigChanges::new(store.clone(), fleet.clone(), shutdown.clone());
+        let rollouts = Rollouts::new(
+            store.clone(),
+            fleet.clone(),
+            profiles.clone(),
+            config_changes.clone(),
+            shutdown.clone(),
+        );
         tracing::info!(
             database = store.backend_name(),
             data_dir = %config.data_dir.display(),
@@ -226,6 +234,7 @@ impl App {
                 defence,
                 profiles,
                 config_changes,
+                rollouts,
             },
             http,
             grpc,

@@ -42,6 +42,7 @@ const HUB: Layering = Layering {
         (
             "services",
             &[
+                "rollouts",
                 "previews",
                 "profiles",
                 "config_changes",
@@ -75,6 +76,9 @@ const HUB: Layering = Layering {
         ("fleet", "cluster"),
         ("defence", "alerts"),
         ("alerts", "events"),
+        ("rollouts", "profiles"),
+        ("rollouts", "config_changes"),
+        ("rollouts", "fleet"),
         ("profiles", "fleet"),
         ("profiles", "alerts"),
         ("config_changes", "fleet"),
