@@ -566,14 +566,15 @@ impl Rollouts {
         state: RolloutState,
         reason: Option<&str>,
     ) -> Result<(), RolloutError> {
+        // The audit entry is written first, so a reader who sees the end also finds it.
+        if state != RolloutState::Succeeded {
+            self.audit(rollout, state, reason.unwrap_or_default()).await;
+        }
         self.0
             .store
             .set_rollout_state(&rollout.id, state, reason, Utc::now())
             .await?;
         tracing::info!(rollout = %rollout.id, state = state.as_str(), reason, "rollout ended");
-        if state != RolloutState::Succeeded {
-            self.audit(rollout, state, reason.unwrap_or_default()).await;
-        }
         for host in &rollout.hosts {
             self.0.profiles.recheck(Recheck::Server(host.server));
         }

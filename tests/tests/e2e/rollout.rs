@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use banhub_tests::TestFleet;
+use banhub_tests::enrolled::wait_server_online;
 use banhub_tests::fleet::snapshot;
 use banhub_tests::wait::wait_for_async;
 use reqwest::StatusCode;
@@ -287,24 +288,35 @@ async fn rollouts_confirm_roll_back_and_resume_after_a_hub_restart() {
     )
     .await;
     let path = format!("/api/rollouts/{id}");
-    wait_for_async(DEADLINE, "the canary watched", || {
+    let watched = wait_for_async(DEADLINE, "the canary watched", || {
         let (api, path) = (api.clone(), path.clone());
         async move {
             let (_, rollout) = api.get(&path).await;
-            (rollout["hosts"][0]["state"] == "watching").then_some(())
+            (rollout["hosts"][0]["state"] == "watching").then_some(rollout)
         }
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
+    expect_states(&watched, ["watching", "pending", "pending"]);
+    let canary_change = watched["hosts"][0]["changeId"].clone();
+    assert!(canary_change.is_string(), "{watched}");
     fleet.hub.kill().expect("kill the hub");
     fleet.hub.restart().expect("restart the hub");
+    // The first requests may meet a connection to the killed hub; wait until the agents are back.
+    for host in &fleet.hosts {
+        wait_server_online(&fleet.hub.client(), &fleet.hub.url(""), &host.id, DEADLINE)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}\n{}", host.name, fleet.logs()));
+    }
     let api = fleet.api();
     let (_, resumed) = api.get(&path).await;
     assert_eq!(resumed["state"], "running", "{resumed}");
-    expect_states(&resumed, ["watching", "pending", "pending"]);
+    // Resumed, not started again: the canary keeps the change it had before the kill.
+    assert_eq!(resumed["hosts"][0]["changeId"], canary_change, "{resumed}");
     let done = wait_finished(&fleet, &id).await;
     assert_eq!(done["state"], "succeeded", "{done}");
     expect_states(&done, ["confirmed", "confirmed", "confirmed"]);
+    assert_eq!(done["hosts"][0]["changeId"], canary_change, "{done}");
     for host in &fleet.hosts {
         assert_eq!(
             override_text(&host.sandbox.conf_dir()),
