@@ -310,3 +310,134 @@ impl Store {
             .await?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::TempDir::new().expect("tempdir");
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("hub.db").display());
+        let store = Store::connect(&url, 2).await.expect("connect");
+        (dir, store)
+    }
+
+    fn rollout(id: &str, server: ServerId) -> Rollout {
+        let now = Utc::now();
+        Rollout {
+            id: id.to_owned(),
+            profile: ProfileName::parse("web").expect("name"),
+            version: 2,
+            state: RolloutState::Running,
+            plan: RolloutPlan::default(),
+            created_by: "admin".to_owned(),
+            created_at: now,
+            updated_at: now,
+            finished_at: None,
+            reason: None,
+            stop_requested_by: None,
+            hosts: vec![RolloutHost {
+                server,
+                server_name: "web-1".to_owned(),
+                batch: 0,
+                position: 0,
+                state: HostState::Pending,
+                checks: Vec::new(),
+                error: None,
+                change_id: None,
+                watch_started_at: None,
+                updated_at: now,
+            }],
+        }
+    }
+
+    #[tokio::test]
+    async fn one_rollout_of_a_profile_runs_and_its_held_changes_and_stop_are_kept() {
+        let (_dir, store) = store().await;
+        let server = ServerId::new();
+        assert!(
+            store
+                .insert_rollout(&rollout("r1", server))
+                .await
+                .expect("insert")
+        );
+        assert!(
+            !store
+                .insert_rollout(&rollout("r2", server))
+                .await
+                .expect("second")
+        );
+        assert_eq!(store.running_rollouts().await.expect("running"), ["r1"]);
+
+        let update = HostUpdate {
+            state: Some(HostState::Watching),
+            change_id: Some("c1"),
+            ..HostUpdate::default()
+        };
+        store
+            .update_rollout_host("r1", server, update, Utc::now())
+            .await
+            .expect("update");
+        let held = store.rollout_held_changes().await.expect("held");
+        assert!(held.contains("c1"), "{held:?}");
+        let read = store.rollout("r1").await.expect("read").expect("found");
+        assert_eq!(read.hosts[0].state, HostState::Watching);
+        assert_eq!(read.hosts[0].change_id.as_deref(), Some("c1"));
+
+        assert_eq!(
+            store
+                .request_rollout_stop("r1", "admin", Utc::now())
+                .await
+                .expect("stop"),
+            Some(true)
+        );
+        assert_eq!(
+            store
+                .rollout("r1")
+                .await
+                .expect("read")
+                .expect("found")
+                .stop_requested_by
+                .as_deref(),
+            Some("admin")
+        );
+        store
+            .set_rollout_state(
+                "r1",
+                RolloutState::Stopped,
+                Some("stopped by admin"),
+                Utc::now(),
+            )
+            .await
+            .expect("end");
+        assert_eq!(
+            store
+                .request_rollout_stop("r1", "admin", Utc::now())
+                .await
+                .expect("stop"),
+            Some(false)
+        );
+        assert_eq!(
+            store
+                .request_rollout_stop("nope", "admin", Utc::now())
+                .await
+                .expect("stop"),
+            None
+        );
+        // Once it ended, another rollout of the profile may run.
+        assert!(
+            store
+                .insert_rollout(&rollout("r3", server))
+                .await
+                .expect("third")
+        );
+        let listed: Vec<String> = store
+            .rollouts(10)
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(listed.len(), 2, "{listed:?}");
+    }
+}
