@@ -20,6 +20,7 @@ pub mod pki;
 pub mod previews;
 pub mod profiles;
 pub mod protected;
+pub mod rollouts;
 pub mod serve;
 pub mod settings;
 pub mod sharing;

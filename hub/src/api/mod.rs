@@ -28,6 +28,7 @@ mod previews;
 mod profiles;
 mod protected;
 mod recidive;
+mod rollouts;
 mod schemas;
 mod servers;
 mod settings;
@@ -91,6 +92,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(audit::router())
         .merge(feeds::router())
         .merge(profiles::router())
+        .merge(rollouts::router())
         .merge(drift::router())
         .merge(health::router())
 }

@@ -16,6 +16,7 @@ use crate::lookups::Lookups;
 use crate::metrics::Metrics;
 use crate::profiles::Profiles;
 use crate::protected::Protection;
+use crate::rollouts::Rollouts;
 use crate::settings::SettingsService;
 use crate::sharing::Sharing;
 use crate::store::Store;
@@ -52,4 +53,6 @@ pub struct AppState {
     pub config_changes: ConfigChanges,
     /// What the hub can say about one address: ASN, RDAP, AbuseIPDB, where it is banned now.
     pub lookups: Lookups,
+    /// Profile versions rolled out to many servers, canary first, with commit-confirm.
+    pub rollouts: Rollouts,
 }

@@ -30,6 +30,7 @@ use crate::metrics::Metrics;
 use crate::pki::{Ca, PkiError, RevocationList, server_tls_config};
 use crate::profiles::Profiles;
 use crate::protected::{Protection, ProtectionParts};
+use crate::rollouts::Rollouts;
 use crate::settings::{SecretsKey, SettingsError, SettingsService};
 use crate::sharing::Sharing;
 use crate::store::{Store, StoreError};
@@ -205,6 +206,13 @@ impl App {
         );
         let config_changes = ConfigChanges::new(store.clone(), fleet.clone(), shutdown.clone());
         let lookups = Lookups::new(settings.clone());
+        let rollouts = Rollouts::new(
+            store.clone(),
+            fleet.clone(),
+            profiles.clone(),
+            config_changes.clone(),
+            shutdown.clone(),
+        );
         tracing::info!(
             database = store.backend_name(),
             data_dir = %config.data_dir.display(),
@@ -231,6 +239,7 @@ impl App {
                 profiles,
                 config_changes,
                 lookups,
+                rollouts,
             },
             http,
             grpc,

@@ -38,6 +38,7 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         defence,
         profiles,
         config_changes,
+        rollouts,
         ..
     } = state;
 
@@ -88,6 +89,14 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
     spawn("drift", profiles.clone().run(shutdown.clone()));
     // On every replica: confirms the config changes of the agents it holds, or records their end.
     spawn("config_changes", config_changes.clone().run());
+    // Rollouts are driven by one replica at a time; the next leader resumes them from the store.
+    let engine = rollouts.clone();
+    spawn(
+        "rollouts",
+        run_singleton(cluster.clone(), crate::rollouts::JOB, move |_| {
+            engine.clone().run()
+        }),
+    );
     // Each replica renders the feeds itself from the shared database.
     spawn("feeds", feeds.clone().run());
     spawn(

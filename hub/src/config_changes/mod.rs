@@ -81,9 +81,24 @@ impl ConfigChanges {
 
     /// Applies `files` on `server`: stored first, then sent; answers once the agent has applied
     /// (or refused) it. With a window, the confirmation follows in the background.
-    #[tracing::instrument(skip_all, fields(server_id = %server), err)]
     pub async fn apply(
         &self,
+        server: ServerId,
+        files: Vec<SetFile>,
+        confirm_within_secs: u32,
+        by: &str,
+    ) -> Result<ConfigChange, ChangeError> {
+        let id = uuid::Uuid::now_v7().to_string();
+        self.apply_as(&id, server, files, confirm_within_secs, by)
+            .await
+    }
+
+    /// [`Self::apply`] as change `id`, chosen by the caller (a rollout records it first). A
+    /// change a running rollout holds is confirmed by the rollout, not in the background.
+    #[tracing::instrument(skip_all, fields(server_id = %server, change = id), err)]
+    pub async fn apply_as(
+        &self,
+        id: &str,
         server: ServerId,
         files: Vec<SetFile>,
         confirm_within_secs: u32,
@@ -106,7 +121,7 @@ impl ConfigChanges {
         }
         let now = Utc::now();
         let change = ConfigChange {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: id.to_owned(),
             server,
             files,
             confirm_within_secs,
@@ -177,6 +192,35 @@ impl ConfigChanges {
         self.record(id, &answer).await
     }
 
+    /// Confirms a change (`confirm`) or has the agent put its files back now, and records the
+    /// answer: how a rollout settles the changes it holds.
+    #[tracing::instrument(skip_all, fields(server_id = %server, change = id), err)]
+    pub async fn settle(
+        &self,
+        server: ServerId,
+        id: &str,
+        confirm: bool,
+        by: &str,
+    ) -> Result<ConfigChange, ChangeError> {
+        let answer = self
+            .inner
+            .fleet
+            .settle_config_set(server, id, confirm, by)
+            .await?;
+        self.record(id, &answer).await
+    }
+
+    /// Asks the agent what became of a change and records the answer.
+    pub async fn refresh(
+        &self,
+        server: ServerId,
+        id: &str,
+        by: &str,
+    ) -> Result<ConfigChange, ChangeError> {
+        let answer = self.inner.fleet.config_set_status(server, id, by).await?;
+        self.record(id, &answer).await
+    }
+
     /// One change of a server.
     pub async fn get(&self, server: ServerId, id: &str) -> Result<ConfigChange, ChangeError> {
         self.inner
@@ -242,8 +286,16 @@ impl ConfigChanges {
                 return;
             }
         };
+        // A running rollout confirms or reverts its hosts' changes itself, after its checks.
+        let held = match self.inner.store.rollout_held_changes().await {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::warn!(%server, error = %e, "cannot read the changes rollouts hold");
+                return;
+            }
+        };
         let now = Utc::now();
-        for change in open {
+        for change in open.into_iter().filter(|c| !held.contains(&c.id)) {
             // The confirmation waits for its hold after the reload, whatever wakes it earlier.
             let held =
                 chrono::Duration::from_std(hold(change.confirm_within_secs)).unwrap_or_default();

@@ -15,6 +15,7 @@ mod names;
 pub mod profiles;
 pub mod protected;
 pub mod recidive;
+pub mod rollouts;
 mod server;
 mod settings;
 pub mod sharing;

@@ -40,6 +40,7 @@ mod migration;
 mod places;
 pub mod profiles;
 mod protected;
+pub mod rollouts;
 mod servers;
 mod settings;
 pub mod sharing;

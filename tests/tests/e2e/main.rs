@@ -40,6 +40,7 @@ mod quickstart;
 mod reconcile;
 mod relay_action;
 mod replicas;
+mod rollout;
 mod rollups;
 mod security;
 mod settings;

@@ -42,6 +42,7 @@ const HUB: Layering = Layering {
         (
             "services",
             &[
+                "rollouts",
                 "previews",
                 "lookups",
                 "profiles",
@@ -76,6 +77,9 @@ const HUB: Layering = Layering {
         ("fleet", "cluster"),
         ("defence", "alerts"),
         ("alerts", "events"),
+        ("rollouts", "profiles"),
+        ("rollouts", "config_changes"),
+        ("rollouts", "fleet"),
         ("profiles", "fleet"),
         ("profiles", "alerts"),
         ("config_changes", "fleet"),

@@ -18,6 +18,8 @@ pub mod operator_address;
 pub mod profile;
 pub mod profile_version;
 pub mod protected_network;
+pub mod rollout;
+pub mod rollout_host;
 pub mod server;
 pub mod server_drift;
 pub mod session;
