@@ -1117,6 +1117,74 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/rollouts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The rollouts without their hosts, newest first.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["list_rollouts"];
+        put?: never;
+        /**
+         * Starts a rollout of a profile version: the canary batch first, each batch applied with
+         *     commit-confirm, watched for `watchSecs` (the version's jails running, no fail2ban errors, the
+         *     agent connected, the ban rate near its baseline) and confirmed, then the next. A failure stops
+         *     it and rolls back every host it changed.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        post: operations["start_rollout"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/rollouts/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One rollout with each host's batch, state, checks and config change.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["get_rollout"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/rollouts/{id}/stop": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Stops a running rollout and rolls back every host it changed; answers once the rollback is
+         *     done (or after a minute, still `running`, when it takes longer).
+         * @description Requires the `admin` role (or a higher one).
+         */
+        post: operations["stop_rollout"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/servers": {
         parameters: {
             query?: never;
@@ -2271,6 +2339,19 @@ export interface components {
          * @enum {string}
          */
         Channel: "email" | "webhook";
+        /** @description The outcome of one check of a watched host. */
+        CheckDto: {
+            /** @description What was seen. */
+            detail: string;
+            /** @description `jailsRunning`, `noErrors`, `connected` or `banRate`. */
+            name: components["schemas"]["CheckName"];
+            ok: boolean;
+        };
+        /**
+         * @description The checks of a watched host.
+         * @enum {string}
+         */
+        CheckName: "jailsRunning" | "noErrors" | "connected" | "banRate";
         /** @description The hub replicas sharing this database. */
         ClusterView: {
             /**
@@ -3023,6 +3104,11 @@ export interface components {
          * @enum {string}
          */
         HostPreviewStatus: "ok" | "offline" | "not_enrolled" | "unsupported" | "timeout" | "busy" | "failed";
+        /**
+         * @description Where one host of a rollout stands.
+         * @enum {string}
+         */
+        HostState: "pending" | "applying" | "watching" | "confirmed" | "failed" | "rollingBack" | "rolledBack" | "skipped";
         /** @description An allowlist to store, with the version it was edited from. */
         IgnoreListBody: {
             /**
@@ -3879,6 +3965,99 @@ export interface components {
          * @enum {string}
          */
         Role: "viewer" | "operator" | "admin";
+        /** @description A rollout with its hosts in rollout order. */
+        RolloutDto: {
+            /** Format: int32 */
+            batchSize: number;
+            /** Format: int32 */
+            canary: number;
+            /** Format: int32 */
+            confirmSecs: number;
+            /** Format: date-time */
+            createdAt: string;
+            createdBy: string;
+            /** Format: date-time */
+            finishedAt?: string | null;
+            hosts: components["schemas"]["RolloutHostDto"][];
+            id: string;
+            /** Format: double */
+            maxBanRateFactor: number;
+            profile: string;
+            /** @description Why it stopped or failed. */
+            reason?: string | null;
+            /**
+             * @description `running`; `succeeded` (every host confirmed); `stopped` (by an operator, changed hosts
+             *     rolled back); `rolledBack` (a check or an apply failed, changed hosts rolled back);
+             *     `failed` (a host could not be rolled back).
+             */
+            state: components["schemas"]["RolloutState"];
+            /** Format: date-time */
+            updatedAt: string;
+            /** Format: int64 */
+            version: number;
+            /** Format: int32 */
+            watchSecs: number;
+        };
+        /** @description One host of a rollout. */
+        RolloutHostDto: {
+            /**
+             * Format: int32
+             * @description 0 is the canary batch.
+             */
+            batch: number;
+            /** @description The host's config change (`/api/servers/{id}/config-changes/{change}`). */
+            changeId?: string | null;
+            /** @description The checks at the end of its watch; empty before. */
+            checks: components["schemas"]["CheckDto"][];
+            /** @description Why it failed. */
+            error?: string | null;
+            serverId: string;
+            serverName: string;
+            state: components["schemas"]["HostState"];
+            /** Format: date-time */
+            updatedAt: string;
+        };
+        /** @description The rollouts, newest first. */
+        RolloutListDto: {
+            items: components["schemas"]["RolloutSummaryDto"][];
+        };
+        /**
+         * @description Where a rollout stands.
+         * @enum {string}
+         */
+        RolloutState: "running" | "succeeded" | "stopped" | "failed" | "rolledBack";
+        /** @description A rollout without its hosts. */
+        RolloutSummaryDto: {
+            /** Format: int32 */
+            batchSize: number;
+            /** Format: int32 */
+            canary: number;
+            /** Format: int32 */
+            confirmSecs: number;
+            /** Format: date-time */
+            createdAt: string;
+            createdBy: string;
+            /** Format: date-time */
+            finishedAt?: string | null;
+            id: string;
+            /** Format: double */
+            maxBanRateFactor: number;
+            profile: string;
+            /** @description Why it stopped or failed. */
+            reason?: string | null;
+            /**
+             * @description `running`; `succeeded` (every host confirmed); `stopped` (by an operator, changed hosts
+             *     rolled back); `rolledBack` (a check or an apply failed, changed hosts rolled back);
+             *     `failed` (a host could not be rolled back).
+             */
+            state: components["schemas"]["RolloutState"];
+            /** Format: date-time */
+            updatedAt: string;
+            /** Format: int64 */
+            version: number;
+            /** Format: int32 */
+            watchSecs: number;
+        };
         /**
          * @description What to rotate to. An empty body generates a secret and keeps the previous one for the
          *     policy's overlap.
@@ -4213,6 +4392,54 @@ export interface components {
              * @description When the oldest unacknowledged event was received.
              */
             oldestUnackedAt?: string | null;
+        };
+        /** @description Body of `POST /api/rollouts`. */
+        StartBody: {
+            /**
+             * Format: int32
+             * @description Hosts in each later batch, 1 to 100 (default 10).
+             * @default 10
+             */
+            batchSize: number;
+            /**
+             * Format: int32
+             * @description Hosts in the first batch, the canary (default 1).
+             * @default 1
+             */
+            canary: number;
+            /**
+             * Format: int32
+             * @description The agent puts the previous files back by itself unless the hub confirms within this
+             *     many seconds after the reload, 10 to 3600 (default 120).
+             * @default 120
+             */
+            confirmSecs: number;
+            /**
+             * Format: double
+             * @description A host fails its watch when its bans over the watch exceed this many times its baseline
+             *     (the day before; at least one ban expected), at least 1 (default 3).
+             * @default 3
+             */
+            maxBanRateFactor: number;
+            /** @description The profile. */
+            profile: components["schemas"]["Name"];
+            /**
+             * @description The servers (ids or names), in rollout order; absent: every server the profile is
+             *     assigned to by label, by name.
+             */
+            servers?: components["schemas"]["ServerRef"][] | null;
+            /**
+             * Format: int64
+             * @description The version of the profile to roll out.
+             */
+            version: number;
+            /**
+             * Format: int32
+             * @description Seconds each batch is watched before its changes are confirmed, 0 to 3600 (default 60);
+             *     shorter than `confirmSecs`.
+             * @default 60
+             */
+            watchSecs: number;
         };
         /** @description Bans and unbans over time, per server, per jail and in total. */
         StatsDto: {
@@ -10797,6 +11024,339 @@ export interface operations {
             };
             /** @description Not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_rollouts: {
+        parameters: {
+            query?: {
+                /** @description Rollouts to return, 1 to 500 (default 50). */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RolloutListDto"];
+                };
+            };
+            /** @description Unknown parameter. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A parameter breaks its rule. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    start_rollout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StartBody"];
+            };
+        };
+        responses: {
+            /** @description Started; follow it at `/api/rollouts/{id}` */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RolloutDto"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unknown profile, version or server */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Another rollout of the profile is running */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks its rule. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_rollout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The rollout's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RolloutDto"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    stop_rollout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The rollout's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RolloutDto"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The rollout is not running */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
