@@ -3,7 +3,8 @@
 // where it is banned now, its country and ASN (real .mmdb files the Rust test wrote), and the RDAP
 // and AbuseIPDB panels filled by the hub from the test's local lookup server (BANHUB_LOOKUP_URL,
 // serving the services' real formats). An address outside the public internet is shown as such and
-// the lookup server hears nothing of it. Leaves target/ui-e2e/address.png.
+// the lookup server hears nothing of it. Then the same page in German (the UI's language as
+// `banhub.locale` remembers it), English again afterwards. Leaves target/ui-e2e/address.png.
 import { expect, test, type Page } from '@playwright/test';
 import { join } from 'node:path';
 import { bannedOnA, bannedOnB, env, failLogins, localLogin, oidcLogin } from './env';
@@ -104,6 +105,49 @@ test('an address outside the public internet is shown as such and never looked u
   await expect(page.getByTestId('address-scope')).toHaveAttribute('data-scope', 'documentation');
   await expect(page.getByTestId('address-rdap-skipped')).toBeVisible();
   expect(await lookupRequests()).toBe(asked);
+});
+
+test('the address page in German: its labels, and the lookups fill in', async () => {
+  await page.evaluate(() => localStorage.setItem('banhub.locale', 'de'));
+  await page.goto(`addresses/${ip}`);
+  await expect(page.getByRole('heading', { level: 1 })).toHaveText(`Adresse ${ip}`);
+  await expect(page.locator('html')).toHaveAttribute('lang', 'de');
+  const facts = page.getByTestId('address-facts');
+  await expect(facts.getByRole('heading', { name: 'Über diese Adresse' })).toBeVisible();
+  await expect(page.getByTestId('address-scope')).toContainText('öffentliches Internet');
+  await expect(page.getByTestId('address-country')).toHaveText('US');
+  await expect(page.getByTestId('address-not-banned')).toHaveText('Derzeit nirgends gesperrt.');
+  // The lookups fill in, labelled in German.
+  const rdap = page.getByTestId('address-rdap');
+  await expect(rdap.getByRole('heading', { name: 'RDAP (Whois)', exact: true })).toBeVisible();
+  await expect(rdap).toContainText('GOGL (NET-8-8-8-0-2)');
+  await expect(rdap.getByTestId('address-rdap-network')).toContainText('Abuse-Kontakt');
+  await expect(rdap).toContainText(/Aus dem Cache|Abgerufen/);
+  const abuse = page.getByTestId('address-abuseipdb');
+  await expect(abuse.getByTestId('address-abuse-score')).toHaveText(/Missbrauchswahrscheinlichkeit: 87\s%/);
+  await expect(abuse).toContainText('42 Meldungen von 17 Nutzern');
+  await expect(abuse).toContainText('Zuletzt gemeldet');
+  // The history and the fleet form.
+  await expect(page.getByRole('heading', { level: 2, name: 'Verlauf in der Flotte' })).toBeVisible();
+  const history = page.getByTestId('address-server').filter({ hasText: env.serverA });
+  await expect(history.getByRole('columnheader', { name: 'Logzeilen' })).toBeVisible();
+  await expect(history.locator('.badge.ban').first()).toHaveText('Sperre');
+  await expect(page.getByTestId('fleet-ban').getByRole('button', { name: 'Überall sperren', exact: true })).toBeVisible();
+
+  // A private address, in German too: its range named, and nothing asked of the lookup server.
+  const asked = await lookupRequests();
+  await page.goto('addresses/10.20.30.40');
+  await expect(page.getByTestId('address-scope')).toContainText('privat (RFC 1918)');
+  await expect(page.getByTestId('address-scope')).toContainText('wird nicht an externe Dienste gesendet');
+  await expect(page.getByTestId('address-rdap-skipped')).toContainText('privat (RFC 1918)');
+  await expect(page.getByTestId('address-rdap-skipped')).toContainText('wird nie an externe Dienste gesendet');
+  expect(await lookupRequests()).toBe(asked);
+
+  // English again, for the rest of this suite.
+  await page.evaluate(() => localStorage.removeItem('banhub.locale'));
+  await page.reload();
+  await expect(page.getByRole('heading', { level: 1 })).toHaveText('Address 10.20.30.40');
+  await expect(page.locator('html')).toHaveAttribute('lang', 'en');
 });
 
 test('the admin logs out, leaving no session behind', async () => {

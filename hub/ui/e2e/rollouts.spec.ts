@@ -2,7 +2,8 @@
 // agents beside real fail2ban servers): an admin rolls a profile version out from the page, the form
 // refuses a bad field before sending anything, the canary host is confirmed and the progress view
 // follows the rollout to its end without a reload. The profile writes a disabled jail of its own, so
-// nothing the other specs watch changes; the servers' labels are removed at the end.
+// nothing the other specs watch changes; the servers' labels are removed at the end. Then the page
+// in German (the UI's language as `banhub.locale` remembers it), English again afterwards.
 import { expect, test, type Page } from '@playwright/test';
 import { env, localLogin, oidcLogin } from './env';
 
@@ -50,13 +51,14 @@ test.beforeAll(async ({ browser }) => {
 // Without the label no server is assigned the profile any more, so no drift of it is reported to
 // the other specs; the profile itself stays, with the rollout that refers to it.
 test.afterAll(async () => {
+  await admin.evaluate(() => localStorage.removeItem('banhub.locale'));
   for (const server of [env.serverA, env.serverB]) {
     await api(admin, 'PUT', `api/servers/${encodeURIComponent(server)}/labels`, { labels: {} });
   }
 });
 
 test('the form refuses a bad batch size at its field and sends nothing', async () => {
-  await pages(admin).getByRole('link', { name: 'Rollouts' }).click();
+  await pages(admin).getByRole('link', { name: 'Rollouts', exact: true }).click();
   await expect(admin.getByRole('heading', { name: 'Rollouts', level: 1 })).toBeVisible();
   const form = admin.getByTestId('rollout-form');
   await form.locator('select[name=rollout-profile]').selectOption(PROFILE);
@@ -103,4 +105,45 @@ test('an admin rolls a version out: the canary is confirmed, then every host, li
   await expect(progress.getByRole('button', { name: 'Stop' })).toHaveCount(0);
   const row = admin.getByTestId('rollouts').locator('tbody tr', { hasText: `${PROFILE} v1` }).first();
   await expect(row).toContainText('succeeded');
+});
+
+test('the rollouts page in German: heading, form labels, the past rollout and its progress', async () => {
+  await admin.evaluate(() => localStorage.setItem('banhub.locale', 'de'));
+  await admin.goto('rollouts');
+  await expect(admin.getByRole('heading', { name: 'Rollouts', level: 1 })).toBeVisible();
+  await expect(admin.locator('html')).toHaveAttribute('lang', 'de');
+  await expect(admin.getByRole('navigation', { name: 'Seiten' }).getByRole('link', { name: 'Rollouts', exact: true })).toBeVisible();
+
+  const form = admin.getByTestId('rollout-form');
+  await expect(form.getByRole('heading', { name: 'Profilversion ausrollen' })).toBeVisible();
+  await expect(form.getByLabel('Kanarien-Hosts')).toHaveAttribute('name', 'rollout-canary');
+  await expect(form.getByLabel('Gruppengröße')).toHaveAttribute('name', 'rollout-batch');
+  await expect(form.getByLabel('Beobachtung (Sekunden)')).toHaveAttribute('name', 'rollout-watch');
+  await expect(form.getByLabel('Bestätigungsfrist (Sekunden)')).toHaveAttribute('name', 'rollout-confirm');
+  await expect(form.getByLabel('Faktor der Sperrrate')).toHaveAttribute('name', 'rollout-factor');
+  await form.locator('select[name=rollout-profile]').selectOption(PROFILE);
+  await expect(form.locator('select[name=rollout-version]')).toHaveValue('1');
+  await expect(form).toContainText('Alle Server, denen das Profil zugewiesen ist (2');
+  // The form's own check, in German, before anything is sent.
+  await form.locator('input[name=rollout-batch]').fill('0');
+  await form.getByRole('button', { name: 'Version 1 ausrollen' }).click();
+  await expect(form.locator('[data-field=batchSize]').getByRole('alert')).toHaveText('Von 1 bis 100.');
+
+  // The past rollout, opened from the list: its state and summary in German.
+  const list = admin.getByTestId('rollouts');
+  await expect(list.getByRole('columnheader', { name: 'Gestartet' })).toBeVisible();
+  const row = list.locator('tbody tr', { hasText: `${PROFILE} v1` }).first();
+  await expect(row).toContainText('erfolgreich');
+  await row.getByRole('button', { name: 'Öffnen' }).click();
+  const progress = admin.getByTestId('rollout-progress');
+  await expect(progress.getByRole('heading', { name: `${PROFILE} v1` })).toBeVisible();
+  await expect(progress.getByTestId('rollout-state')).toHaveText('erfolgreich');
+  await expect(progress.getByTestId('rollout-summary')).toContainText('2 von 2 Hosts bestätigt');
+  await expect(progress.getByTestId('rollout-hosts').getByRole('columnheader', { name: 'Prüfungen' })).toBeVisible();
+
+  // English again, for what follows.
+  await admin.evaluate(() => localStorage.removeItem('banhub.locale'));
+  await admin.reload();
+  await expect(admin.getByTestId('rollout-form').getByRole('heading', { name: 'Roll out a profile version' })).toBeVisible();
+  await expect(admin.locator('html')).toHaveAttribute('lang', 'en');
 });

@@ -1,0 +1,1 @@
+var e=Object.assign({"../../locales/de-CH/common.json":{close:`Schliessen`},"../../locales/de-CH/errors.json":{http413:`Die Anfrage ist zu gross`}});export{e as default};
