@@ -1,67 +1,24 @@
 // Rollouts of a profile version (canary first, then batches, each host confirmed or rolled back):
-// the API's types, written from the agreed contract of `/api/rollouts`, and the pure rules of the
+// the API's types (from the hub's OpenAPI document), and the pure rules of the
 // rollout page (the form's checks and body, the servers a profile is assigned to, the progress
 // summary, and which badge each state wears). Words are message keys of the `rollouts` area.
 
-export type RolloutState = 'running' | 'succeeded' | 'stopped' | 'failed' | 'rolledBack';
-export type HostState =
-  | 'pending'
-  | 'applying'
-  | 'watching'
-  | 'confirmed'
-  | 'failed'
-  | 'rollingBack'
-  | 'rolledBack'
-  | 'skipped';
-export type CheckName = 'jailsRunning' | 'noErrors' | 'connected' | 'banRate';
+import type { components } from './api/schema';
 
+type S = components['schemas'];
+
+export type RolloutState = S['RolloutState'];
+export type HostState = S['HostState'];
+export type CheckName = S['CheckName'];
 /** One health check of a host while it is watched. */
-export interface RolloutCheck {
-  name: CheckName;
-  ok: boolean;
-  detail: string;
-}
-
+export type RolloutCheck = S['CheckDto'];
 /** One host of a rollout. Batch 0 is the canary. */
-export interface RolloutHost {
-  serverId: string;
-  serverName: string;
-  batch: number;
-  state: HostState;
-  checks: RolloutCheck[];
-  error?: string | null;
-  /** The host's config change (`/api/servers/{id}/config-changes/{change}`). */
-  changeId?: string | null;
-  updatedAt: string;
-}
-
+export type RolloutHost = S['RolloutHostDto'];
 /** A rollout as listed (`GET /api/rollouts`). */
-export interface RolloutSummary {
-  id: string;
-  profile: string;
-  version: number;
-  state: RolloutState;
-  canary: number;
-  batchSize: number;
-  watchSecs: number;
-  confirmSecs: number;
-  maxBanRateFactor: number;
-  createdBy: string;
-  createdAt: string;
-  updatedAt: string;
-  finishedAt?: string | null;
-  /** Why it stopped or failed. */
-  reason?: string | null;
-}
-
+export type RolloutSummary = S['RolloutSummaryDto'];
 /** A rollout with its hosts (`GET /api/rollouts/{id}`). */
-export interface Rollout extends RolloutSummary {
-  hosts: RolloutHost[];
-}
-
-export interface RolloutList {
-  items: RolloutSummary[];
-}
+export type Rollout = S['RolloutDto'];
+export type RolloutList = S['RolloutListDto'];
 
 /** `POST /api/rollouts`. Absent fields take the hub's defaults. */
 export interface RolloutBody {
@@ -173,6 +130,10 @@ export function validateForm(form: RolloutForm, assigned: number): Partial<Recor
   if (watch) errors.watchSecs = watch;
   const confirm = wholeIn(form.confirmSecs, LIMITS.confirmSecs.min, LIMITS.confirmSecs.max);
   if (confirm) errors.confirmSecs = confirm;
+  // The agent undoes an unconfirmed change at its deadline, so the watch must end before it.
+  else if (!watch && (form.watchSecs ?? 0) >= (form.confirmSecs ?? 0)) {
+    errors.watchSecs = { key: 'rollouts.error.watchBeforeConfirm' };
+  }
   const factor = form.maxBanRateFactor;
   if (factor === null || factor === undefined || Number.isNaN(factor)) {
     errors.maxBanRateFactor = { key: 'rollouts.error.required' };

@@ -62,7 +62,16 @@ describe('validateForm', () => {
     expect(
       validateForm(form({ canary: 1, batchSize: 100, watchSecs: 0, confirmSecs: 3600, maxBanRateFactor: 1.5 }), 1),
     ).toEqual({});
-    expect(validateForm(form({ batchSize: 1, watchSecs: 3600, confirmSecs: 10, maxBanRateFactor: 1 }), 1)).toEqual({});
+    expect(validateForm(form({ batchSize: 1, watchSecs: 3599, confirmSecs: 3600, maxBanRateFactor: 1 }), 1)).toEqual({});
+  });
+
+  it("wants the watch to end before the agent's confirm deadline, as the hub does", () => {
+    expect(validateForm(form({ watchSecs: 120, confirmSecs: 120 }), 1)).toEqual({
+      watchSecs: { key: 'rollouts.error.watchBeforeConfirm' },
+    });
+    expect(validateForm(form({ watchSecs: 3600, confirmSecs: 10 }), 1).watchSecs?.key).toBe(
+      'rollouts.error.watchBeforeConfirm',
+    );
   });
 
   it('refuses fractions and empty inputs where whole numbers are needed', () => {
