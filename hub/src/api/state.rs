@@ -12,12 +12,14 @@ use crate::domain::Guards;
 use crate::events::Events;
 use crate::feeds::Feeds;
 use crate::fleet::Fleet;
+use crate::fleet_jails::FleetJails;
 use crate::metrics::Metrics;
 use crate::profiles::Profiles;
 use crate::protected::Protection;
 use crate::settings::SettingsService;
 use crate::sharing::Sharing;
 use crate::store::Store;
+use crate::timed_bans::TimedBans;
 
 /// What every HTTP handler can reach.
 #[derive(Debug, Clone)]
@@ -49,4 +51,8 @@ pub struct AppState {
     pub profiles: Profiles,
     /// Sets of fail2ban files applied to servers with commit-confirm.
     pub config_changes: ConfigChanges,
+    /// Bans with a duration and their lifts.
+    pub timed_bans: TimedBans,
+    /// The fleet's jails across servers.
+    pub fleet_jails: FleetJails,
 }

@@ -25,6 +25,7 @@ use crate::domain::{Guards, PrefixLimits};
 use crate::events::Events;
 use crate::feeds::Feeds;
 use crate::fleet::{Fleet, FleetParts};
+use crate::fleet_jails::FleetJails;
 use crate::metrics::Metrics;
 use crate::pki::{Ca, PkiError, RevocationList, server_tls_config};
 use crate::profiles::Profiles;
@@ -32,6 +33,7 @@ use crate::protected::{Protection, ProtectionParts};
 use crate::settings::{SecretsKey, SettingsError, SettingsService};
 use crate::sharing::Sharing;
 use crate::store::{Store, StoreError};
+use crate::timed_bans::TimedBans;
 
 /// Why the hub could not start.
 #[derive(Debug, thiserror::Error)]
@@ -201,6 +203,8 @@ impl App {
             Duration::from_secs(config.profiles.drift_interval_secs),
         );
         let config_changes = ConfigChanges::new(store.clone(), fleet.clone(), shutdown.clone());
+        let timed_bans = TimedBans::new(store.clone(), fleet.clone(), auth.clone());
+        let fleet_jails = FleetJails::new(fleet.clone());
         tracing::info!(
             database = store.backend_name(),
             data_dir = %config.data_dir.display(),
@@ -226,6 +230,8 @@ impl App {
                 defence,
                 profiles,
                 config_changes,
+                timed_bans,
+                fleet_jails,
             },
             http,
             grpc,

@@ -38,6 +38,7 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         defence,
         profiles,
         config_changes,
+        timed_bans,
         ..
     } = state;
 
@@ -74,6 +75,14 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         "sharing",
         run_singleton(cluster.clone(), jobs::SHARING, move |_| {
             engine.clone().run()
+        }),
+    );
+    // The lifter of timed bans works through the stored schedule on one replica at a time.
+    let lifter = timed_bans.clone();
+    spawn(
+        "timed_bans",
+        run_singleton(cluster.clone(), jobs::TIMED_BANS, move |_| {
+            lifter.clone().run()
         }),
     );
     spawn("sharing_delivery", sharing.clone().run_delivery());

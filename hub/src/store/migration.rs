@@ -22,6 +22,7 @@ mod m0018_sharing_origins;
 pub(super) mod m0019_guard;
 mod m0020_config_changes;
 mod m0021_profiles;
+mod m0024_timed_bans;
 
 pub struct Migrator;
 
@@ -77,6 +78,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0019_guard::M0019Guard),
             Box::new(m0020_config_changes::M0020ConfigChanges),
             Box::new(m0021_profiles::M0021Profiles),
+            Box::new(m0024_timed_bans::M0024TimedBans),
         ]
     }
 }

@@ -42,6 +42,8 @@ const HUB: Layering = Layering {
         (
             "services",
             &[
+                "fleet_jails",
+                "timed_bans",
                 "previews",
                 "profiles",
                 "config_changes",
@@ -66,6 +68,9 @@ const HUB: Layering = Layering {
     sideways: &[
         ("ui", "serve"),
         ("api", "serve"),
+        ("fleet_jails", "fleet"),
+        ("timed_bans", "fleet"),
+        ("timed_bans", "auth"),
         ("previews", "fleet"),
         ("protected", "fleet"),
         ("protected", "auth"),
