@@ -142,7 +142,7 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
     let screenshots = artifacts.join("screenshots");
     let _ = std::fs::remove_dir_all(&screenshots);
     let output = Command::new(&playwright)
-        .args(["test", "e2e/ui.spec.ts"])
+        .args(["test", "e2e/ui.spec.ts", "e2e/fleet.spec.ts"])
         .current_dir(&ui)
         .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
         .env("CHROMIUM_PATH", CHROMIUM)
