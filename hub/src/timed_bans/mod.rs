@@ -307,8 +307,10 @@ fn retryable(e: &FleetError) -> bool {
     }
 }
 
+/// When a ban of `duration` from now ends, to the millisecond the store keeps.
 fn end_of(duration: Duration) -> DateTime<Utc> {
-    Utc::now() + chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::zero())
+    let end = Utc::now() + chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::zero());
+    DateTime::from_timestamp_millis(end.timestamp_millis()).unwrap_or(end)
 }
 
 fn new_timed_ban(

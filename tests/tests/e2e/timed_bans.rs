@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use banhub_tests::TestFleet;
 use banhub_tests::client::ServerStatus;
-use banhub_tests::wait::wait_until_async;
+use banhub_tests::fail2ban::Fail2banSandbox;
+use banhub_tests::wait::{wait_for_async, wait_until_async};
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -50,9 +51,16 @@ async fn assert_lifted(fleet: &TestFleet, ip: &str, end: DateTime<Utc>) {
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
-    let bans = timed_bans(fleet, ip).await;
-    assert_eq!(bans.len(), 1, "{bans:?}");
-    assert_eq!(bans[0]["state"], "lifted", "{bans:?}");
+    // The hub records the lift once the agent has answered, just after fail2ban acted.
+    let bans = wait_for_async(DEADLINE, "the lift to be recorded", || async {
+        let bans = timed_bans(fleet, ip).await;
+        (bans.len() == 1 && bans[0]["state"] == "lifted").then_some(bans)
+    })
+    .await;
+    let bans = match bans {
+        Ok(bans) => bans,
+        Err(e) => panic!("{e}: {:?}", timed_bans(fleet, ip).await),
+    };
     let finished = bans[0]["finishedAt"]
         .as_str()
         .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
@@ -85,10 +93,28 @@ async fn assert_lifted(fleet: &TestFleet, ip: &str, end: DateTime<Utc>) {
 
 #[tokio::test]
 async fn timed_bans_are_lifted_at_their_time_across_agent_and_hub_restarts() {
-    let hub = TestFleet::hub_builder().env("BANHUB_TIMED_BANS__MIN_DURATION_SECS", "5");
-    let mut fleet = TestFleet::with_action_installed(hub, &["timed-0"])
+    let hub = TestFleet::hub_builder()
+        .env("BANHUB_TIMED_BANS__MIN_DURATION_SECS", "5")
+        .start()
+        .expect("hub starts");
+    // One relay port for both runs of the agent: the installed action names it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut fleet = TestFleet::on(hub);
+    let sandbox = Fail2banSandbox::start("timed-0").expect("fail2ban sandbox");
+    fleet
+        .add_host(
+            "timed-0",
+            sandbox,
+            &[("BANHUB_AGENT_RELAY__LISTEN", listen.as_str())],
+        )
         .await
-        .expect("fleet");
+        .expect("the host comes online")
+        .install_action()
+        .expect("install-action");
     let server = fleet.host(0).id.clone();
     let api = fleet.api().for_server(&server);
 
