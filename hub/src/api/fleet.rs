@@ -71,6 +71,11 @@ pub struct FleetBanBody {
     /// log; it never lifts the refusal of the hub's own addresses.
     #[serde(default, rename = "override")]
     guard_override: bool,
+    /// How long a ban lasts, in seconds (60 to 31536000, a year): the hub lifts it on every
+    /// server at its end, across agent, fail2ban and hub restarts, and it stays queued for
+    /// offline servers no longer than that. Absent: the jail's own ban time. Only for a ban.
+    #[schema(minimum = 60, maximum = 31536000)]
+    duration_secs: Option<u64>,
 }
 
 /// One server of a fleet action.
@@ -126,6 +131,8 @@ pub struct FleetActionDto {
     created_at: DateTime<Utc>,
     /// Commands still queued at this time expire.
     deadline: DateTime<Utc>,
+    /// When the hub lifts the ban (a ban with `durationSecs`).
+    ends_at: Option<DateTime<Utc>>,
     /// Number of servers per state.
     counts: BTreeMap<String, u64>,
     /// Every server (empty in listings).
@@ -143,6 +150,7 @@ impl From<FleetActionRecord> for FleetActionDto {
             requested_by: a.requested_by,
             created_at: a.created_at,
             deadline: a.deadline,
+            ends_at: None,
             counts: a
                 .counts
                 .into_iter()
@@ -215,19 +223,28 @@ async fn fleet_ban(
     ApiJson(body): ApiJson<FleetBanBody>,
 ) -> Result<(StatusCode, ApiJson<FleetActionDto>), ApiError> {
     let overridden = guards::admin_override(&caller, body.guard_override)?;
+    let duration = super::timed_bans::duration(&state, body.duration_secs)?;
+    if duration.is_some() && body.unban {
+        return Err(ApiError::invalid(
+            "durationSecs",
+            "is for a ban; an unban takes none",
+        ));
+    }
     let request = fleet_ban_request(body)?;
     if request.ban {
         guards::check_ban(&state, &caller, "ip", &request.ip, overridden)?;
     }
-    let action = state
-        .fleet
-        .fleet_ban(request, &caller.requested_by())
+    let (action, ends_at) = state
+        .timed_bans
+        .fleet_ban(request, duration, &caller.requested_by())
         .await
         .map_err(|e| match e {
             ActionError::NoServer => ApiError::invalid("labels", "no server matches the selector"),
             ActionError::Fleet(e) => ApiError::Fleet(e),
         })?;
-    Ok((StatusCode::CREATED, ApiJson(action.into())))
+    let mut action = FleetActionDto::from(action);
+    action.ends_at = ends_at;
+    Ok((StatusCode::CREATED, ApiJson(action)))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -262,7 +279,20 @@ async fn list_actions(
         .fleet
         .fleet_actions(limit, params.before.as_deref())
         .await?;
-    Ok(ApiJson(actions.into_iter().map(Into::into).collect()))
+    let ids: Vec<String> = actions.iter().map(|a| a.id.clone()).collect();
+    let ends = state.timed_bans.ends_of_actions(&ids).await?;
+    Ok(ApiJson(
+        actions
+            .into_iter()
+            .map(|a| {
+                let ends_at = ends.get(&a.id).copied();
+                FleetActionDto {
+                    ends_at,
+                    ..a.into()
+                }
+            })
+            .collect(),
+    ))
 }
 
 /// One fleet action with every server's state and result.
@@ -280,7 +310,15 @@ async fn get_action(
         return Err(not_found());
     }
     let action = state.fleet.fleet_action(&id).await?.ok_or_else(not_found)?;
-    Ok(ApiJson(action.into()))
+    let ends_at = state
+        .timed_bans
+        .ends_of_actions(std::slice::from_ref(&id))
+        .await?
+        .remove(&id);
+    Ok(ApiJson(FleetActionDto {
+        ends_at,
+        ..action.into()
+    }))
 }
 
 /// Body of `PUT /api/servers/{id}/labels`.

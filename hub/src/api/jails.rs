@@ -318,43 +318,59 @@ pub struct BanBody {
     /// never lifts the refusal of the hub's own addresses.
     #[serde(default, rename = "override")]
     guard_override: bool,
+    /// How long the ban lasts, in seconds (60 to 31536000, a year): the hub lifts it at its end,
+    /// across agent, fail2ban and hub restarts. Absent: the jail's own ban time. fail2ban may lift
+    /// it earlier when the jail's `bantime` is shorter.
+    #[schema(minimum = 60, maximum = 31536000)]
+    duration_secs: Option<u64>,
 }
 
-/// Bans an address or network in a jail. A network wider than the configured limits, or the
-/// broadcast address, needs an admin's `{"override": true}`; the hub's own addresses are refused.
+/// What a ban changed, and when the hub lifts it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BanAnswer {
+    #[serde(flatten)]
+    outcome: BanOutcome,
+    /// When the hub lifts the ban (a ban with `durationSecs`); absent: the jail's own ban time.
+    ends_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// Bans an address or network in a jail, for the jail's ban time or for `durationSecs`. A network
+/// wider than the configured limits, or the broadcast address, needs an admin's
+/// `{"override": true}`; the hub's own addresses are refused.
 #[utoipa::path(post, path = "/api/jails/{jail}/ban/{ip}", tag = "jails",
-    request_body(content = Option<BanBody>, description = "Optional; `{\"override\": true}` from an admin lifts the guard rails that allow it"),
+    request_body(content = Option<BanBody>, description = "Optional; `{\"override\": true}` from an admin lifts the guard rails that allow it; `durationSecs` bans for that long"),
     extensions(("x-required-role" = json!("operator"))),
     params(("jail" = super::schemas::JailName, Path), ("ip" = super::schemas::Address, Path, description = "IPv4, IPv6 or CIDR (`/` encoded as %2F)"),
            ("X-BanDaemon-Server" = Option<String>, Header, description = "Server id or name")),
-    responses((status = 200, body = BanOutcome),
+    responses((status = 200, body = BanAnswer),
               (status = 403, description = "`override` from a caller who is not an admin", body = Problem),
-              (status = 422, description = "Invalid name or address, or a guard rail (`guard_*` codes) refused the ban", body = Problem)))]
+              (status = 422, description = "Invalid name, address or duration, or a guard rail (`guard_*` codes) refused the ban", body = Problem)))]
 async fn ban(
     caller: Operator,
     State(state): State<AppState>,
     Target(server): Target,
     Path((jail, ip)): Path<(String, String)>,
     body: axum::body::Bytes,
-) -> Result<ApiJson<BanOutcome>, ApiError> {
+) -> Result<ApiJson<BanAnswer>, ApiError> {
     let body: BanBody = optional_json(&body)?;
     let jail = writable_jail_name("jail", &jail)?;
     let ip = address(&ip)?;
+    let duration = super::timed_bans::duration(&state, body.duration_secs)?;
     let overridden = guards::admin_override(&caller, body.guard_override)?;
     guards::check_ban(&state, &caller, "ip", &ip, overridden)?;
-    Ok(ApiJson(
-        state
-            .fleet
-            .set_ban(
-                server,
-                Some(&jail),
-                ip,
-                true,
-                overridden,
-                &caller.requested_by(),
-            )
-            .await?,
-    ))
+    let (outcome, ends_at) = state
+        .timed_bans
+        .ban(
+            server,
+            &jail,
+            ip,
+            duration,
+            overridden,
+            &caller.requested_by(),
+        )
+        .await?;
+    Ok(ApiJson(BanAnswer { outcome, ends_at }))
 }
 
 /// Lifts the ban of an address or network in a jail.
@@ -373,15 +389,8 @@ async fn unban(
     let ip = address(&ip)?;
     Ok(ApiJson(
         state
-            .fleet
-            .set_ban(
-                server,
-                Some(&jail),
-                ip,
-                false,
-                false,
-                &caller.requested_by(),
-            )
+            .timed_bans
+            .unban(server, &jail, ip, &caller.requested_by())
             .await?,
     ))
 }

@@ -18,6 +18,7 @@ mod feeds;
 mod filter_create;
 mod filters;
 mod fleet;
+mod fleet_jails;
 mod guards;
 mod health;
 mod jail_create;
@@ -36,6 +37,7 @@ mod shared_origin;
 mod sharing;
 mod state;
 pub(crate) mod target;
+mod timed_bans;
 
 use std::sync::Arc;
 
@@ -78,6 +80,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(previews::router())
         .merge(control::router())
         .merge(fleet::router())
+        .merge(fleet_jails::router())
+        .merge(timed_bans::router())
         .merge(protected::router())
         .merge(sharing::router())
         .merge(addresses::router())

@@ -13,6 +13,7 @@ use crate::events::Events;
 use crate::feeds::Feeds;
 use crate::fleet::Fleet;
 use crate::lookups::Lookups;
+use crate::fleet_jails::FleetJails;
 use crate::metrics::Metrics;
 use crate::profiles::Profiles;
 use crate::protected::Protection;
@@ -20,6 +21,7 @@ use crate::rollouts::Rollouts;
 use crate::settings::SettingsService;
 use crate::sharing::Sharing;
 use crate::store::Store;
+use crate::timed_bans::TimedBans;
 
 /// What every HTTP handler can reach.
 #[derive(Debug, Clone)]
@@ -55,4 +57,8 @@ pub struct AppState {
     pub lookups: Lookups,
     /// Profile versions rolled out to many servers, canary first, with commit-confirm.
     pub rollouts: Rollouts,
+    /// Bans with a duration and their lifts.
+    pub timed_bans: TimedBans,
+    /// The fleet's jails across servers.
+    pub fleet_jails: FleetJails,
 }

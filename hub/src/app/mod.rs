@@ -26,6 +26,7 @@ use crate::events::Events;
 use crate::feeds::Feeds;
 use crate::fleet::{Fleet, FleetParts};
 use crate::lookups::Lookups;
+use crate::fleet_jails::FleetJails;
 use crate::metrics::Metrics;
 use crate::pki::{Ca, PkiError, RevocationList, server_tls_config};
 use crate::profiles::Profiles;
@@ -34,6 +35,7 @@ use crate::rollouts::Rollouts;
 use crate::settings::{SecretsKey, SettingsError, SettingsService};
 use crate::sharing::Sharing;
 use crate::store::{Store, StoreError};
+use crate::timed_bans::TimedBans;
 
 /// Why the hub could not start.
 #[derive(Debug, thiserror::Error)]
@@ -213,6 +215,8 @@ impl App {
             config_changes.clone(),
             shutdown.clone(),
         );
+        let timed_bans = TimedBans::new(store.clone(), fleet.clone(), auth.clone());
+        let fleet_jails = FleetJails::new(fleet.clone());
         tracing::info!(
             database = store.backend_name(),
             data_dir = %config.data_dir.display(),
@@ -240,6 +244,8 @@ impl App {
                 config_changes,
                 lookups,
                 rollouts,
+                timed_bans,
+                fleet_jails,
             },
             http,
             grpc,

@@ -39,6 +39,7 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         profiles,
         config_changes,
         rollouts,
+        timed_bans,
         ..
     } = state;
 
@@ -75,6 +76,14 @@ pub(super) fn spawn_all(state: &AppState, shutdown: &CancellationToken) -> JoinH
         "sharing",
         run_singleton(cluster.clone(), jobs::SHARING, move |_| {
             engine.clone().run()
+        }),
+    );
+    // The lifter of timed bans works through the stored schedule on one replica at a time.
+    let lifter = timed_bans.clone();
+    spawn(
+        "timed_bans",
+        run_singleton(cluster.clone(), jobs::TIMED_BANS, move |_| {
+            lifter.clone().run()
         }),
     );
     spawn("sharing_delivery", sharing.clone().run_delivery());

@@ -26,6 +26,8 @@ pub const ALERTS: &str = "alerts";
 pub const SWEEPER: &str = "sweeper";
 /// The sharing engine: matching committed bans against the sharing policies, once across replicas.
 pub const SHARING: &str = "sharing";
+/// The lifter of timed bans: each ban lifted once, at its time, across replicas.
+pub const TIMED_BANS: &str = "timed_bans";
 
 /// How long a running job has to end by itself once the hub stops.
 const STOP_GRACE: Duration = Duration::from_secs(5);

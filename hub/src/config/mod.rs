@@ -39,6 +39,8 @@ pub struct Config {
     pub defence: DefenceConfig,
     /// Profiles: how often hosts are compared with their profile.
     pub profiles: ProfilesConfig,
+    /// Bans with a duration.
+    pub timed_bans: TimedBansConfig,
     pub secrets: SecretsConfig,
     /// Hub replicas on one PostgreSQL database, and the CA they share.
     pub cluster: ClusterConfig,
@@ -265,6 +267,22 @@ impl Default for ProfilesConfig {
     }
 }
 
+/// Bans with a duration.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimedBansConfig {
+    /// The shortest `durationSecs` a ban may carry.
+    pub min_duration_secs: u64,
+}
+
+impl Default for TimedBansConfig {
+    fn default() -> Self {
+        Self {
+            min_duration_secs: 60,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -286,6 +304,7 @@ impl Default for Config {
             guards: GuardsConfig::default(),
             defence: DefenceConfig::default(),
             profiles: ProfilesConfig::default(),
+            timed_bans: TimedBansConfig::default(),
             secrets: SecretsConfig::default(),
             cluster: ClusterConfig::default(),
             auth: AuthConfig::default(),
@@ -495,6 +514,12 @@ impl Config {
             return invalid(
                 "guards.operator_token_window_secs",
                 "must be at most a year (31536000 seconds); 0 protects no token's address",
+            );
+        }
+        if !(1..=3600).contains(&self.timed_bans.min_duration_secs) {
+            return invalid(
+                "timed_bans.min_duration_secs",
+                "must be between 1 and 3600 seconds",
             );
         }
         if !(1..=86_400).contains(&self.profiles.drift_interval_secs) {

@@ -23,6 +23,7 @@ pub(super) mod m0019_guard;
 mod m0020_config_changes;
 mod m0021_profiles;
 mod m0022_rollouts;
+mod m0024_timed_bans;
 
 pub struct Migrator;
 
@@ -79,6 +80,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0020_config_changes::M0020ConfigChanges),
             Box::new(m0021_profiles::M0021Profiles),
             Box::new(m0022_rollouts::M0022Rollouts),
+            Box::new(m0024_timed_bans::M0024TimedBans),
         ]
     }
 }

@@ -46,6 +46,7 @@ mod settings;
 pub mod sharing;
 mod sql;
 mod sqlite_memory;
+pub mod timed_bans;
 mod writer;
 
 pub use cursors::Cursor;

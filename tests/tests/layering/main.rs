@@ -43,6 +43,8 @@ const HUB: Layering = Layering {
             "services",
             &[
                 "rollouts",
+                "fleet_jails",
+                "timed_bans",
                 "previews",
                 "lookups",
                 "profiles",
@@ -68,6 +70,9 @@ const HUB: Layering = Layering {
     sideways: &[
         ("ui", "serve"),
         ("api", "serve"),
+        ("fleet_jails", "fleet"),
+        ("timed_bans", "fleet"),
+        ("timed_bans", "auth"),
         ("previews", "fleet"),
         ("protected", "fleet"),
         ("protected", "auth"),

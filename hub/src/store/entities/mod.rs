@@ -26,3 +26,4 @@ pub mod session;
 pub mod settings_row;
 pub mod shared_ban;
 pub mod sharing_policy;
+pub mod timed_ban;

@@ -6,6 +6,7 @@ export type Route =
   | { name: 'servers' }
   | { name: 'jails' }
   | { name: 'jail'; jail: string }
+  | { name: 'fleet-jails' }
   | { name: 'events' }
   | { name: 'insights' }
   | { name: 'filters' }
@@ -49,6 +50,7 @@ export function parseRoute(path: string): Route {
     case 'defence':
     case 'profiles':
     case 'rollouts':
+    case 'fleet-jails':
     case 'login':
       return second === undefined ? { name: head } : { name: 'not-found', path };
     case 'jails':

@@ -667,6 +667,51 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/fleet/jails": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every jail name across the servers (all, or those carrying the labels asked for), with the
+         *     servers that have it. Online agents are asked with a deadline of a few seconds, at most 32 at
+         *     a time; an answer younger than 5 s is reused. A server that does not answer in time, or is
+         *     offline, shows its last answer with its age (`servers[].ageSecs`), or none.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["fleet_jails"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/fleet/jails/{jail}/enabled": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Enables or disables one jail on each chosen server at once, through each agent's validated
+         *     editor (fail2ban checks the result before it becomes live; a refusal changes nothing on that
+         *     server). Answers with one result per server; an offline server's result says so.
+         * @description Requires the `admin` role (or a higher one).
+         */
+        post: operations["switch_jail"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/ignoreip": {
         parameters: {
             query?: never;
@@ -768,8 +813,9 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Bans an address or network in a jail. A network wider than the configured limits, or the
-         *     broadcast address, needs an admin's `{"override": true}`; the hub's own addresses are refused.
+         * Bans an address or network in a jail, for the jail's ban time or for `durationSecs`. A network
+         *     wider than the configured limits, or the broadcast address, needs an admin's
+         *     `{"override": true}`; the hub's own addresses are refused.
          * @description Requires the `operator` role (or a higher one).
          */
         post: operations["ban"];
@@ -1755,6 +1801,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/timed-bans": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Bans with a duration, those ending first first: the active ones, or with `all=true` also those
+         *     that ended.
+         * @description Requires the `viewer` role (or a higher one).
+         */
+        get: operations["list_timed_bans"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/tokens": {
         parameters: {
             query?: never;
@@ -2195,8 +2262,23 @@ export interface components {
             mode: string;
             user?: components["schemas"]["UserDto"] | null;
         };
+        /** @description What a ban changed, and when the hub lifts it. */
+        BanAnswer: components["schemas"]["BanOutcome"] & {
+            /**
+             * Format: date-time
+             * @description When the hub lifts the ban (a ban with `durationSecs`); absent: the jail's own ban time.
+             */
+            endsAt?: string | null;
+        };
         /** @description The optional body of a ban. */
         BanBody: {
+            /**
+             * Format: int64
+             * @description How long the ban lasts, in seconds (60 to 31536000, a year): the hub lifts it at its end,
+             *     across agent, fail2ban and hub restarts. Absent: the jail's own ban time. fail2ban may lift
+             *     it earlier when the jail's `bantime` is shorter.
+             */
+            durationSecs?: number | null;
             /**
              * @description An admin's explicit go-ahead for a ban the guard rails stop otherwise: a network wider than
              *     `guards.ban_min_prefix_v4`/`_v6`, or the broadcast address. Recorded in the audit log. It
@@ -3020,6 +3102,11 @@ export interface components {
              * @description Commands still queued at this time expire.
              */
             deadline: string;
+            /**
+             * Format: date-time
+             * @description When the hub lifts the ban (a ban with `durationSecs`).
+             */
+            endsAt?: string | null;
             id: string;
             ip: string;
             jail?: string | null;
@@ -3042,6 +3129,13 @@ export interface components {
              *     604800; 3600 by default). Past it, what was not delivered is reported `expired`.
              */
             deadlineSecs?: number | null;
+            /**
+             * Format: int64
+             * @description How long a ban lasts, in seconds (60 to 31536000, a year): the hub lifts it on every
+             *     server at its end, across agent, fail2ban and hub restarts, and it stays queued for
+             *     offline servers no longer than that. Absent: the jail's own ban time. Only for a ban.
+             */
+            durationSecs?: number | null;
             /** @description The address or CIDR range. */
             ip: components["schemas"]["Address"];
             jail?: components["schemas"]["JailName"] | null;
@@ -3055,6 +3149,57 @@ export interface components {
             override?: boolean;
             /** @description `true` lifts the ban instead. */
             unban?: boolean;
+        };
+        /** @description One jail name across the fleet. */
+        FleetJailDto: {
+            /**
+             * Format: int64
+             * @description Addresses banned now, summed over the servers.
+             */
+            bannedNow: number;
+            /**
+             * Format: int64
+             * @description Servers whose configuration enables it.
+             */
+            enabledOn: number;
+            /**
+             * Format: int64
+             * @description Addresses failing now, summed over the servers.
+             */
+            failingNow: number;
+            name: string;
+            /**
+             * Format: int64
+             * @description Servers that run it now.
+             */
+            runningOn: number;
+            /** @description Servers whose configuration has it. */
+            servers: components["schemas"]["JailOnServerDto"][];
+        };
+        /** @description How fresh one server's part of the view is. */
+        FleetJailServerDto: {
+            /**
+             * Format: int64
+             * @description Seconds since that answer.
+             */
+            ageSecs?: number | null;
+            /**
+             * Format: date-time
+             * @description When its agent last answered (absent: no answer yet).
+             */
+            answeredAt?: string | null;
+            /** @description Why the latest attempt gave no answer (its last answer, if any, is shown instead). */
+            error?: string | null;
+            labels: components["schemas"]["Labels"];
+            serverId: string;
+            serverName: string;
+            /** @description `online`, `offline`, `pending` or `reporting`. */
+            status: string;
+        };
+        /** @description The fleet's jails and how fresh each server's answer is. */
+        FleetJailsView: {
+            jails: components["schemas"]["FleetJailDto"][];
+            servers: components["schemas"]["FleetJailServerDto"][];
         };
         /** @description A preview on many servers: `all: true`, or the servers carrying all of `labels`. */
         FleetPreviewBody: {
@@ -3266,6 +3411,19 @@ export interface components {
         };
         /** @description The name rule (a letter or digit, then letters, digits, `.`, `_`, `@` or `-`; at most 64 characters), and none of fail2ban's section names `DEFAULT`, `INCLUDES`, `KNOWN` nor `banhub-defaults`, in any case. */
         JailName: string;
+        /** @description One jail on one server. */
+        JailOnServerDto: {
+            /** Format: int64 */
+            currentlyBanned: number;
+            /** Format: int64 */
+            currentlyFailed: number;
+            /** @description Whether the server's configuration enables it. */
+            enabled: boolean;
+            /** @description Whether fail2ban runs it now. */
+            running: boolean;
+            serverId: string;
+            serverName: string;
+        };
         /** @description A jail of the effective configuration. */
         JailSummary: {
             actions: string[];
@@ -4478,6 +4636,29 @@ export interface components {
         Summary: components["schemas"]["StatusReport"] & {
             server: components["schemas"]["ServerDto"];
         };
+        /** @description The switch and every server's outcome. */
+        SwitchAnswer: {
+            enabled: boolean;
+            jail: string;
+            results: components["schemas"]["SwitchResultDto"][];
+        };
+        /** @description Body of `POST /api/fleet/jails/{jail}/enabled`. */
+        SwitchBody: {
+            /** @description `true` enables the jail, `false` disables it. */
+            enabled: boolean;
+            /** @description The servers, by id or name (1 to 200). */
+            servers: components["schemas"]["ServerRef"][];
+        };
+        /** @description One server's outcome of the switch. */
+        SwitchResultDto: {
+            /** @description Why it failed on this server (nothing changed there). */
+            error?: string | null;
+            /** @description Jails enabled in the configuration that do not run after the reload. */
+            failedJails: string[];
+            ok: boolean;
+            serverId: string;
+            serverName: string;
+        };
         /** @description One server of a fleet action. */
         TargetDto: {
             /**
@@ -4568,6 +4749,38 @@ export interface components {
              */
             roundTripMs: number;
         };
+        /** @description A ban the hub lifts at its time. */
+        TimedBanDto: {
+            /**
+             * Format: int64
+             * @description Lift attempts so far.
+             */
+            attempts: number;
+            /** Format: date-time */
+            createdAt: string;
+            /**
+             * Format: date-time
+             * @description When the hub lifts it.
+             */
+            endsAt: string;
+            /** @description Why the last attempt failed. */
+            error?: string | null;
+            /** Format: date-time */
+            finishedAt?: string | null;
+            /** @description The fleet ban it came with. */
+            fleetActionId?: string | null;
+            id: string;
+            ip: string;
+            jail: string;
+            requestedBy: string;
+            serverId: string;
+            state: components["schemas"]["TimedBanState"];
+        };
+        /**
+         * @description Where a timed ban is.
+         * @enum {string}
+         */
+        TimedBanState: "active" | "lifted" | "failed" | "cancelled" | "replaced";
         /** @description An RFC 3339 time (`2026-01-31T12:00:00Z`) or Unix milliseconds. */
         Timestamp: string;
         /**
@@ -8023,6 +8236,191 @@ export interface operations {
             };
         };
     };
+    fleet_jails: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Only servers carrying every one of these labels, `key=value` pairs separated by commas
+                 *     (`env=prod,role=web`).
+                 */
+                labels?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FleetJailsView"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    switch_jail: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                jail: components["schemas"]["JailName"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SwitchBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SwitchAnswer"];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`, `cross_origin`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A server named does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than this hub accepts. Codes from the shared layers: `payload_too_large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not sent as `application/json`. Codes from the shared layers: `unsupported_media_type`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid jail name (banhub's own jails included) or server list. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     get_global_ignore: {
         parameters: {
             query?: never;
@@ -8786,7 +9184,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        /** @description Optional; `{"override": true}` from an admin lifts the guard rails that allow it */
+        /** @description Optional; `{"override": true}` from an admin lifts the guard rails that allow it; `durationSecs` bans for that long */
         requestBody?: {
             content: {
                 "application/json": components["schemas"]["BanBody"];
@@ -8798,7 +9196,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["BanOutcome"];
+                    "application/json": components["schemas"]["BanAnswer"];
                 };
             };
             /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
@@ -8855,7 +9253,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Invalid name or address, or a guard rail (`guard_*` codes) refused the ban. Codes from the shared layers: `invalid_field`, `agent_refused_argument`, `host_policy`, `config_invalid`. */
+            /** @description Invalid name, address or duration, or a guard rail (`guard_*` codes) refused the ban. Codes from the shared layers: `invalid_field`, `agent_refused_argument`, `host_policy`, `config_invalid`. */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -14473,6 +14871,102 @@ export interface operations {
             };
             /** @description Agent did not answer in time. Codes from the shared layers: `agent_timeout`. */
             504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_timed_bans: {
+        parameters: {
+            query?: {
+                /** @description Only this server (id or name). */
+                serverId?: string;
+                /** @description Only this jail. */
+                jail?: components["schemas"]["JailName"];
+                /** @description Only this address or network. */
+                ip?: components["schemas"]["Address"];
+                /**
+                 * @description Also the bans already lifted, failed, cancelled or replaced (`false` by default: the
+                 *     active ones only).
+                 */
+                all?: boolean;
+                /** @description At most this many (1 to 500, 100 by default). */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TimedBanDto"][];
+                };
+            };
+            /** @description Malformed: the body is not JSON, or the query string does not parse. Codes from the shared layers: `bad_request`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid session or token. Codes from the shared layers: `unauthenticated`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller's role is too low, or a cookie-authenticated change came from another site. Codes from the shared layers: `forbidden`, `no_role`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found. Codes from the shared layers: `unknown_server`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A field breaks a rule. Codes from the shared layers: `invalid_field`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The hub failed; the details are in its log. Codes from the shared layers: `internal`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable just now: the agent, or the database (then with `Retry-After`). Codes from the shared layers: `store_unavailable`. */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
