@@ -186,7 +186,15 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
     let _ = std::fs::remove_dir_all(&screenshots);
     let mut suite = Command::new(&playwright);
     suite
-        .args(["test", "e2e/alerts.spec.ts", "e2e/ui.spec.ts", "e2e/i18n.spec.ts", "e2e/rollouts.spec.ts", "e2e/address.spec.ts", "e2e/fleet.spec.ts"])
+        .args([
+            "test",
+            "e2e/alerts.spec.ts",
+            "e2e/ui.spec.ts",
+            "e2e/i18n.spec.ts",
+            "e2e/rollouts.spec.ts",
+            "e2e/address.spec.ts",
+            "e2e/fleet.spec.ts",
+        ])
         .current_dir(&ui)
         .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
         .env("CHROMIUM_PATH", CHROMIUM)
