@@ -163,14 +163,17 @@ async fn digest(
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PreviewBody {
+pub struct AlertPreviewBody {
     /// The rule's name, 1 to 100 characters.
+    #[schema(min_length = 1, max_length = 100, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")]
     rule_name: String,
     /// A server id: the sample bans happened there (default: a sample server).
     #[serde(default)]
+    #[schema(format = Uuid)]
     server: Option<String>,
     /// The sample bans' jail (default `sshd`).
     #[serde(default)]
+    #[schema(value_type = Option<super::schemas::JailName>)]
     jail: Option<String>,
     format: MessageFormat,
     /// Default: `alerts.language` of the saved settings.
@@ -181,14 +184,14 @@ pub struct PreviewBody {
 /// Renders a rule's message for a sample digest (three bans) in a channel's format and a
 /// language, exactly as it would be sent, and sends nothing.
 #[utoipa::path(post, path = "/api/alerts/preview", tag = "alerts",
-    extensions(("x-required-role" = json!("admin"))), request_body = PreviewBody,
+    extensions(("x-required-role" = json!("admin"))), request_body = AlertPreviewBody,
     responses((status = 200, body = Preview),
               (status = 400, body = Problem),
               (status = 422, description = "A bad value; `field` names it", body = Problem)))]
 async fn preview(
     _caller: Admin,
     State(state): State<AppState>,
-    ApiJson(body): ApiJson<PreviewBody>,
+    ApiJson(body): ApiJson<AlertPreviewBody>,
 ) -> Result<ApiJson<Preview>, ApiError> {
     let request = body.parse()?;
     let preview = state.alerts.preview(request).await.map_err(|e| match e {
@@ -198,7 +201,7 @@ async fn preview(
     Ok(ApiJson(preview))
 }
 
-impl PreviewBody {
+impl AlertPreviewBody {
     fn parse(self) -> Result<PreviewRequest, ApiError> {
         let rule_name = self.rule_name.trim().to_owned();
         if rule_name.is_empty()

@@ -2173,6 +2173,18 @@ export interface components {
             /** @description The shared bans of the address it holds now (pending or delivered). */
             sharedBans: components["schemas"]["SharedBanDto"][];
         };
+        AlertPreviewBody: {
+            format: components["schemas"]["MessageFormat"];
+            jail?: components["schemas"]["JailName"] | null;
+            language?: components["schemas"]["Language"] | null;
+            /** @description The rule's name, 1 to 100 characters. */
+            ruleName: string;
+            /**
+             * Format: uuid
+             * @description A server id: the sample bans happened there (default: a sample server).
+             */
+            server?: string | null;
+        };
         AlertsDocument: {
             /**
              * Format: int32
@@ -5396,7 +5408,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["PreviewBody"];
+                "application/json": components["schemas"]["AlertPreviewBody"];
             };
         };
         responses: {
