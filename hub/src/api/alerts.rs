@@ -165,7 +165,11 @@ async fn digest(
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AlertPreviewBody {
     /// The rule's name, 1 to 100 characters.
-    #[schema(min_length = 1, max_length = 100, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")]
+    #[schema(
+        min_length = 1,
+        max_length = 100,
+        pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$"
+    )]
     rule_name: String,
     /// A server id: the sample bans happened there (default: a sample server).
     #[serde(default)]
