@@ -138,3 +138,18 @@ test('a timed ban from the jail page and from the fleet-ban form shows when it e
   expect(bannedOnA()).toContain('198.51.100.202');
   await shoot(page, 'timed-ban');
 });
+
+test('the fleet jail view and the servers grouped by label read German', async () => {
+  await page.evaluate(() => localStorage.setItem('banhub.locale', 'de'));
+  try {
+    await page.goto('fleet-jails');
+    await expect(page.getByRole('heading', { name: 'Jails über alle Server', level: 1 })).toBeVisible();
+    await expect(page.locator(`tr[data-jail="${env.jail}"]`).getByTestId('running-on')).toHaveText('2 von 2');
+    await page.goto('servers');
+    await page.locator('input[name=label-filter]').fill('env=staging');
+    await expect(page.getByTestId('servers-shown')).toHaveText('1 von 2 Servern gezeigt');
+    await expect(page.locator('select[name=group-by]').locator('option').first()).toHaveText('Keine Gruppierung');
+  } finally {
+    await page.evaluate(() => localStorage.removeItem('banhub.locale'));
+  }
+});
