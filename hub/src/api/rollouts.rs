@@ -211,47 +211,15 @@ impl From<&Rollout> for RolloutSummaryDto {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutDto {
-    id: String,
-    profile: String,
-    version: i64,
-    /// `running`; `succeeded` (every host confirmed); `stopped` (by an operator, changed hosts
-    /// rolled back); `rolledBack` (a check or an apply failed, changed hosts rolled back);
-    /// `failed` (a host could not be rolled back).
-    state: RolloutState,
-    canary: u32,
-    batch_size: u32,
-    watch_secs: u32,
-    confirm_secs: u32,
-    max_ban_rate_factor: f64,
-    created_by: String,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    finished_at: Option<DateTime<Utc>>,
-    /// Why it stopped or failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<String>,
+    #[serde(flatten)]
+    summary: RolloutSummaryDto,
     hosts: Vec<RolloutHostDto>,
 }
 
 impl From<Rollout> for RolloutDto {
     fn from(r: Rollout) -> Self {
-        let s = RolloutSummaryDto::from(&r);
         Self {
-            id: s.id,
-            profile: s.profile,
-            version: s.version,
-            state: s.state,
-            canary: s.canary,
-            batch_size: s.batch_size,
-            watch_secs: s.watch_secs,
-            confirm_secs: s.confirm_secs,
-            max_ban_rate_factor: s.max_ban_rate_factor,
-            created_by: s.created_by,
-            created_at: s.created_at,
-            updated_at: s.updated_at,
-            finished_at: s.finished_at,
-            reason: s.reason,
+            summary: RolloutSummaryDto::from(&r),
             hosts: r.hosts.into_iter().map(Into::into).collect(),
         }
     }

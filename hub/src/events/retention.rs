@@ -19,6 +19,8 @@ use super::{Events, EventsError};
 const CHUNK: usize = 5000;
 /// The first pass runs this long after start, out of the way of start-up.
 const FIRST_PASS_AFTER: Duration = Duration::from_secs(60);
+/// How soon a prune that failed after a retention change is tried again (a busy database passes).
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(2);
 const DAY_MS: i64 = 24 * 3_600_000;
 
 /// What one pass removed.
@@ -106,15 +108,15 @@ impl Events {
     ) {
         let mut applied: Option<u32> = None;
         let mut next_pass = tokio::time::Instant::now() + interval;
+        // Set while a prune owed to a retention change has failed and waits to be tried again.
+        let mut retry_at: Option<tokio::time::Instant> = None;
         loop {
             let days = days_of(&changes.borrow_and_update()).unwrap_or(configured_days);
             if applied != Some(days) {
                 self.set_retention_days(days);
                 if applied.is_some() {
                     tracing::info!(days, "event retention changed; pruning now");
-                    if let Err(e) = self.prune(Utc::now()).await {
-                        tracing::warn!(error = %e, "pruning old events failed");
-                    }
+                    retry_at = self.prune_or_retry().await;
                 }
                 applied = Some(days);
             }
@@ -125,12 +127,26 @@ impl Events {
                         return;
                     }
                 }
+                () = tokio::time::sleep_until(retry_at.unwrap_or(next_pass)), if retry_at.is_some() => {
+                    retry_at = self.prune_or_retry().await;
+                }
                 () = tokio::time::sleep_until(next_pass), if configured_days == 0 => {
                     next_pass = tokio::time::Instant::now() + interval;
                     if let Err(e) = self.prune(Utc::now()).await {
                         tracing::warn!(error = %e, "pruning old events failed; trying again next interval");
                     }
                 }
+            }
+        }
+    }
+
+    /// Prunes now; on failure, when to try again.
+    async fn prune_or_retry(&self) -> Option<tokio::time::Instant> {
+        match self.prune(Utc::now()).await {
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "pruning old events failed; trying again shortly");
+                Some(tokio::time::Instant::now() + RETRY_AFTER_FAILURE)
             }
         }
     }

@@ -4136,37 +4136,8 @@ export interface components {
          */
         Role: "viewer" | "operator" | "admin";
         /** @description A rollout with its hosts in rollout order. */
-        RolloutDto: {
-            /** Format: int32 */
-            batchSize: number;
-            /** Format: int32 */
-            canary: number;
-            /** Format: int32 */
-            confirmSecs: number;
-            /** Format: date-time */
-            createdAt: string;
-            createdBy: string;
-            /** Format: date-time */
-            finishedAt?: string | null;
+        RolloutDto: components["schemas"]["RolloutSummaryDto"] & {
             hosts: components["schemas"]["RolloutHostDto"][];
-            id: string;
-            /** Format: double */
-            maxBanRateFactor: number;
-            profile: string;
-            /** @description Why it stopped or failed. */
-            reason?: string | null;
-            /**
-             * @description `running`; `succeeded` (every host confirmed); `stopped` (by an operator, changed hosts
-             *     rolled back); `rolledBack` (a check or an apply failed, changed hosts rolled back);
-             *     `failed` (a host could not be rolled back).
-             */
-            state: components["schemas"]["RolloutState"];
-            /** Format: date-time */
-            updatedAt: string;
-            /** Format: int64 */
-            version: number;
-            /** Format: int32 */
-            watchSecs: number;
         };
         /** @description One host of a rollout. */
         RolloutHostDto: {
