@@ -56,6 +56,21 @@ export function count(n: number | null | undefined): string {
   return n === null || n === undefined ? '—' : cached('count', (loc) => new Intl.NumberFormat(loc)).format(n);
 }
 
+/** A tick on a chart's time axis (Unix seconds): the day over a span of more than two days, else the
+ * time of day, as the locale writes them ("27. Nov.", "14:00", "午後2:00"). */
+export function timeTick(seconds: number, spanSeconds: number): string {
+  const days = spanSeconds > 2 * 86400;
+  const f = cached(days ? 'tickDay' : 'tickTime', (loc) =>
+    new Intl.DateTimeFormat(loc, days ? { month: 'short', day: 'numeric' } : { hour: '2-digit', minute: '2-digit' }),
+  );
+  return f.format(new Date(seconds * 1000));
+}
+
+/** A point in time on a chart's legend (Unix seconds), short date and time in the locale. */
+export function shortDateTime(seconds: number): string {
+  return cached('shortDateTime', (loc) => new Intl.DateTimeFormat(loc, { dateStyle: 'short', timeStyle: 'short' })).format(new Date(seconds * 1000));
+}
+
 /** A value for <input type="datetime-local"> → RFC 3339 (UTC), or undefined when empty/invalid. */
 export function localInputToIso(value: string): string | undefined {
   if (!value) return undefined;
