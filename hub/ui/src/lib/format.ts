@@ -35,6 +35,19 @@ export function ago(iso: string | null | undefined, now = Date.now()): string {
   return rtf.format(-Math.floor(s / 86400), 'day');
 }
 
+/** "in 59 min", "in 1 Std.", "1 日後" (relative to `now`); "—" for nothing. */
+export function until(iso: string | null | undefined, now = Date.now()): string {
+  if (!iso) return '—';
+  const at = Date.parse(iso);
+  if (Number.isNaN(at)) return iso;
+  const s = Math.max(0, Math.round((at - now) / 1000));
+  const rtf = cached('until', (loc) => new Intl.RelativeTimeFormat(loc, { numeric: 'always', style: 'short' }));
+  if (s < 60) return rtf.format(s, 'second');
+  if (s < 3600) return rtf.format(Math.round(s / 60), 'minute');
+  if (s < 86400) return rtf.format(Math.round(s / 3600), 'hour');
+  return rtf.format(Math.round(s / 86400), 'day');
+}
+
 /** A ban length in seconds: "10 min", "1 h 30 min", "permanent" for -1 (in the locale's words). */
 export function duration(seconds: number | null | undefined): string {
   if (seconds === null || seconds === undefined) return '—';
