@@ -1,1 +1,0 @@
-import{G as e,L as t,ht as n,nt as r,q as i}from"./ErrorBox-BIfHzQnR.js";var a=i(`<div class="empty muted svelte-rb2dm1"><!></div>`);function o(i,o){var s=a(),c=r(s);t(c,()=>o.children),n(s),e(i,s)}export{o as t};
