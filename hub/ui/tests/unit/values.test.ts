@@ -49,24 +49,16 @@ describe('timedBanLines', () => {
     fleetActionId,
   });
 
-  it('shows a fleet ban on every server once, others per server, ending first first', () => {
-    const lines = timedBanLines(
-      [
-        ban('a', 'f1', '2026-11-28T10:00:00Z'),
-        ban('b', 'f1', '2026-11-28T10:00:00Z'),
-        ban('a', null, '2026-11-27T11:00:00Z'),
-        ban('b', null, '2026-11-27T12:00:00Z', 'lifted'),
-      ],
-      2,
-    );
-    expect(lines).toEqual([
-      { serverId: 'a', jail: 'sshd', endsAt: '2026-11-27T11:00:00Z' },
-      { serverId: null, jail: 'sshd', endsAt: '2026-11-28T10:00:00Z' },
+  it('shows a fleet ban once with its servers, others on their own, ending first first', () => {
+    const lines = timedBanLines([
+      ban('a', 'f1', '2026-11-28T10:00:00Z'),
+      ban('b', 'f1', '2026-11-28T10:00:00Z'),
+      ban('a', null, '2026-11-27T11:00:00Z'),
+      ban('b', null, '2026-11-27T12:00:00Z', 'lifted'),
     ]);
-  });
-
-  it('lists a fleet ban per server when it did not reach every server', () => {
-    const lines = timedBanLines([ban('a', 'f1', '2026-11-28T10:00:00Z')], 3);
-    expect(lines.map((l) => l.serverId)).toEqual(['a']);
+    expect(lines).toEqual([
+      { fleetActionId: null, serverIds: ['a'], jail: 'sshd', endsAt: '2026-11-27T11:00:00Z' },
+      { fleetActionId: 'f1', serverIds: ['a', 'b'], jail: 'sshd', endsAt: '2026-11-28T10:00:00Z' },
+    ]);
   });
 });
