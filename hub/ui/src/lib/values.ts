@@ -4,7 +4,8 @@
 // hub's) is shown as sent rather than as a message key.
 import { hasMessage, t } from './i18n.svelte';
 
-/** Each set of API values and the message prefix of its words (`nav.status.online`). */
+/** Each set of API values and the message prefix of its words (`nav.status.online`), or the key of
+ * each value where the keys have no common prefix. */
 const PREFIXES = {
   /** `StatusDto`: pending, reporting, online, offline. */
   serverStatus: 'nav.status',
@@ -36,7 +37,13 @@ const PREFIXES = {
   actorKind: 'audit.actorKind',
   /** `TimedBanState`. */
   timedBan: 'timed.state',
-} as const;
+  /** Why an address is protected from bans: `configured`, `hub_address`, `operator_session`. */
+  protection: {
+    configured: 'protected.kindConfigured',
+    hub_address: 'protected.kindHub',
+    operator_session: 'protected.kindOperator',
+  },
+} satisfies Record<string, string | Record<string, string>>;
 
 export type ValueSet = keyof typeof PREFIXES;
 
@@ -51,7 +58,8 @@ const BADGES: Partial<Record<ValueSet, Record<string, string>>> = {
 
 /** The message key naming `value` of `set`. */
 export function valueKey(set: ValueSet, value: string): string {
-  return `${PREFIXES[set]}.${value}`;
+  const names: string | Record<string, string> = PREFIXES[set];
+  return typeof names === 'string' ? `${names}.${value}` : (names[value] ?? `${set}.${value}`);
 }
 
 /** `value` of `set` in the current locale's words; as sent when no message names it, "—" for none. */

@@ -20,6 +20,8 @@ describe('valueText', () => {
   it('shows a value it does not know as sent, and nothing as a dash', () => {
     expect(valueText('serverStatus', 'hibernating')).toBe('hibernating');
     expect(valueText('serverStatus', null)).toBe('—');
+    expect(valueText('protection', 'hub_address')).toBe(t('protected.kindHub'));
+    expect(valueText('protection', 'ignoreip')).toBe('ignoreip');
     expect(valueBadge('drift', 'in_sync')).toBe('online');
     expect(valueBadge('drift', 'sideways')).toBe('');
   });
