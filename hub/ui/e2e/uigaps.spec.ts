@@ -6,7 +6,7 @@
 // English and German; and the end of a timed fleet ban on the address page in German and English.
 // Leaves target/ui-e2e/screenshots/uigaps-*.png (the Japanese one shows CJK glyphs, not boxes).
 import { expect, test, type BrowserContext, type Page, type Response } from '@playwright/test';
-import { bannedOnA, bannedOnB, env, failLogins, localLogin, oidcLogin, shoot } from './env';
+import { bannedOnA, bannedOnB, endSession, env, failLogins, localLogin, oidcLogin, shoot } from './env';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -35,13 +35,9 @@ test.beforeAll(async ({ browser }) => {
 });
 
 test.afterAll(async () => {
-  // Back to English and signed out, so the harness finds only the sessions ui.spec.ts leaves.
+  // Back to English and signed out.
   await page.evaluate(() => localStorage.removeItem('banhub.locale'));
-  const answer = await page.evaluate(async () => {
-    const response = await fetch('auth/logout', { method: 'POST', credentials: 'same-origin', redirect: 'manual' });
-    return { type: response.type, status: response.status };
-  });
-  expect(answer.type === 'opaqueredirect' || (answer.status >= 200 && answer.status < 300), JSON.stringify(answer)).toBe(true);
+  await endSession(page);
   await context.close();
 });
 
