@@ -59,7 +59,7 @@ test('pages and locales arrive as chunks when first shown, uPlot only with the c
   // In-app navigation to a chart page brings its chunk and uPlot's, cached for good.
   const insights = page.waitForResponse((r) => chunk('Insights').test(r.url()));
   const chart = page.waitForResponse((r) => chunk('Chart').test(r.url()));
-  await page.getByRole('navigation').getByRole('link', { name: 'Insights', exact: true }).click();
+  await page.getByRole('navigation', { name: 'Pages' }).getByRole('link', { name: 'Insights', exact: true }).click();
   for (const response of [await insights, await chart]) {
     expect(response.status()).toBe(200);
     expect(response.headers()['cache-control']).toContain('immutable');
