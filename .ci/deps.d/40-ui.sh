@@ -2,6 +2,9 @@
 # from the committed package-lock.json, and Debian's Chromium for the Playwright tests (Playwright's
 # own browser download is never used). Sourced by .ci/install-deps.
 apt_install chromium
+# A CJK font (WenQuanYi Micro Hei, a few MB): without one Chromium draws the Japanese and Chinese
+# pages and their screenshots as empty boxes.
+apt_install fonts-wqy-microhei
 if [ ! -x /usr/bin/chromium ]; then
   log "chromium was installed but /usr/bin/chromium is missing" >&2
   exit 1

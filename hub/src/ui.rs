@@ -339,8 +339,9 @@ mod tests {
         );
         assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
 
-        let css = index.find("href=\"./assets/").map(|i| {
-            let start = i + "href=\"./".len();
+        // The stylesheet link (the module preloads before it name scripts).
+        let css = index.find("rel=\"stylesheet\"").map(|at| {
+            let start = at + index[at..].find("href=\"./").expect("href") + "href=\"./".len();
             index[start..start + index[start..].find('"').expect("quote")].to_owned()
         });
         let css = get(&ui, &format!("/{}", css.expect("stylesheet link")));
@@ -348,6 +349,31 @@ mod tests {
             header(&css, header::CONTENT_TYPE),
             "text/css; charset=utf-8"
         );
+    }
+
+    #[tokio::test]
+    async fn every_chunk_of_the_build_is_served_and_cached_for_good() {
+        let ui = Ui::new("/").expect("embedded ui");
+        let assets: Vec<_> = Dist::iter().filter(|f| f.starts_with("assets/")).collect();
+        // The pages and the locales are chunks of their own, loaded when first needed.
+        assert!(assets.len() > 10, "{assets:?}");
+        for file in assets {
+            let response = get(&ui, &format!("/{file}"));
+            assert_eq!(response.status(), StatusCode::OK, "{file}");
+            assert_eq!(
+                header(&response, header::CACHE_CONTROL),
+                IMMUTABLE,
+                "{file}"
+            );
+            let expected = if file.ends_with(".js") {
+                "text/javascript; charset=utf-8"
+            } else if file.ends_with(".css") {
+                "text/css; charset=utf-8"
+            } else {
+                continue;
+            };
+            assert_eq!(header(&response, header::CONTENT_TYPE), expected, "{file}");
+        }
     }
 
     #[tokio::test]

@@ -95,7 +95,7 @@ test('a jail is disabled on a chosen server from the fleet view and enabled agai
   expect(runningOnB()).toContain('dummyjail');
   await page.getByRole('checkbox', { name: `Choose ${env.serverB}` }).check();
   await page.locator('input[name=fleet-switch-jail]').fill('dummyjail');
-  await page.getByRole('button', { name: 'Disable on 1 servers' }).click();
+  await page.getByRole('button', { name: 'Disable on 1 server', exact: true }).click();
   await page.getByRole('button', { name: 'Yes, disable' }).click();
   const result = page.getByTestId('fleet-switch-result');
   await expect(result.locator(`[data-server="${env.serverB}"]`)).toHaveText(`${env.serverB}: done`);
@@ -103,7 +103,7 @@ test('a jail is disabled on a chosen server from the fleet view and enabled agai
   await expect(page.locator('tr[data-jail="dummyjail"]').getByTestId('running-on')).toHaveText('1 of 2');
   await expect(page.locator(`tr[data-jail="dummyjail"] [data-server="${env.serverB}"]`)).toContainText('disabled');
 
-  await page.getByRole('button', { name: 'Enable on 1 servers' }).click();
+  await page.getByRole('button', { name: 'Enable on 1 server', exact: true }).click();
   await expect(result.locator(`[data-server="${env.serverB}"]`)).toHaveText(`${env.serverB}: done`);
   expect(runningOnB()).toContain('dummyjail');
   await expect(page.locator('tr[data-jail="dummyjail"]').getByTestId('running-on')).toHaveText('2 of 2');

@@ -3,7 +3,7 @@
 // dates on a page with data (the audit log after adding and deleting a server) are written as each
 // locale writes them, and a browser whose language is French opens in French.
 import { expect, test, type BrowserContext, type Page } from '@playwright/test';
-import { env, localLogin, oidcLogin, shoot } from './env';
+import { endSession, env, localLogin, oidcLogin, shoot } from './env';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -21,15 +21,8 @@ test.beforeAll(async ({ browser }) => {
 });
 
 test.afterAll(async () => {
-  // Ends this suite's session on the hub (the French browser shared it), so the harness finds only
-  // the sessions ui.spec.ts leaves behind.
-  // With OIDC the hub answers with a redirect to the provider's end-session page, which a fetch does
-  // not follow to another origin: the session is over on the hub once the redirect is answered.
-  const answer = await page.evaluate(async () => {
-    const response = await fetch('auth/logout', { method: 'POST', credentials: 'same-origin', redirect: 'manual' });
-    return { type: response.type, status: response.status };
-  });
-  expect(answer.type === 'opaqueredirect' || (answer.status >= 200 && answer.status < 300), JSON.stringify(answer)).toBe(true);
+  // Ends this suite's session on the hub (the French browser shared it).
+  await endSession(page);
   await context.close();
 });
 

@@ -194,6 +194,7 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
             "e2e/rollouts.spec.ts",
             "e2e/address.spec.ts",
             "e2e/fleet.spec.ts",
+            "e2e/uigaps.spec.ts",
         ])
         .current_dir(&ui)
         .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")

@@ -1,5 +1,6 @@
 // Shapes API answers into the column arrays uPlot draws: x in Unix seconds, one array per series.
 import type { JailCounts, ServerCounts, Stats } from './api/types';
+import { t } from './i18n.svelte';
 
 export type Columns = [number[], ...number[][]];
 
@@ -55,7 +56,7 @@ export function jailBars(rows: readonly JailCounts[], max = 10): Bars {
 }
 
 export function serverBars(rows: readonly ServerCounts[], max = 10): Bars {
-  return barsOf(rows, (r) => r.serverName ?? `${r.serverId.slice(0, 8)} (deleted)`, (r) => r.bans, max);
+  return barsOf(rows, (r) => r.serverName ?? t('common.deletedServer', { id: r.serverId.slice(0, 8) }), (r) => r.bans, max);
 }
 
 /** A readable label for a bucket start, shorter for longer buckets. */

@@ -35,6 +35,19 @@ export function ago(iso: string | null | undefined, now = Date.now()): string {
   return rtf.format(-Math.floor(s / 86400), 'day');
 }
 
+/** "in 59 min", "in 1 Std.", "1 日後" (relative to `now`); "—" for nothing. */
+export function until(iso: string | null | undefined, now = Date.now()): string {
+  if (!iso) return '—';
+  const at = Date.parse(iso);
+  if (Number.isNaN(at)) return iso;
+  const s = Math.max(0, Math.round((at - now) / 1000));
+  const rtf = cached('until', (loc) => new Intl.RelativeTimeFormat(loc, { numeric: 'always', style: 'short' }));
+  if (s < 60) return rtf.format(s, 'second');
+  if (s < 3600) return rtf.format(Math.round(s / 60), 'minute');
+  if (s < 86400) return rtf.format(Math.round(s / 3600), 'hour');
+  return rtf.format(Math.round(s / 86400), 'day');
+}
+
 /** A ban length in seconds: "10 min", "1 h 30 min", "permanent" for -1 (in the locale's words). */
 export function duration(seconds: number | null | undefined): string {
   if (seconds === null || seconds === undefined) return '—';
@@ -54,6 +67,21 @@ export function duration(seconds: number | null | undefined): string {
 /** A count with the locale's digit grouping ("12,345", "12.345", "12 345"); "—" for nothing. */
 export function count(n: number | null | undefined): string {
   return n === null || n === undefined ? '—' : cached('count', (loc) => new Intl.NumberFormat(loc)).format(n);
+}
+
+/** A tick on a chart's time axis (Unix seconds): the day over a span of more than two days, else the
+ * time of day, as the locale writes them ("27. Nov.", "14:00", "午後2:00"). */
+export function timeTick(seconds: number, spanSeconds: number): string {
+  const days = spanSeconds > 2 * 86400;
+  const f = cached(days ? 'tickDay' : 'tickTime', (loc) =>
+    new Intl.DateTimeFormat(loc, days ? { month: 'short', day: 'numeric' } : { hour: '2-digit', minute: '2-digit' }),
+  );
+  return f.format(new Date(seconds * 1000));
+}
+
+/** A point in time on a chart's legend (Unix seconds), short date and time in the locale. */
+export function shortDateTime(seconds: number): string {
+  return cached('shortDateTime', (loc) => new Intl.DateTimeFormat(loc, { dateStyle: 'short', timeStyle: 'short' })).format(new Date(seconds * 1000));
 }
 
 /** A value for <input type="datetime-local"> → RFC 3339 (UTC), or undefined when empty/invalid. */

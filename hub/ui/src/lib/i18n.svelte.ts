@@ -139,6 +139,11 @@ function lookup(key: string, loc: string): string | undefined {
   return undefined;
 }
 
+/** Whether some locale on the current locale's fallback chain has the message `key`. */
+export function hasMessage(key: string): boolean {
+  return lookup(key, state.locale) !== undefined;
+}
+
 /** The message `key` in the current locale with `{name}` placeholders filled (a missing value as
  * nothing); the key itself if no locale has it. */
 export function t(key: string, params?: Record<string, string | number | null | undefined>): string {

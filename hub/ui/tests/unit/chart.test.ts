@@ -1,5 +1,7 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { bucketLabel, jailBars, serverBars, statsColumns } from '../../src/lib/chart';
+import { shortDateTime, timeTick } from '../../src/lib/format';
+import { setLocale } from '../../src/lib/i18n.svelte';
 
 const at = (h: number) => new Date(Date.UTC(2026, 10, 22, h)).toISOString();
 const sec = (h: number) => Date.UTC(2026, 10, 22, h) / 1000;
@@ -58,5 +60,25 @@ describe('bucketLabel', () => {
     const t = new Date(2026, 10, 22, 13, 5).getTime() / 1000;
     expect(bucketLabel(t, 3600)).toBe('2026-11-22 13:05');
     expect(bucketLabel(t, 86400)).toBe('2026-11-22');
+  });
+});
+
+describe('chart labels in the locale', () => {
+  afterEach(() => setLocale('en'));
+  const afternoon = new Date(2026, 10, 22, 14, 0).getTime() / 1000;
+
+  it('writes time ticks as the time of day, or the day over a longer span', async () => {
+    expect(timeTick(afternoon, 86400)).toBe('02:00 PM');
+    expect(timeTick(afternoon, 7 * 86400)).toBe('Nov 22');
+    await setLocale('de');
+    expect(timeTick(afternoon, 86400)).toBe('14:00');
+    expect(timeTick(afternoon, 7 * 86400)).toBe('22. Nov.');
+  });
+
+  it('writes legend times and deleted servers in the locale', async () => {
+    expect(shortDateTime(afternoon)).toBe('11/22/26, 2:00 PM');
+    await setLocale('de');
+    expect(shortDateTime(afternoon)).toBe('22.11.26, 14:00');
+    expect(serverBars([{ serverId: '0123456789abcdef', serverName: null, bans: 2, unbans: 0, gaps: 0 }]).labels).toEqual(['01234567 (gelöscht)']);
   });
 });

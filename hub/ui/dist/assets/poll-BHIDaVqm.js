@@ -1,0 +1,1 @@
+function e(e,t,n=()=>!0){let r,i=0,a=!1;async function o(){if(clearTimeout(r),a)return;let s=++i,c=()=>!a&&s===i;await e(c),c()&&n()&&(r=setTimeout(o,t))}return{now:o,stop(){a=!0,clearTimeout(r)}}}export{e as t};
