@@ -65,13 +65,7 @@ impl State {
             };
             for rule in &rules {
                 let Some(spike) = rule.spike else { continue };
-                if !in_scope(
-                    rule,
-                    event,
-                    facts.jail.as_str(),
-                    country.as_deref(),
-                    servers,
-                ) {
+                if !in_scope(rule, event, country.as_deref(), servers) {
                     continue;
                 }
                 let window = state.spikes.entry(rule.id).or_default();
@@ -143,10 +137,13 @@ pub fn ban_ips<E: Borrow<StoredEvent>>(events: &[E]) -> Vec<String> {
 fn in_scope(
     rule: &AlertRule,
     event: &StoredEvent,
-    jail: &str,
     country: Option<&str>,
     servers: &ServersById,
 ) -> bool {
+    let jail = match &event.body {
+        EventBody::Ban(facts) => facts.jail.as_str(),
+        _ => "",
+    };
     server_in_scope(rule, event.server_id, servers)
         && (rule.jails.is_empty() || rule.jails.iter().any(|j| j.as_str() == jail))
         && (rule.countries.is_empty() || country.is_some_and(|c| rule.countries.contains(c)))
@@ -207,13 +204,7 @@ pub fn evaluate<E: Borrow<StoredEvent>>(
         let ip = facts.ip.to_string();
         let at = event.occurred_at.timestamp_millis();
         for (rule, matched) in rules.iter().zip(out.iter_mut()) {
-            if !in_scope(
-                rule,
-                event,
-                facts.jail.as_str(),
-                country.as_deref(),
-                servers,
-            ) {
+            if !in_scope(rule, event, country.as_deref(), servers) {
                 continue;
             }
             if let Some(spike) = rule.spike {
@@ -316,6 +307,18 @@ pub(super) mod tests {
             rules,
             ..Alerts::default()
         }
+    }
+
+    /// The matches without GeoIP, repeat counts or servers.
+    fn eval(alerts: &Alerts, events: &[StoredEvent], state: &mut State) -> Vec<RuleMatches> {
+        evaluate(
+            alerts,
+            events,
+            state,
+            None,
+            &HashMap::new(),
+            &ServersById::new(),
+        )
     }
 
     fn counts(found: &[RuleMatches], name: &str) -> usize {
@@ -463,17 +466,7 @@ pub(super) mod tests {
             ban(1, s, "j", "192.0.2.1", 0),
             ban(2, s, "j", "192.0.2.2", 20_000),
         ];
-        assert!(
-            evaluate(
-                &settings,
-                &slow,
-                &mut state,
-                None,
-                &HashMap::new(),
-                &ServersById::new()
-            )
-            .is_empty()
-        );
+        assert!(eval(&settings, &slow, &mut state).is_empty());
         // Then two more within 10 s of the second (in a later batch): the second of them is the
         // third ban in 10 s, the first match; a fifth right after matches too.
         let fast = vec![
@@ -481,14 +474,7 @@ pub(super) mod tests {
             ban(4, s, "j", "192.0.2.4", 22_000),
             ban(5, s, "j", "192.0.2.5", 22_500),
         ];
-        let found = evaluate(
-            &settings,
-            &fast,
-            &mut state,
-            None,
-            &HashMap::new(),
-            &ServersById::new(),
-        );
+        let found = eval(&settings, &fast, &mut state);
         let ids: Vec<i64> = found[0].matches.iter().map(|m| m.event_id).collect();
         assert_eq!(ids, [4, 5]);
     }
@@ -510,14 +496,7 @@ pub(super) mod tests {
         ];
         let mut seeded = State::seed(&settings, &stored, 2, None, &ServersById::new());
         let next = vec![ban(3, s, "j", "192.0.2.3", 2_000)];
-        let found = evaluate(
-            &settings,
-            &next,
-            &mut seeded,
-            None,
-            &HashMap::new(),
-            &ServersById::new(),
-        );
+        let found = eval(&settings, &next, &mut seeded);
         assert_eq!(found[0].matches.len(), 1, "the third ban in 10 s matches");
         // Without the seed the restart would have lost the first two.
         assert!(
