@@ -3,7 +3,8 @@
 //! test alert through real SMTP (maildev) arriving in the language of `alerts.language`; test
 //! alerts to a webhook receiver in the test in Slack's and ntfy's JSON formats; the test alert
 //! audited and limited to one per channel at a time; a rule scoped by a server label (a bad
-//! selector refused at its field) alerting by e-mail for the bans of the servers carrying it only.
+//! selector refused at its field) alerting by e-mail for the bans of the servers carrying it only;
+//! and the test alerts' turns shared by two replicas' stores on one PostgreSQL database.
 
 use banhub_tests::hub::HubProcess;
 use banhub_tests::hub::{api_get as get, api_post as post};
@@ -317,4 +318,41 @@ async fn rule_scoped_by_labels(hub: &HubProcess, smtp: &SmtpServer) {
         .map(|d| d["events"].as_u64().unwrap_or(0))
         .sum();
     assert_eq!(events, 1, "{page}");
+}
+
+/// Two stores on one PostgreSQL database stand for two replicas: a channel's turn taken by one is
+/// refused to the other until the interval has passed, whichever asks.
+#[tokio::test]
+async fn test_alert_turns_hold_across_replicas_on_postgresql() {
+    let pg = banhub_tests::PostgresServer::start()
+        .unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e:#}"));
+    let url = pg
+        .create_database("banhub_test_alert_turns")
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", pg.logs()));
+    let connect = || async {
+        banhub::store::Store::connect(&url, 2)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to {url}: {e}"))
+    };
+    let (a, b) = (connect().await, connect().await);
+    let interval = Duration::from_secs(10);
+    let start = chrono::Utc::now();
+    let take = |store: &banhub::store::Store, secs: i64| {
+        let at = start + chrono::Duration::seconds(secs);
+        let store = store.clone();
+        async move {
+            store
+                .take_test_alert_turn("email", at, interval)
+                .await
+                .expect("the store answers")
+        }
+    };
+    assert_eq!(take(&a, 0).await, Ok(()));
+    assert_eq!(take(&b, 4).await, Err(6));
+    assert_eq!(take(&a, 9).await, Err(1));
+    assert_eq!(take(&b, 10).await, Ok(()));
+    assert_eq!(take(&a, 12).await, Err(8));
+    // Both replicas asking at once: exactly one has the turn.
+    let (x, y) = tokio::join!(take(&a, 30), take(&b, 30));
+    assert!(x.is_ok() != y.is_ok(), "{x:?} {y:?}");
 }
