@@ -20,6 +20,7 @@ pub mod oidc;
 pub mod podman;
 pub mod postgres;
 pub mod process;
+pub mod profiles;
 pub mod smtp;
 pub mod test_hub;
 pub mod wait;

@@ -7,7 +7,10 @@
 //! Paths: `/bootstrap/ipv4.json`, `/bootstrap/ipv6.json` (pointing at `/rdap/`),
 //! `/rdap/ip/{addr}`, `/abuseipdb/api/v2/check?ipAddress=…` (needs the `Key` header
 //! [`ABUSEIPDB_KEY`]); `/_requests` lists the paths asked so far (for the browser tests), and is
-//! not counted itself.
+//! not counted itself. Some registry paths answer with a redirect instead, as registries refer to
+//! one another: [`REDIRECT_SAME`] to this server's own 8.8.8.8 answer, [`REDIRECT_LOOPBACK`] to
+//! this server under the name `localhost` (`/trap/…`, counted but never answered),
+//! [`REDIRECT_PRIVATE`] to a private address, [`REDIRECT_LOOP`] to itself.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -24,6 +27,16 @@ pub const ABUSEIPDB_KEY: &str = "banhub-test-abuseipdb-key";
 pub const PUBLIC_V4: &str = "8.8.8.8";
 /// A public IPv6 address the registry knows (RIPE's shape, without `cidr0`).
 pub const PUBLIC_V6: &str = "2a00:1450:4001::1";
+
+/// An address whose registry redirects to this server's answer for [`PUBLIC_V4`].
+pub const REDIRECT_SAME: &str = "1.2.3.1";
+/// An address whose registry redirects to `http://localhost:PORT/trap/…` (loopback, not the
+/// configured origin).
+pub const REDIRECT_LOOPBACK: &str = "1.2.3.2";
+/// An address whose registry redirects to `http://10.1.2.3/…` (private).
+pub const REDIRECT_PRIVATE: &str = "1.2.3.3";
+/// An address whose registry redirects to itself, forever.
+pub const REDIRECT_LOOP: &str = "1.2.3.4";
 
 /// One request as received.
 #[derive(Debug, Clone)]
@@ -164,18 +177,36 @@ async fn serve(
         tokio::time::sleep(std::time::Duration::from_secs(120)).await;
         return Ok(());
     }
-    let (status, kind, body) = answer(&path, key.as_deref(), me);
-    let reply = format!(
-        "HTTP/1.1 {status} {}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        if status == 200 { "OK" } else { "Error" },
-        body.len()
-    );
+    let reply = if let Some(location) = redirect(&path, me) {
+        format!(
+            "HTTP/1.1 302 Found\r\nlocation: {location}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        )
+    } else {
+        let (status, kind, body) = answer(&path, key.as_deref(), me);
+        format!(
+            "HTTP/1.1 {status} {}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            if status == 200 { "OK" } else { "Error" },
+            body.len()
+        )
+    };
     stream.write_all(reply.as_bytes()).await?;
     stream.shutdown().await?;
     Ok(())
 }
 
 const RDAP_JSON: &str = "application/rdap+json";
+
+/// Where a registry path redirects to, if it does.
+fn redirect(path: &str, me: SocketAddr) -> Option<String> {
+    let addr = path.strip_prefix("/rdap/ip/")?;
+    match addr {
+        REDIRECT_SAME => Some(format!("/rdap/ip/{PUBLIC_V4}")),
+        REDIRECT_LOOPBACK => Some(format!("http://localhost:{}/trap/ip/{addr}", me.port())),
+        REDIRECT_PRIVATE => Some(format!("http://10.1.2.3/rdap/ip/{addr}")),
+        REDIRECT_LOOP => Some(format!("http://{me}/rdap/ip/{addr}")),
+        _ => None,
+    }
+}
 
 /// The status, content type and body for a path.
 fn answer(path: &str, key: Option<&str>, me: SocketAddr) -> (u16, &'static str, String) {

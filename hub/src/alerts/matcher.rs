@@ -1,4 +1,5 @@
-//! Matching ban events against alert rules: scope (servers, jails, countries), repeat offenders
+//! Matching ban events against alert rules: scope (servers by id or by a label selector, the
+//! profiles' rule of `domain::profiles`; jails; countries), repeat offenders
 //! (from the per-address rollup) and ban-rate spikes (a sliding window per rule). Pure functions
 //! over what the worker read; the worker persists the result.
 
@@ -8,7 +9,20 @@ use std::collections::{HashMap, VecDeque};
 use super::geoip::GeoIp;
 use crate::domain::alerts::{MatchSample, RuleMatches};
 use crate::domain::events::{EventBody, StoredEvent};
+use crate::domain::profiles::selector_matches;
+use crate::domain::{Server, ServerId};
 use crate::settings::model::{AlertRule, Alerts};
+
+/// The servers by id, for the rules that select servers by their labels.
+pub type ServersById = HashMap<ServerId, Server>;
+
+/// Whether any enabled rule selects servers by their labels (then the worker reads the servers).
+pub fn needs_servers(alerts: &Alerts) -> bool {
+    alerts
+        .rules
+        .iter()
+        .any(|r| r.enabled && !r.labels.is_empty())
+}
 
 /// What matching keeps between batches: the recent in-scope bans of each spike rule.
 #[derive(Debug, Default)]
@@ -26,6 +40,7 @@ impl State {
         events: &[StoredEvent],
         cursor: i64,
         geoip: Option<&GeoIp>,
+        servers: &ServersById,
     ) -> Self {
         let mut state = Self::default();
         let rules: Vec<&AlertRule> = alerts
@@ -50,7 +65,7 @@ impl State {
             };
             for rule in &rules {
                 let Some(spike) = rule.spike else { continue };
-                if !in_scope(rule, event, facts.jail.as_str(), country.as_deref()) {
+                if !in_scope(rule, event, country.as_deref(), servers) {
                     continue;
                 }
                 let window = state.spikes.entry(rule.id).or_default();
@@ -119,10 +134,29 @@ pub fn ban_ips<E: Borrow<StoredEvent>>(events: &[E]) -> Vec<String> {
     ips
 }
 
-fn in_scope(rule: &AlertRule, event: &StoredEvent, jail: &str, country: Option<&str>) -> bool {
-    (rule.servers.is_empty() || rule.servers.contains(&event.server_id))
+fn in_scope(
+    rule: &AlertRule,
+    event: &StoredEvent,
+    country: Option<&str>,
+    servers: &ServersById,
+) -> bool {
+    let jail = match &event.body {
+        EventBody::Ban(facts) => facts.jail.as_str(),
+        _ => "",
+    };
+    server_in_scope(rule, event.server_id, servers)
         && (rule.jails.is_empty() || rule.jails.iter().any(|j| j.as_str() == jail))
         && (rule.countries.is_empty() || country.is_some_and(|c| rule.countries.contains(c)))
+}
+
+/// Whether a rule's servers include `id`: listed, or carrying every label of its selector; a
+/// rule with neither takes every server.
+fn server_in_scope(rule: &AlertRule, id: ServerId, servers: &ServersById) -> bool {
+    (rule.servers.is_empty() && rule.labels.is_empty())
+        || rule.servers.contains(&id)
+        || servers
+            .get(&id)
+            .is_some_and(|server| selector_matches(&rule.labels, server))
 }
 
 /// Whether any event can match: alerts are on and a rule is enabled. Otherwise [`evaluate`] finds
@@ -138,6 +172,7 @@ pub fn evaluate<E: Borrow<StoredEvent>>(
     state: &mut State,
     geoip: Option<&GeoIp>,
     ban_counts: &HashMap<String, u64>,
+    servers: &ServersById,
 ) -> Vec<RuleMatches> {
     state.forget_removed_rules(alerts);
     if !can_match(alerts) {
@@ -169,7 +204,7 @@ pub fn evaluate<E: Borrow<StoredEvent>>(
         let ip = facts.ip.to_string();
         let at = event.occurred_at.timestamp_millis();
         for (rule, matched) in rules.iter().zip(out.iter_mut()) {
-            if !in_scope(rule, event, facts.jail.as_str(), country.as_deref()) {
+            if !in_scope(rule, event, country.as_deref(), servers) {
                 continue;
             }
             if let Some(spike) = rule.spike {
@@ -257,6 +292,7 @@ pub(super) mod tests {
             name: name.to_owned(),
             enabled: true,
             servers: Default::default(),
+            labels: Default::default(),
             jails: Default::default(),
             countries: Default::default(),
             repeat_offender: None,
@@ -273,11 +309,63 @@ pub(super) mod tests {
         }
     }
 
+    /// The matches without GeoIP, repeat counts or servers.
+    fn eval(alerts: &Alerts, events: &[StoredEvent], state: &mut State) -> Vec<RuleMatches> {
+        evaluate(
+            alerts,
+            events,
+            state,
+            None,
+            &HashMap::new(),
+            &ServersById::new(),
+        )
+    }
+
     fn counts(found: &[RuleMatches], name: &str) -> usize {
         found
             .iter()
             .find(|m| m.rule_name == name)
             .map_or(0, |m| m.matches.len())
+    }
+
+    #[test]
+    fn scope_by_labels_besides_listed_servers() {
+        let web = Server::example("web-1", &[("role", "web"), ("site", "fra")]);
+        let db = Server::example("db-1", &[("role", "db"), ("site", "fra")]);
+        let bare = Server::example("bare", &[]);
+        let servers: ServersById = [&web, &db, &bare]
+            .into_iter()
+            .map(|s| (s.id, s.clone()))
+            .collect();
+        let mut webs = rule("webs");
+        webs.labels.insert("role".into(), "web".into());
+        let mut fra_db = rule("fra and bare");
+        fra_db.labels = [("site".into(), "fra".into()), ("role".into(), "db".into())].into();
+        fra_db.servers.insert(bare.id);
+        let events = vec![
+            ban(1, web.id, "sshd", "192.0.2.1", 0),
+            ban(2, db.id, "sshd", "192.0.2.2", 0),
+            ban(3, bare.id, "sshd", "192.0.2.3", 0),
+            ban(4, ServerId::new(), "sshd", "192.0.2.4", 0),
+        ];
+        let found = evaluate(
+            &alerts(vec![webs, fra_db, rule("all")]),
+            &events,
+            &mut State::default(),
+            None,
+            &HashMap::new(),
+            &servers,
+        );
+        let ips = |name: &str| -> Vec<String> {
+            found
+                .iter()
+                .find(|m| m.rule_name == name)
+                .map(|m| m.matches.iter().map(|s| s.ip.clone()).collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(ips("webs"), ["192.0.2.1"]);
+        assert_eq!(ips("fra and bare"), ["192.0.2.2", "192.0.2.3"]);
+        assert_eq!(ips("all").len(), 4);
     }
 
     #[test]
@@ -304,6 +392,7 @@ pub(super) mod tests {
             &mut State::default(),
             None,
             &HashMap::new(),
+            &ServersById::new(),
         );
         assert_eq!(counts(&found, "a"), 2);
         assert_eq!(counts(&found, "ssh"), 2);
@@ -333,6 +422,7 @@ pub(super) mod tests {
                 &mut State::default(),
                 None,
                 &HashMap::new(),
+                &ServersById::new(),
             );
             assert_eq!(!found.is_empty(), expected, "{settings:?}");
         }
@@ -355,6 +445,7 @@ pub(super) mod tests {
             &mut State::default(),
             None,
             &counts_by_ip,
+            &ServersById::new(),
         );
         assert_eq!(found[0].matches.len(), 1);
         assert_eq!(found[0].matches[0].ip, "192.0.2.1");
@@ -375,7 +466,7 @@ pub(super) mod tests {
             ban(1, s, "j", "192.0.2.1", 0),
             ban(2, s, "j", "192.0.2.2", 20_000),
         ];
-        assert!(evaluate(&settings, &slow, &mut state, None, &HashMap::new()).is_empty());
+        assert!(eval(&settings, &slow, &mut state).is_empty());
         // Then two more within 10 s of the second (in a later batch): the second of them is the
         // third ban in 10 s, the first match; a fifth right after matches too.
         let fast = vec![
@@ -383,7 +474,7 @@ pub(super) mod tests {
             ban(4, s, "j", "192.0.2.4", 22_000),
             ban(5, s, "j", "192.0.2.5", 22_500),
         ];
-        let found = evaluate(&settings, &fast, &mut state, None, &HashMap::new());
+        let found = eval(&settings, &fast, &mut state);
         let ids: Vec<i64> = found[0].matches.iter().map(|m| m.event_id).collect();
         assert_eq!(ids, [4, 5]);
     }
@@ -403,9 +494,9 @@ pub(super) mod tests {
             ban(1, s, "j", "192.0.2.1", 0),
             ban(3, s, "j", "192.0.2.3", 2_000),
         ];
-        let mut seeded = State::seed(&settings, &stored, 2, None);
+        let mut seeded = State::seed(&settings, &stored, 2, None, &ServersById::new());
         let next = vec![ban(3, s, "j", "192.0.2.3", 2_000)];
-        let found = evaluate(&settings, &next, &mut seeded, None, &HashMap::new());
+        let found = eval(&settings, &next, &mut seeded);
         assert_eq!(found[0].matches.len(), 1, "the third ban in 10 s matches");
         // Without the seed the restart would have lost the first two.
         assert!(
@@ -414,7 +505,8 @@ pub(super) mod tests {
                 &next,
                 &mut State::default(),
                 None,
-                &HashMap::new()
+                &HashMap::new(),
+                &ServersById::new()
             )
             .is_empty()
         );
@@ -441,6 +533,7 @@ pub(super) mod tests {
             &mut State::default(),
             None,
             &HashMap::new(),
+            &ServersById::new(),
         );
         assert_eq!((found.len(), found[0].rule_name.as_str()), (1, "on"));
         assert_eq!(found[0].matches.len(), 1);
@@ -451,7 +544,8 @@ pub(super) mod tests {
                 &events,
                 &mut State::default(),
                 None,
-                &HashMap::new()
+                &HashMap::new(),
+                &ServersById::new()
             )
             .is_empty()
         );

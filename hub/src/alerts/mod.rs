@@ -75,8 +75,6 @@ struct Inner {
     geoip: geoip::GeoIpCache,
     /// Bans per country and network, for the insights.
     places: Arc<places::PlacesCache>,
-    /// When each channel last had a test alert.
-    test_limiter: test_alert::TestLimiter,
     shutdown: CancellationToken,
 }
 
@@ -105,7 +103,6 @@ impl Alerts {
             deliveries_due: Notify::new(),
             geoip: geoip::GeoIpCache::default(),
             places: Arc::default(),
-            test_limiter: test_alert::TestLimiter::default(),
             shutdown,
         }))
     }
@@ -225,13 +222,32 @@ impl Alerts {
             }
         }
         let geoip = self.geoip(snapshot.settings.geoip_path.as_deref());
-        let state = matcher::State::seed(alerts, &events, cursor, geoip.as_deref());
+        let servers = self.servers_by_id(alerts).await?;
+        let state = matcher::State::seed(alerts, &events, cursor, geoip.as_deref(), &servers);
         tracing::debug!(
             events = events.len(),
             cursor,
             "alerts: spike windows rebuilt from the stored bans"
         );
         Ok(state)
+    }
+
+    /// The servers by id when a rule selects servers by their labels; else none are read.
+    async fn servers_by_id(
+        &self,
+        alerts: &AlertSettings,
+    ) -> Result<matcher::ServersById, StoreError> {
+        if !matcher::needs_servers(alerts) {
+            return Ok(matcher::ServersById::new());
+        }
+        Ok(self
+            .0
+            .store
+            .list_servers()
+            .await?
+            .into_iter()
+            .map(|s| (s.id, s))
+            .collect())
     }
 
     /// Matches every event after the cursor that can be matched now. The events come from the
@@ -295,7 +311,9 @@ impl Alerts {
                 } else {
                     HashMap::new()
                 };
-            let matches = matcher::evaluate(alerts, batch, state, geoip.as_deref(), &counts);
+            let servers = self.servers_by_id(alerts).await?;
+            let matches =
+                matcher::evaluate(alerts, batch, state, geoip.as_deref(), &counts, &servers);
             self.record(position, state, upto, matches).await?;
             if from_store && (ready < events.len() || events.len() < BATCH) {
                 return Ok(());

@@ -1,10 +1,10 @@
 //! The test alert (`POST /api/alerts/test`): the sample digest, headed by the language's "test
 //! alert" and saying what it is, sent once through one channel of the saved settings (e-mail to
 //! `alerts.recipients`, or one webhook) by the same code that delivers digests, and the channel's
-//! answer. At most one test per channel every [`MIN_INTERVAL`], so the button cannot spam.
+//! answer. At most one test per channel every [`MIN_INTERVAL`] across every replica (the turns
+//! are kept in the store), so the button cannot spam.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -18,6 +18,7 @@ use super::{Alerts, mail, webhook};
 use crate::domain::alerts::Channel;
 use crate::settings::CryptoError;
 use crate::settings::model::Language;
+use crate::store::StoreError;
 
 /// The shortest time between two test alerts through one channel.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(10);
@@ -77,29 +78,8 @@ pub enum TestAlertError {
     TooSoon { retry_after_secs: u64 },
     #[error(transparent)]
     Secret(#[from] CryptoError),
-}
-
-/// When each channel last had a test alert.
-#[derive(Debug, Default)]
-pub struct TestLimiter {
-    last: Mutex<HashMap<String, Instant>>,
-}
-
-impl TestLimiter {
-    /// Takes `key`'s turn, or says how many seconds remain until it has one.
-    fn take(&self, key: &str, now: Instant) -> Result<(), u64> {
-        let mut last = self
-            .last
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        last.retain(|_, at| now.duration_since(*at) < MIN_INTERVAL);
-        if let Some(at) = last.get(key) {
-            let left = MIN_INTERVAL.saturating_sub(now.duration_since(*at));
-            return Err(left.as_secs().max(1));
-        }
-        last.insert(key.to_owned(), now);
-        Ok(())
-    }
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 impl Alerts {
@@ -142,7 +122,7 @@ impl Alerts {
                     .smtp
                     .as_ref()
                     .ok_or(TestAlertError::NoSmtp)?;
-                self.take_turn(&target)?;
+                self.take_turn(&target).await?;
                 let message = mail::Mail {
                     to: alerts.recipients.clone(),
                     subject: rendered.subject.clone(),
@@ -163,7 +143,7 @@ impl Alerts {
                     .ok_or_else(|| TestAlertError::NoSuchWebhook(name.clone()))?;
                 let (url, token) = self.0.settings.webhook_secrets(&snapshot, name)?;
                 let url = url.ok_or_else(|| TestAlertError::NoUrl(name.clone()))?;
-                self.take_turn(&target)?;
+                self.take_turn(&target).await?;
                 webhook::post(&self.0.http, format, &url, token.as_ref(), &rendered)
                     .await
                     .map_err(|e| e.message)
@@ -187,10 +167,12 @@ impl Alerts {
         })
     }
 
-    fn take_turn(&self, target: &TestTarget) -> Result<(), TestAlertError> {
+    /// Takes the channel's turn, held in the store so every replica counts the same turns.
+    async fn take_turn(&self, target: &TestTarget) -> Result<(), TestAlertError> {
         self.0
-            .test_limiter
-            .take(&target.key(), Instant::now())
+            .store
+            .take_test_alert_turn(&target.key(), Utc::now(), MIN_INTERVAL)
+            .await?
             .map_err(|retry_after_secs| TestAlertError::TooSoon { retry_after_secs })
     }
 }
@@ -226,19 +208,6 @@ fn escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn one_test_per_channel_within_the_interval() {
-        let limiter = TestLimiter::default();
-        let start = Instant::now();
-        assert_eq!(limiter.take("email", start), Ok(()));
-        assert_eq!(limiter.take("webhook:chat", start), Ok(()));
-        let refused = limiter
-            .take("email", start + Duration::from_secs(3))
-            .expect_err("too soon");
-        assert_eq!(refused, 7);
-        assert_eq!(limiter.take("email", start + MIN_INTERVAL), Ok(()));
-    }
 
     #[test]
     fn the_test_message_says_it_is_a_test_in_its_language() {

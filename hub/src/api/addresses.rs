@@ -304,7 +304,7 @@ fn outcome<T: Clone>(lookup: Lookup<T>) -> (LookupStatus, bool, Option<DateTime<
     responses((status = 200, body = RdapLookupDto),
               (status = 400, description = "Not a single address (`bad_request`)", body = Problem),
               (status = 429, description = "Over the hub's lookups per minute (`lookup_rate_limited`, with `Retry-After`)", body = Problem),
-              (status = 502, description = "The registry failed, answered with an error or too much (`lookup_failed`)", body = Problem),
+              (status = 502, description = "The registry failed, answered with an error or too much (`lookup_failed`), or redirected where the hub sends nothing (`lookup_refused`)", body = Problem),
               (status = 504, description = "No answer within `lookups.timeoutSecs` (`lookup_timeout`)", body = Problem)))]
 async fn rdap(
     _caller: Viewer,
@@ -331,7 +331,7 @@ async fn rdap(
     responses((status = 200, body = AbuseLookupDto),
               (status = 400, description = "Not a single address (`bad_request`)", body = Problem),
               (status = 429, description = "Over the hub's lookups per minute (`lookup_rate_limited`, with `Retry-After`)", body = Problem),
-              (status = 502, description = "AbuseIPDB failed, refused the key or answered too much (`lookup_failed`)", body = Problem),
+              (status = 502, description = "AbuseIPDB failed, refused the key or answered too much (`lookup_failed`), or redirected where the hub sends nothing (`lookup_refused`)", body = Problem),
               (status = 504, description = "No answer within `lookups.timeoutSecs` (`lookup_timeout`)", body = Problem)))]
 async fn abuseipdb(
     _caller: Viewer,

@@ -300,6 +300,7 @@ async fn test_alert(
                 retry_after_secs,
             },
             TestAlertError::Secret(e) => ApiError::Internal(e.to_string()),
+            TestAlertError::Store(e) => e.into(),
         })?;
     Ok(ApiJson(result))
 }

@@ -81,7 +81,7 @@ async fn unban_everywhere(
     // Shared bans of the address are lifted too, or their hosts' agents would hold them still.
     super::sharing::lift_everywhere(&state, ip).await?;
     let servers = state
-        .fleet
+        .timed_bans
         .unban_everywhere(ip, &caller.requested_by())
         .await?;
     Ok(ApiJson(UnbanEverywhereResult {

@@ -235,6 +235,11 @@ impl ApiError {
                     "lookup_timeout",
                     "The lookup took too long",
                 ),
+                LookupError::Refused { .. } => (
+                    StatusCode::BAD_GATEWAY,
+                    "lookup_refused",
+                    "A request of the lookup was refused",
+                ),
                 LookupError::Secret(_) => (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "internal",

@@ -6,10 +6,12 @@
 //! Only a public address ever leaves the hub. Answers are kept in memory for the settings'
 //! `lookups.cacheTtlSecs` (`memo`); at most `lookups.perMinute` lookups per service leave the hub
 //! in any minute (beyond, [`LookupError::RateLimited`]); one lookup takes at most
-//! `lookups.timeoutSecs` and reads at most a bounded body.
+//! `lookups.timeoutSecs` and reads at most a bounded body. Every request, the first and each
+//! redirect, passes the rule of `hops` before it is sent.
 
 pub mod abuseipdb;
 pub mod banned_now;
+pub mod hops;
 pub mod memo;
 pub mod rdap;
 pub mod scope;
@@ -21,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use reqwest::Url;
 use secrecy::ExposeSecret;
 
 pub use abuseipdb::AbuseReport;
@@ -30,6 +33,7 @@ pub use scope::{AddressScope, classify};
 
 use crate::alerts::geoip::{Asn, GeoIpCache, GeoipKind};
 use crate::settings::{CryptoError, Lookups as LookupSettings, SettingsService};
+use hops::{HopError, PublicOnly, Target, Trusted};
 use memo::{Memo, Minute};
 use rdap::Bootstrap;
 
@@ -84,6 +88,12 @@ pub enum LookupError {
     TooLarge { service: Service, max: usize },
     #[error("{service}'s answer cannot be read: {reason}")]
     Unreadable { service: Service, reason: String },
+    #[error("{service}: nothing was sent to {url}: {hop}")]
+    Refused {
+        service: Service,
+        url: String,
+        hop: HopError,
+    },
     #[error("the AbuseIPDB key cannot be opened: {0}")]
     Secret(#[from] CryptoError),
 }
@@ -151,9 +161,15 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Lookups {
     pub fn new(settings: SettingsService) -> Self {
+        // Redirects are followed by `read`, one checked hop at a time.
+        let resolver = {
+            let settings = settings.clone();
+            PublicOnly(move || trusted(&settings.current().settings.lookups))
+        };
         let client = reqwest::Client::builder()
             .user_agent(concat!("banhub/", env!("CARGO_PKG_VERSION")))
-            .redirect(reqwest::redirect::Policy::limited(3))
+            .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(Arc::new(resolver))
             .build()
             .unwrap_or_default();
         Self(Arc::new(Inner {
@@ -224,23 +240,20 @@ impl Lookups {
             return Ok(from_kept(kept, true));
         }
         self.turn(Service::AbuseIpDb, &config)?;
-        let url = format!("{}check", config.abuseipdb_url);
-        let request = self
-            .0
-            .client
-            .get(url)
-            .query(&[
-                ("ipAddress", addr.to_string()),
-                ("maxAgeInDays", "90".to_owned()),
-            ])
-            .header("Key", key.expose_secret())
-            .header(reqwest::header::ACCEPT, "application/json");
-        let body = bounded(
+        let mut url = parse_url(
             Service::AbuseIpDb,
-            &config,
-            read(Service::AbuseIpDb, request, MAX_ABUSEIPDB_BODY),
-        )
-        .await?;
+            &format!("{}check", config.abuseipdb_url),
+        )?;
+        url.query_pairs_mut()
+            .append_pair("ipAddress", &addr.to_string())
+            .append_pair("maxAgeInDays", "90");
+        let ask = Ask {
+            service: Service::AbuseIpDb,
+            accept: "application/json",
+            key: Some(key.expose_secret()),
+            max: MAX_ABUSEIPDB_BODY,
+        };
+        let body = bounded(Service::AbuseIpDb, &config, self.read(&ask, url, &config)).await?;
         let kept = match body {
             Some(body) => {
                 let report =
@@ -282,16 +295,19 @@ impl Lookups {
             IpAddr::V6(_) => "ipv6.json",
         };
         let bootstrap = self
-            .bootstrap(&format!("{}{file}", config.rdap_bootstrap_url))
+            .bootstrap(&format!("{}{file}", config.rdap_bootstrap_url), config)
             .await?;
         let Some(registry) = bootstrap.registry_for(addr) else {
             return Ok((Utc::now(), None));
         };
-        let request = self.0.client.get(format!("{registry}ip/{addr}")).header(
-            reqwest::header::ACCEPT,
-            "application/rdap+json, application/json",
-        );
-        let Some(body) = read(Service::Rdap, request, MAX_RDAP_BODY).await? else {
+        let ask = Ask {
+            service: Service::Rdap,
+            accept: "application/rdap+json, application/json",
+            key: None,
+            max: MAX_RDAP_BODY,
+        };
+        let url = parse_url(Service::Rdap, &format!("{registry}ip/{addr}"))?;
+        let Some(body) = self.read(&ask, url, config).await? else {
             return Ok((Utc::now(), None));
         };
         let network =
@@ -302,14 +318,24 @@ impl Lookups {
         Ok((Utc::now(), Some(Arc::new(network))))
     }
 
-    async fn bootstrap(&self, url: &str) -> Result<Arc<Bootstrap>, LookupError> {
+    async fn bootstrap(
+        &self,
+        url: &str,
+        config: &LookupSettings,
+    ) -> Result<Arc<Bootstrap>, LookupError> {
         if let Some((at, file)) = lock(&self.0.bootstrap).get(url)
             && at.elapsed() < BOOTSTRAP_TTL
         {
             return Ok(file.clone());
         }
-        let request = self.0.client.get(url);
-        let body = read(Service::Rdap, request, MAX_BOOTSTRAP_BODY)
+        let ask = Ask {
+            service: Service::Rdap,
+            accept: "application/json",
+            key: None,
+            max: MAX_BOOTSTRAP_BODY,
+        };
+        let body = self
+            .read(&ask, parse_url(Service::Rdap, url)?, config)
             .await?
             .ok_or(LookupError::Status {
                 service: Service::Rdap,
@@ -327,6 +353,109 @@ impl Lookups {
     }
 }
 
+impl Lookups {
+    /// Sends a GET to `url`, following redirects one checked hop at a time, and reads the final
+    /// answer's body up to `ask.max` bytes; `None` for a 404. The key goes to the first URL's
+    /// origin only.
+    async fn read(
+        &self,
+        ask: &Ask<'_>,
+        mut url: Url,
+        config: &LookupSettings,
+    ) -> Result<Option<Vec<u8>>, LookupError> {
+        let service = ask.service;
+        let trusted = trusted(config);
+        let first = url.origin();
+        let mut hop = 0;
+        loop {
+            if let Target::Name(host) =
+                hops::check_url(&url, &trusted).map_err(|e| refused(service, url.as_str(), e))?
+            {
+                hops::resolve_checked(&host)
+                    .await
+                    .map_err(|e| refused(service, url.as_str(), e))?;
+            }
+            let mut request = self
+                .0
+                .client
+                .get(url.clone())
+                .header(reqwest::header::ACCEPT, ask.accept);
+            if let Some(key) = ask.key
+                && url.origin() == first
+            {
+                request = request.header("Key", key);
+            }
+            let response = request
+                .send()
+                .await
+                .map_err(|e| send_error(service, url.as_str(), e))?;
+            if response.status().is_redirection() {
+                hop += 1;
+                let location = response
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|v| v.to_str().ok());
+                url = hops::next_hop(&url, location, hop)
+                    .map_err(|e| refused(service, url.as_str(), e))?;
+                continue;
+            }
+            return body(service, response, ask.max).await;
+        }
+    }
+}
+
+/// What one lookup asks: of which service, what it accepts, its key, how much it reads.
+struct Ask<'a> {
+    service: Service,
+    accept: &'static str,
+    key: Option<&'a str>,
+    max: usize,
+}
+
+/// The operator's configured base URLs of the lookups, trusted as they are.
+fn trusted(config: &LookupSettings) -> Trusted {
+    Trusted::of([
+        config.rdap_bootstrap_url.as_str(),
+        config.abuseipdb_url.as_str(),
+    ])
+}
+
+fn refused(service: Service, url: &str, hop: HopError) -> LookupError {
+    LookupError::Refused {
+        service,
+        url: url.to_owned(),
+        hop,
+    }
+}
+
+fn parse_url(service: Service, raw: &str) -> Result<Url, LookupError> {
+    Url::parse(raw).map_err(|_| {
+        refused(
+            service,
+            raw,
+            HopError::NoHost {
+                url: raw.to_owned(),
+            },
+        )
+    })
+}
+
+/// A failed send: refused by the resolver's check (the name's addresses changed since the hop
+/// was checked), or unreachable.
+fn send_error(service: Service, url: &str, e: reqwest::Error) -> LookupError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(cause) = source {
+        if let Some(hop) = cause.downcast_ref::<HopError>() {
+            return refused(service, url, hop.clone());
+        }
+        source = cause.source();
+    }
+    LookupError::Unreachable {
+        service,
+        reason: e.without_url().to_string(),
+    }
+}
+
 /// `work` within the settings' time bound.
 async fn bounded<T>(
     service: Service,
@@ -341,17 +470,16 @@ async fn bounded<T>(
         })?
 }
 
-/// Sends `request` and reads its body up to `max` bytes; `None` for a 404.
-async fn read(
+/// Reads an answer's body up to `max` bytes; `None` for a 404.
+async fn body(
     service: Service,
-    request: reqwest::RequestBuilder,
+    mut response: reqwest::Response,
     max: usize,
 ) -> Result<Option<Vec<u8>>, LookupError> {
     let unreachable = |e: reqwest::Error| LookupError::Unreachable {
         service,
         reason: e.without_url().to_string(),
     };
-    let mut response = request.send().await.map_err(unreachable)?;
     let status = response.status();
     if status == reqwest::StatusCode::NOT_FOUND {
         return Ok(None);

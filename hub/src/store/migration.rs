@@ -24,6 +24,7 @@ mod m0020_config_changes;
 mod m0021_profiles;
 mod m0022_rollouts;
 mod m0024_timed_bans;
+mod m0025_test_alert_turns;
 
 pub struct Migrator;
 
@@ -81,6 +82,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0021_profiles::M0021Profiles),
             Box::new(m0022_rollouts::M0022Rollouts),
             Box::new(m0024_timed_bans::M0024TimedBans),
+            Box::new(m0025_test_alert_turns::M0025TestAlertTurns),
         ]
     }
 }

@@ -25,6 +25,7 @@
 //! method in the file of its concern.
 
 mod alerts;
+mod alerts_turns;
 mod auth;
 pub mod backup;
 pub mod cluster;

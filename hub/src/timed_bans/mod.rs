@@ -5,7 +5,8 @@
 //! that is away is tried again until it comes back; a hub that was down lifts what fell due
 //! meanwhile at its start. Every lift is written to the audit log; fail2ban's unban reaches the
 //! events through the agent as any other. A later plain ban or unban of the same address in the
-//! same jail ends the schedule, so it never lifts a ban the operator meant to keep.
+//! same jail, or an unban of it everywhere, ends the schedule, so it never lifts a ban the
+//! operator meant to keep; a later timed ban replaces it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,9 @@ use chrono::{DateTime, Utc};
 
 use crate::auth::{AuditRecord, Auth, Outcome};
 use crate::domain::ServerId;
-use crate::fleet::{ActionError, AgentErrorKind, BanOutcome, Fleet, FleetBan, FleetError};
+use crate::fleet::{
+    ActionError, AgentErrorKind, BanOutcome, Fleet, FleetBan, FleetError, ServerActionResult,
+};
 use crate::store::fleet_actions::{FleetActionRecord, TargetState};
 use crate::store::timed_bans::{TimedBan, TimedBanFilter, TimedBanState};
 use crate::store::{Store, StoreError};
@@ -108,6 +111,27 @@ impl TimedBans {
             .cancel_timed_bans(&[server], Some(jail.as_str()), &ip.to_string())
             .await?;
         Ok(outcome)
+    }
+
+    /// Lifts the ban of `ip` in every jail of every server ("unban everywhere"), and ends the
+    /// schedules of that address on every server whose unban succeeded; a server that could not
+    /// be reached keeps its schedule, so the lifter still lifts the ban there at its time.
+    pub async fn unban_everywhere(
+        &self,
+        ip: IpOrCidr,
+        by: &str,
+    ) -> Result<Vec<ServerActionResult>, FleetError> {
+        let results = self.0.fleet.unban_everywhere(ip, by).await?;
+        let unbanned: Vec<ServerId> = results
+            .iter()
+            .filter(|r| r.ok)
+            .filter_map(|r| ServerId::parse(&r.server_id).ok())
+            .collect();
+        self.0
+            .store
+            .cancel_timed_bans(&unbanned, None, &ip.to_string())
+            .await?;
+        Ok(results)
     }
 
     /// A fleet ban or unban; a ban with a duration is lifted on every target at its end

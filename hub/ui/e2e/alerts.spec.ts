@@ -1,7 +1,8 @@
 // The alert forms in Chromium against the real hub of tests/tests/e2e/ui_browser.rs: an alert rule
 // created through its form (the hub's refusal shown at the field, then fixed), its message
 // previewed, a test alert sent through real SMTP (maildev) and its result shown; then the same form
-// in German (the UI's language as `banhub.locale` remembers it).
+// in German (the UI's language as `banhub.locale` remembers it), with a rule scoped by server labels
+// (a bad label refused at its field, then shown in the list and again in the form).
 import { expect, test, type Page } from '@playwright/test';
 import { env, localLogin, mails, oidcLogin, shoot } from './env';
 
@@ -90,8 +91,15 @@ test('the alert rule form in German', async () => {
   await rules.getByRole('button', { name: 'Regel hinzufügen' }).click();
   const form = admin.getByTestId('alert-rule-form');
   await form.locator('input[name=rule-name]').fill('Wiederholer');
+  const labels = form.locator('input[name=rule-labels]');
+  await labels.fill('Rolle!=web');
   await form.locator('input[name=rule-repeat]').check();
   await form.locator('input[name=rule-min-bans]').fill('1');
+  await form.getByRole('button', { name: 'Regel speichern' }).click();
+  // The hub refuses the label key and names the field; the form shows it there.
+  await expect(labels).toHaveAttribute('aria-invalid', 'true');
+  await expect(form.locator('[data-field$="].labels"] .field-error')).toBeVisible();
+  await labels.fill('role=web');
   await form.getByRole('button', { name: 'Regel speichern' }).click();
   await expect(form.locator('input[name=rule-min-bans]')).toHaveAttribute('aria-invalid', 'true');
   await form.getByRole('combobox', { name: 'Sprache der Alarmmeldungen' }).selectOption('de');
@@ -100,7 +108,10 @@ test('the alert rule form in German', async () => {
   await shoot(admin, 'alert-rule-form-de');
   await form.locator('input[name=rule-min-bans]').fill('3');
   await form.getByRole('button', { name: 'Regel speichern' }).click();
-  await expect(rules.locator('tr[data-rule="Wiederholer"]')).toBeVisible();
+  const row = rules.locator('tr[data-rule="Wiederholer"]');
+  await expect(row).toContainText('role=web');
+  await row.getByRole('button', { name: 'Bearbeiten' }).click();
+  await expect(admin.getByTestId('alert-rule-form').locator('input[name=rule-labels]')).toHaveValue('role=web');
 });
 
 test.afterAll(async () => {

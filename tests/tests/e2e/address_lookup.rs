@@ -3,13 +3,17 @@
 //! (RDAP's bootstrap and registry, AbuseIPDB) served by `LookupServer` in their real formats. Checks
 //! where the address is banned now, its country and ASN, the RDAP and AbuseIPDB answers, the cache
 //! (a second lookup asks nothing), the per-minute limit (429 with `Retry-After`), the time bound
-//! (a stalled service is a 504 within it), and that an address outside the public internet is
-//! never sent anywhere.
+//! (a stalled service is a 504 within it), that an address outside the public internet is never
+//! sent anywhere, and that a registry's redirect is followed only to where the first request could
+//! go (a redirect to a loopback or private address is refused, with nothing sent there).
 
 use std::time::{Duration, Instant};
 
 use banhub_tests::TestHub;
-use banhub_tests::lookup_server::{ABUSEIPDB_KEY, LookupServer, PUBLIC_V4, PUBLIC_V6};
+use banhub_tests::lookup_server::{
+    ABUSEIPDB_KEY, LookupServer, PUBLIC_V4, PUBLIC_V6, REDIRECT_LOOP, REDIRECT_LOOPBACK,
+    REDIRECT_PRIVATE, REDIRECT_SAME,
+};
 use banhub_tests::mmdb::{AsnNetwork, CountryNetwork, write_asn_db, write_country_db};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -290,4 +294,52 @@ async fn lookups_are_limited_per_minute_and_bounded_in_time() {
     );
     assert!(took < Duration::from_secs(5), "the lookup took {took:?}");
     assert_eq!(outside.count("/stall/abuseipdb/check"), 1);
+}
+
+#[tokio::test]
+async fn rdap_redirects_are_checked_at_every_hop() {
+    let hub = TestHub::start().await;
+    let outside = LookupServer::start().await.expect("lookup server");
+    let (status, saved) = configure(&hub, outside.settings(), None).await;
+    assert_eq!(status, StatusCode::OK, "{saved}");
+
+    // A referral within the configured origin is followed to its answer.
+    let (status, same) = hub
+        .get(&format!("/api/addresses/{REDIRECT_SAME}/rdap"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{same}");
+    assert_eq!(same["network"]["handle"], "NET-8-8-8-0-2", "{same}");
+    assert_eq!(outside.count(&format!("/rdap/ip/{PUBLIC_V4}")), 1);
+
+    // A referral to this same server under the name `localhost` (loopback, not the configured
+    // origin) and one to a private address are refused, saying why; nothing reaches the target.
+    for (ip, target) in [
+        (REDIRECT_LOOPBACK, "localhost"),
+        (REDIRECT_PRIVATE, "10.1.2.3"),
+    ] {
+        let (status, problem) = hub.get(&format!("/api/addresses/{ip}/rdap")).await;
+        assert_eq!(status, StatusCode::BAD_GATEWAY, "{ip}: {problem}");
+        assert_eq!(problem["code"], "lookup_refused", "{ip}: {problem}");
+        let detail = problem["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains(target) && detail.contains("outside the public internet"),
+            "{ip}: {problem}"
+        );
+        assert_eq!(outside.count(&format!("/rdap/ip/{ip}")), 1, "{ip}");
+    }
+    assert_eq!(outside.count("/trap/"), 0, "{:?}", outside.requests());
+
+    // A registry redirecting to itself is left after a bounded number of hops.
+    let (status, problem) = hub
+        .get(&format!("/api/addresses/{REDIRECT_LOOP}/rdap"))
+        .await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{problem}");
+    assert_eq!(problem["code"], "lookup_refused", "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("more than 3 redirects")),
+        "{problem}"
+    );
+    assert_eq!(outside.count(&format!("/rdap/ip/{REDIRECT_LOOP}")), 4);
 }

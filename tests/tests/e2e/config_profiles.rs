@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use banhub_tests::TestFleet;
+use banhub_tests::profiles::{create_web_profile, wait_drift, web_fleet};
 use banhub_tests::wait::wait_for_async;
 use banhub_tests::webhook::WebhookReceiver;
 use reqwest::StatusCode;
@@ -18,27 +19,6 @@ const DEADLINE: Duration = Duration::from_secs(45);
 const JAIL_V1: &str = "[testauth]\nmaxretry = 4\n";
 const JAIL_V2: &str = "[testauth]\nmaxretry = 5\nfindtime = 300\n";
 const FILTER: &str = "[Definition]\nfailregex = ^\\s*Bad login for \\S+ from <HOST>$\n";
-
-/// Waits until the host's drift is `state` and `check` holds for it; returns it.
-async fn wait_drift(
-    fleet: &TestFleet,
-    id: &str,
-    state: &str,
-    check: impl Fn(&Value) -> bool,
-) -> Value {
-    let api = fleet.api();
-    let path = format!("/api/servers/{id}/drift");
-    wait_for_async(DEADLINE, &format!("the server {state}"), || {
-        let (api, path) = (api.clone(), path.clone());
-        let check = &check;
-        async move {
-            let (status, drift) = api.get(&path).await;
-            (status == StatusCode::OK && drift["state"] == state && check(&drift)).then_some(drift)
-        }
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()))
-}
 
 fn file<'a>(drift: &'a Value, path: &str) -> &'a Value {
     drift["files"]
@@ -67,13 +47,7 @@ async fn wait_alert(fleet: &TestFleet, receiver: &WebhookReceiver, mentions: &st
 
 #[tokio::test]
 async fn profiles_versions_drift_and_hand_edits() {
-    let fleet = TestFleet::start_configured(
-        &["web-1"],
-        &[("BANHUB_PROFILES__DRIFT_INTERVAL_SECS", "1")],
-        &[],
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}"));
+    let fleet = web_fleet(&["web-1"]).await;
     let api = fleet.api();
     let host = fleet.host(0);
     let receiver = WebhookReceiver::start().await.expect("receiver");
@@ -86,23 +60,9 @@ async fn profiles_versions_drift_and_hand_edits() {
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{saved}");
-    let (status, body) = api
-        .put(
-            &format!("/api/servers/{}/labels", host.id),
-            &json!({"labels": {"role": "web"}}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
 
     // A profile with two versions, each checked by the host's fail2ban before it is saved.
-    let (status, created) = api
-        .post(
-            "/api/profiles",
-            &json!({"name": "web", "labels": {"role": "web"}, "comment": "first",
-                    "files": [{"path": "jail.d/testauth.local", "content": JAIL_V1}]}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let created = create_web_profile(&fleet, JAIL_V1, "first").await;
     assert_eq!(created["version"]["version"], 1, "{created}");
     assert_eq!(created["validation"]["checkedOn"], "web-1", "{created}");
     let (status, saved) = api

@@ -12,6 +12,7 @@ use std::time::Duration;
 use banhub_tests::TestFleet;
 use banhub_tests::enrolled::wait_server_online;
 use banhub_tests::fleet::snapshot;
+use banhub_tests::profiles::{create_web_profile, wait_drift, web_fleet};
 use banhub_tests::wait::wait_for_async;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -88,48 +89,16 @@ fn override_text(conf: &Path) -> String {
 
 /// Waits until every host's drift is `in_sync`.
 async fn wait_in_sync(fleet: &TestFleet) {
-    let api = fleet.api();
     for host in &fleet.hosts {
-        let path = format!("/api/servers/{}/drift", host.id);
-        wait_for_async(DEADLINE, "the host in sync", || {
-            let (api, path) = (api.clone(), path.clone());
-            async move {
-                let (status, drift) = api.get(&path).await;
-                (status == StatusCode::OK && drift["state"] == "in_sync").then_some(())
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{}: {e}\n{}", host.name, fleet.logs()));
+        wait_drift(fleet, &host.id, "in_sync", |_| true).await;
     }
 }
 
 #[tokio::test]
 async fn rollouts_confirm_roll_back_and_resume_after_a_hub_restart() {
-    let mut fleet = TestFleet::start_configured(
-        &NAMES,
-        &[("BANHUB_PROFILES__DRIFT_INTERVAL_SECS", "1")],
-        &[],
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}"));
+    let mut fleet = web_fleet(&NAMES).await;
     let api = fleet.api();
-    for host in &fleet.hosts {
-        let (status, body) = api
-            .put(
-                &format!("/api/servers/{}/labels", host.id),
-                &json!({"labels": {"role": "web"}}),
-            )
-            .await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-    }
-    let (status, created) = api
-        .post(
-            "/api/profiles",
-            &json!({"name": "web", "labels": {"role": "web"},
-                    "files": [{"path": "jail.d/testauth.local", "content": JAIL_V1}]}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{created}");
+    create_web_profile(&fleet, JAIL_V1, "").await;
 
     // Bad requests are refused and start nothing.
     for (body, want) in [

@@ -1,8 +1,9 @@
 //! Timed bans end to end against a real agent and fail2ban: a ban with `durationSecs` is lifted by
 //! the hub at its time, also when the agent was killed meanwhile and came back after the end, and
 //! when the hub was killed across the end time and started again; each lift is in the audit log
-//! and fail2ban's unban reaches the events. A duration out of range is refused naming the field
-//! and bans nothing.
+//! and fail2ban's unban reaches the events. A second timed ban of an address replaces its schedule
+//! (one lift, at the later end), and "unban everywhere" ends it (no lift at all). A duration out
+//! of range is refused naming the field and bans nothing.
 
 use std::time::Duration;
 
@@ -195,4 +196,98 @@ async fn timed_bans_are_lifted_at_their_time_across_agent_and_hub_restarts() {
     fleet.hub.restart().expect("restart the hub");
     fleet.wait_status(fleet.host(0), ServerStatus::Online).await;
     assert_lifted(&fleet, "192.0.2.32", end).await;
+
+    replaced_then_unbanned_everywhere(&fleet).await;
+}
+
+/// The states of the stored timed bans of `ip`, oldest first.
+async fn states(fleet: &TestFleet, ip: &str) -> Vec<String> {
+    let mut bans = timed_bans(fleet, ip).await;
+    let created = |ban: &Value| {
+        ban["createdAt"]
+            .as_str()
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .unwrap_or_else(|| panic!("no createdAt in {ban}"))
+    };
+    bans.sort_by_key(created);
+    bans.iter()
+        .map(|b| b["state"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Whether the audit log holds a lift of `ip`.
+async fn lift_audited(fleet: &TestFleet, ip: &str) -> bool {
+    let (status, audit) = fleet.api().get("/api/audit?limit=200").await;
+    assert_eq!(status, StatusCode::OK, "{audit}");
+    audit["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|e| e["action"] == "timed ban lifted" && e["detail"]["ip"] == ip)
+}
+
+/// (c) A second timed ban of one address replaces the first schedule: when the first end has
+/// passed (a later ban of another address was lifted meanwhile, so the lifter has looked), the
+/// address is still banned. (d) "Unban everywhere" ends the schedule: it leaves the listing, and
+/// after its end has passed (again proven by a later lift) nothing lifted it.
+async fn replaced_then_unbanned_everywhere(fleet: &TestFleet) {
+    const IP: &str = "192.0.2.33";
+    let api = fleet.api().for_server(&fleet.host(0).id);
+    let ban = |secs: u64, ip: &'static str| {
+        let api = api.clone();
+        async move {
+            let (status, ban) = api
+                .post(
+                    &format!("/api/jails/{JAIL}/ban/{ip}"),
+                    &json!({"durationSecs": secs}),
+                )
+                .await;
+            assert_eq!(status, StatusCode::OK, "{ban}");
+            ends_at(&ban)
+        }
+    };
+    let first = ban(5, IP).await;
+    let second = ban(9, IP).await;
+    assert_eq!(states(fleet, IP).await, ["replaced", "active"]);
+    let (_, active) = fleet.api().get(&format!("/api/timed-bans?ip={IP}")).await;
+    assert_eq!(active.as_array().map(Vec::len), Some(1), "{active}");
+    assert_eq!(ends_at(&active[0]), second, "{active}");
+
+    let witness = ban(6, "192.0.2.34").await;
+    assert!(witness > first, "the witness ends after the first schedule");
+    assert_lifted(fleet, "192.0.2.34", witness).await;
+    assert!(
+        fleet.host(0).banned(JAIL).contains(IP),
+        "the replaced schedule lifted the ban"
+    );
+    assert!(!lift_audited(fleet, IP).await);
+
+    // (d) Unban everywhere: fail2ban unbans, the schedule is cancelled and no longer listed.
+    let (status, unbanned) = fleet
+        .api()
+        .post("/api/bans/unban-everywhere", &json!({"ip": IP}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{unbanned}");
+    assert_eq!(unbanned["servers"][0]["ok"], true, "{unbanned}");
+    assert!(!fleet.host(0).banned(JAIL).contains(IP));
+    assert_eq!(states(fleet, IP).await, ["replaced", "cancelled"]);
+    let (_, active) = fleet.api().get("/api/timed-bans").await;
+    assert!(
+        active
+            .as_array()
+            .is_some_and(|list| list.iter().all(|b| b["ip"] != IP)),
+        "{active}"
+    );
+
+    let witness = ban(5, "192.0.2.35").await;
+    assert!(
+        witness > second,
+        "the witness ends after the cancelled schedule"
+    );
+    assert_lifted(fleet, "192.0.2.35", witness).await;
+    assert_eq!(states(fleet, IP).await, ["replaced", "cancelled"]);
+    assert!(
+        !lift_audited(fleet, IP).await,
+        "the cancelled schedule was lifted"
+    );
 }

@@ -1,6 +1,6 @@
 //! The `alerts` section: recipients, digests, retries, webhooks and rules, and their checks.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use banhub_proto::rules::{JailName, check_name};
@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::{FieldError, MAX_SECRET_BYTES, Patch, parse_address, plain, refuse};
-use crate::domain::ServerId;
+use crate::domain::{Labels, ServerId};
 
 /// Largest number of alert rules.
 pub const MAX_RULES: usize = 100;
@@ -123,6 +123,10 @@ pub struct RuleDocument {
     /// Server ids.
     #[serde(default)]
     pub servers: Vec<String>,
+    /// A label selector, as a profile's: the servers carrying every one of these labels are in
+    /// scope besides those of `servers`; with both empty, every server is.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
     #[serde(default)]
     pub jails: Vec<String>,
     /// ISO 3166 country codes of the banned address; needs `geoip.databasePath`.
@@ -245,6 +249,8 @@ pub struct AlertRule {
     pub name: String,
     pub enabled: bool,
     pub servers: BTreeSet<ServerId>,
+    /// Servers carrying every one of these labels are in scope too; empty: none by labels.
+    pub labels: BTreeMap<String, String>,
     pub jails: BTreeSet<JailName>,
     /// Upper-case ISO 3166 alpha-2 codes.
     pub countries: BTreeSet<String>,
@@ -384,6 +390,12 @@ pub(super) fn validate_alerts(
             }
             servers.insert(id);
         }
+        let labels = Labels::parse(r.labels.clone())
+            .map_err(|e| FieldError {
+                field: at("labels"),
+                reason: e.to_string(),
+            })?
+            .into_map();
         let mut jails = BTreeSet::new();
         for (j, raw) in r.jails.iter().enumerate() {
             let jail = JailName::parse(raw).map_err(|e| FieldError {
@@ -462,6 +474,7 @@ pub(super) fn validate_alerts(
             name: name.to_owned(),
             enabled: r.enabled,
             servers,
+            labels,
             jails,
             countries,
             repeat_offender,

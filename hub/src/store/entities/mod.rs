@@ -26,4 +26,5 @@ pub mod session;
 pub mod settings_row;
 pub mod shared_ban;
 pub mod sharing_policy;
+pub mod test_alert_turn;
 pub mod timed_ban;

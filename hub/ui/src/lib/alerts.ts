@@ -2,6 +2,7 @@
 // `alerts.webhooks[i]`) as plain form fields and back, the languages and formats alert messages
 // come in, and where the hub's refusal of a rule or webhook belongs in its form.
 import type { components } from './api/schema';
+import { scopeOf, scopeText } from './defence';
 
 type S = components['schemas'];
 
@@ -35,6 +36,8 @@ export interface RuleForm {
   name: string;
   enabled: boolean;
   servers: string[];
+  /** The label selector as `role=web, site=fra`. */
+  labels: string;
   jails: string;
   countries: string;
   repeatOffender: boolean;
@@ -52,6 +55,7 @@ export function ruleForm(rule?: RuleDoc): RuleForm {
     name: rule?.name ?? '',
     enabled: rule?.enabled ?? true,
     servers: [...(rule?.servers ?? [])],
+    labels: scopeText({ labels: rule?.labels ?? {} }),
     jails: (rule?.jails ?? []).join(', '),
     countries: (rule?.countries ?? []).join(', '),
     repeatOffender: !!rule?.repeatOffender,
@@ -84,6 +88,7 @@ export function ruleDoc(f: RuleForm): RuleDoc {
     name: f.name,
     enabled: f.enabled,
     servers: f.servers,
+    labels: scopeOf(f.labels).labels ?? {},
     jails: list(f.jails),
     countries: list(f.countries),
     repeatOffender: f.repeatOffender ? { minBans: number(f.minBans) } : null,

@@ -4225,6 +4225,13 @@ export interface components {
             /** @description Assigned by the hub when absent; keep it when editing a rule. */
             id?: string | null;
             jails?: string[];
+            /**
+             * @description A label selector, as a profile's: the servers carrying every one of these labels are in
+             *     scope besides those of `servers`; with both empty, every server is.
+             */
+            labels?: {
+                [key: string]: string;
+            };
             name: string;
             repeatOffender?: components["schemas"]["RepeatOffenderDocument"] | null;
             /** @description Server ids. */
@@ -5012,7 +5019,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description AbuseIPDB failed, refused the key or answered too much (`lookup_failed`) */
+            /** @description AbuseIPDB failed, refused the key or answered too much (`lookup_failed`), or redirected where the hub sends nothing (`lookup_refused`) */
             502: {
                 headers: {
                     [name: string]: unknown;
@@ -5106,7 +5113,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The registry failed, answered with an error or too much (`lookup_failed`) */
+            /** @description The registry failed, answered with an error or too much (`lookup_failed`), or redirected where the hub sends nothing (`lookup_refused`) */
             502: {
                 headers: {
                     [name: string]: unknown;
