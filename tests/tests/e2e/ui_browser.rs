@@ -6,7 +6,9 @@
 //! real state behind what the browser saw (fail2ban's bans, maildev's inbox, the hub's sessions) and
 //! the screenshots it must leave under `target/ui-e2e/`. The address page's lookups
 //! (`hub/ui/e2e/address.spec.ts`) reach RDAP and AbuseIPDB as served by `LookupServer`, and its
-//! country and ASN come from MaxMind databases written here. A second, small run
+//! country and ASN come from MaxMind databases written here. After the suite, the accessibility
+//! audit (`hub/ui/e2e/a11y.spec.ts`: axe-core and a keyboard walk of every page) runs against what it
+//! left. A second, small run
 //! (`hub/ui/e2e/local-login.spec.ts`) signs in with the local administrator's form of a hub without
 //! OIDC.
 
@@ -218,6 +220,17 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
         .env("BANHUB_VIEWER_LOGIN", "victor")
         .env("BANHUB_UI_ARTIFACTS", &artifacts)
         .env("BANHUB_SCREENSHOTS", &screenshots);
+    // The accessibility audit (`hub/ui/e2e/a11y.spec.ts`) runs after the suite, in the same
+    // environment, so its pages show what the suite left: bans, a profile and its rollout, the
+    // address lookups.
+    let mut a11y = Command::new(&playwright);
+    a11y.args(["test", "e2e/a11y.spec.ts"])
+        .current_dir(&ui)
+        .envs(
+            suite
+                .get_envs()
+                .filter_map(|(key, value)| Some((key, value?))),
+        );
     // The suite runs on a blocking thread: this test's runtime keeps serving the lookup server
     // meanwhile.
     let output = tokio::task::spawn_blocking(move || suite.output())
@@ -239,6 +252,18 @@ async fn the_operator_ui_works_in_chromium_against_a_real_fleet() {
         output.status
     );
     println!("{stdout}");
+    let audit = tokio::task::spawn_blocking(move || a11y.output())
+        .await
+        .expect("joined")
+        .expect("playwright runs");
+    let audit_stdout = String::from_utf8_lossy(&audit.stdout);
+    assert!(
+        audit.status.success(),
+        "the accessibility audit failed ({}):\n{audit_stdout}\n{}",
+        audit.status,
+        String::from_utf8_lossy(&audit.stderr),
+    );
+    println!("{audit_stdout}");
 
     // What the browser did, seen from the real components: the ban from log lines stayed, the
     // address banned and unbanned from the jail page is gone, server B saw none of it, and the test
