@@ -1,1 +1,0 @@
-import{J as e,K as t,R as n,gt as r,rt as i}from"./ErrorBox-CRV5_tyj.js";var a=e(`<div class="empty muted svelte-rb2dm1"><!></div>`);function o(e,o){var s=a(),c=i(s);n(c,()=>o.children),r(s),t(e,s)}export{o as t};

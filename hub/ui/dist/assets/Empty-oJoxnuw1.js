@@ -1,0 +1,1 @@
+import{J as e,K as t,R as n,at as r,vt as i}from"./ErrorBox-VQHqRFU9.js";var a=e(`<div class="empty muted svelte-rb2dm1"><!></div>`);function o(e,o){var s=a(),c=r(s);n(c,()=>o.children),i(s),t(e,s)}export{o as t};

@@ -1,2 +1,0 @@
-import{_ as e}from"./ErrorBox-CRV5_tyj.js";var t=t=>t||e(`jails.noValue`);function n(e,n){let r=new Map(n.map(e=>[e.setting,e.fileValue]));return Object.entries(e).map(([e,n])=>{let i=r.get(e);return i===void 0?{setting:e,running:t(n)}:{setting:e,running:t(n),files:t(i)}})}function r(n){return n.map(n=>e(`jails.driftLine`,{setting:n.setting,files:t(n.fileValue),running:t(n.runningValue)})).join(`
-`)}export{n,r as t};

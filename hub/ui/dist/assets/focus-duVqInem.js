@@ -1,0 +1,1 @@
+import{et as e}from"./ErrorBox-VQHqRFU9.js";async function t(t){await e(),document.querySelector(`${t} :is(input, select, textarea, button):not([disabled])`)?.focus()}async function n(t){await e(),t()?.focus()}export{t as n,n as t};
