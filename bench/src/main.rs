@@ -4,6 +4,8 @@
 //!   database-only limits measured in the same run.
 //! * `queries`: the events API over a seeded history of 10 million events: pages, deep pages,
 //!   filters, text search, stats and insights.
+//! * `render`: the dashboard, events and servers pages in Chromium over a seeded history of 1,000
+//!   servers and 10 million events, beside a hub with one server and none.
 //!
 //! Both drive the release build of `banhub` and `banhub-agent` by default (`cargo build --release -p
 //! banhub -p banhub-agent` first). Commands, conditions and figures: `bench/README.md`.
@@ -11,6 +13,7 @@
 mod ingest;
 use banhub_bench::measure;
 mod queries;
+mod render;
 mod workload;
 
 use anyhow::Context as _;
@@ -31,6 +34,8 @@ enum Command {
     Ingest(ingest::IngestArgs),
     /// Event queries over a large seeded history.
     Queries(queries::QueryArgs),
+    /// First data of the UI's pages in Chromium over a large seeded history.
+    Render(render::RenderArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -156,5 +161,6 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Ingest(args) => ingest::run(args).await,
         Command::Queries(args) => queries::run(args).await,
+        Command::Render(args) => render::run(args).await,
     }
 }

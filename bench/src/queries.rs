@@ -38,9 +38,15 @@ pub struct QueryArgs {
     /// Timed runs per query (after 3 warm-up runs); a query slower than a second gets 3.
     #[arg(long, default_value_t = 30)]
     pub runs: usize,
-    /// Events per seeding transaction.
+    /// Events per seeding transaction (with more than 50 servers, proportionally fewer, so that
+    /// the batches being filled stay as large in all).
     #[arg(long, default_value_t = 5_000)]
     pub seed_batch: usize,
+    /// Servers the history comes from, registered as the hub registers them, with labels and a
+    /// mix of states (see [`server_states`]); a history of other than 50 is kept under its own
+    /// file name.
+    #[arg(long, default_value_t = 50)]
+    pub servers: usize,
     /// Build of banhub to query: `release` (for figures) or `debug`.
     #[arg(long, default_value = "release")]
     pub profile: String,
@@ -158,8 +164,9 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
             }
             (Backend::Sqlite, Some(dir)) => {
                 std::fs::create_dir_all(dir)?;
-                let file = dir.join(format!("events-{}.db", args.events));
-                let marker = dir.join(format!("events-{}.json", args.events));
+                let stem = history_stem(args.events, args.servers);
+                let file = dir.join(format!("{stem}.db"));
+                let marker = dir.join(format!("{stem}.json"));
                 let url = format!("sqlite://{}?mode=rwc", file.display());
                 let seeded = match std::fs::read(&marker) {
                     Ok(bytes) => {
@@ -230,6 +237,15 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The kept SQLite history's file name without its extension.
+pub fn history_stem(events: u64, servers: usize) -> String {
+    if servers == Fleet::default().servers {
+        format!("events-{events}")
+    } else {
+        format!("events-{events}-servers-{servers}")
+    }
+}
+
 fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
@@ -253,14 +269,17 @@ async fn seed(
     end_ms: i64,
 ) -> anyhow::Result<Seeded> {
     let store = Store::connect(url, 4).await?;
-    let fleet = Fleet::default();
+    let fleet = Fleet {
+        servers: args.servers.max(1),
+        ..Fleet::default()
+    };
     let mut servers: Vec<ServerId> = Vec::with_capacity(fleet.servers);
     for i in 0..fleet.servers {
         let server = store
             .create_server(NewServer {
                 name: ServerName::parse(&format!("host-{i:02}"))?,
                 description: String::new(),
-                labels: Labels::default(),
+                labels: server_labels(i)?,
             })
             .await?;
         servers.push(server.id);
@@ -270,7 +289,7 @@ async fn seed(
         .collect();
     let start_ms = end_ms - args.days * DAY_MS;
     let total = events;
-    let batch = args.seed_batch.max(1);
+    let batch = (args.seed_batch * Fleet::default().servers / fleet.servers).max(100);
     let indexes = match mode {
         SeedMode::Bulk => drop_paging_indexes(url).await?,
         SeedMode::Ingest => Vec::new(),
@@ -304,6 +323,7 @@ async fn seed(
         }
     });
     let agents: Vec<AgentId> = servers.iter().map(|_| AgentId::new()).collect();
+    server_states(url, &servers, &agents, end_ms).await?;
     let started = Instant::now();
     let mut stored = 0u64;
     let mut next_report = total / 10;
@@ -360,6 +380,78 @@ async fn seed(
         servers: servers.iter().map(ToString::to_string).collect(),
         seconds,
     })
+}
+
+/// Labels of seeded server `i`: an environment, a region and a role, as operators group servers.
+fn server_labels(i: usize) -> anyhow::Result<Labels> {
+    const ENVS: [&str; 3] = ["prod", "prod", "staging"];
+    const REGIONS: [&str; 4] = ["eu-west", "eu-central", "us-east", "ap-south"];
+    const ROLES: [&str; 5] = ["web", "mail", "db", "edge", "vpn"];
+    Ok(Labels::parse(
+        [
+            ("env", ENVS[i % ENVS.len()]),
+            ("region", REGIONS[i / 3 % REGIONS.len()]),
+            ("role", ROLES[i / 12 % ROLES.len()]),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect(),
+    )?)
+}
+
+/// Gives the seeded servers the states the hub knows besides online (which takes a live
+/// session): of every ten, seven enrolled with the agent that sent their events and last seen
+/// between an hour and a week before the history's end (offline), one reporting through direct
+/// callbacks, and two never connected.
+async fn server_states(
+    url: &str,
+    servers: &[ServerId],
+    agents: &[AgentId],
+    end_ms: i64,
+) -> anyhow::Result<()> {
+    let db = sea_orm::Database::connect(url).await?;
+    let backend = db.get_database_backend();
+    for (i, (server, agent)) in servers.iter().zip(agents).enumerate() {
+        let seen = end_ms - 3_600_000 * (1 + (i as i64 * 7) % 168);
+        let sql = match i % 10 {
+            0..7 => sea_orm::Statement::from_sql_and_values(
+                backend,
+                match backend {
+                    sea_orm::DbBackend::Postgres => {
+                        "UPDATE servers SET agent_id = $1, enrolled_at = $2, last_seen_at = $3, \
+                         agent_version = '0.1.0', fail2ban_version = '1.0.2', hostname = $4 \
+                         WHERE id = $5"
+                    }
+                    _ => {
+                        "UPDATE servers SET agent_id = ?, enrolled_at = ?, last_seen_at = ?, \
+                         agent_version = '0.1.0', fail2ban_version = '1.0.2', hostname = ? \
+                         WHERE id = ?"
+                    }
+                },
+                [
+                    agent.to_string().into(),
+                    (seen - 30 * DAY_MS).into(),
+                    seen.into(),
+                    format!("host-{i:02}.example.net").into(),
+                    server.to_string().into(),
+                ],
+            ),
+            7 => sea_orm::Statement::from_sql_and_values(
+                backend,
+                match backend {
+                    sea_orm::DbBackend::Postgres => {
+                        "UPDATE servers SET last_seen_at = $1 WHERE id = $2"
+                    }
+                    _ => "UPDATE servers SET last_seen_at = ? WHERE id = ?",
+                },
+                [seen.into(), server.to_string().into()],
+            ),
+            _ => continue,
+        };
+        db.execute_raw(sql).await?;
+    }
+    db.close().await?;
+    Ok(())
 }
 
 /// Drops the indexes of `events` that only paging reads (every one but the primary key and the

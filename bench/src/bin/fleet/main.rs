@@ -127,6 +127,10 @@ struct Args {
     /// `simulate`: the hub's CA certificate (PEM), e.g. `<data_dir>/ca/ca.pem`.
     #[arg(long)]
     ca: Option<PathBuf>,
+    /// `simulate`: enroll the agents for these registered servers (names or ids, comma-separated)
+    /// instead of creating `--agents` new ones.
+    #[arg(long, value_delimiter = ',')]
+    enroll_existing: Vec<String>,
     /// `simulate`: ban events per second over the whole fleet.
     #[arg(long, default_value_t = 0.0)]
     rate: f64,
@@ -189,6 +193,28 @@ async fn enroll_many(
     prefix: &str,
     n: usize,
 ) -> anyhow::Result<Vec<Credentials>> {
+    let names = (0..n).map(|i| format!("{prefix}-{i:05}")).collect();
+    enroll(http, api, grpc, ca_pem, names, Servers::Create).await
+}
+
+/// Whether [`enroll`] creates the servers it enrolls agents for or finds them registered already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Servers {
+    Create,
+    Existing,
+}
+
+/// Enrolls one simulated agent for each server in `names`, 16 at a time; an existing server's
+/// enrollment replaces (and revokes) its current agent, as after a host's rebuild.
+async fn enroll(
+    http: &reqwest::Client,
+    api: &str,
+    grpc: SocketAddr,
+    ca_pem: &str,
+    names: Vec<String>,
+    servers: Servers,
+) -> anyhow::Result<Vec<Credentials>> {
+    let n = names.len();
     let channel = Endpoint::from_shared(format!("https://{grpc}"))?
         .tls_config(
             ClientTlsConfig::new()
@@ -200,23 +226,28 @@ async fn enroll_many(
         .context("connecting for enrollment")?;
     let started = Instant::now();
     let done = AtomicUsize::new(0);
-    let results: Vec<anyhow::Result<Credentials>> = futures::stream::iter(0..n)
-        .map(|i| {
+    let results: Vec<anyhow::Result<Credentials>> = futures::stream::iter(names)
+        .map(|name| {
             let channel = channel.clone();
             let done = &done;
             async move {
-                let name = format!("{prefix}-{i:05}");
-                let created: Value = http
-                    .post(format!("{api}/api/servers"))
-                    .json(&json!({"name": name, "labels": {"sim": prefix}}))
-                    .send()
-                    .await?
-                    .error_for_status()?
-                    .json()
-                    .await?;
-                let token = created["enrollment"]["token"]
-                    .as_str()
-                    .context("no token")?;
+                let request = match servers {
+                    Servers::Create => {
+                        let prefix = name.rsplit_once('-').map_or(name.as_str(), |(p, _)| p);
+                        http.post(format!("{api}/api/servers"))
+                            .json(&json!({"name": name, "labels": {"sim": prefix}}))
+                    }
+                    Servers::Existing => {
+                        http.post(format!("{api}/api/servers/{name}/enrollment-token"))
+                    }
+                };
+                let answer: Value = request.send().await?.error_for_status()?.json().await?;
+                let token = match servers {
+                    Servers::Create => &answer["enrollment"]["token"],
+                    Servers::Existing => &answer["token"],
+                }
+                .as_str()
+                .context("no token")?;
                 let token = EnrollmentToken::decode(token).map_err(|e| anyhow::anyhow!("{e}"))?;
                 let key = rcgen::KeyPair::generate()?;
                 let csr = rcgen::CertificateParams::new(Vec::<String>::new())?
@@ -632,6 +663,16 @@ impl Fleet {
         })
     }
 
+    /// Prints how many commands the simulated agents answered, then stops them: how a scenario
+    /// that sent the fleet commands ends.
+    async fn stop_reporting_commands(self) {
+        println!(
+            "commands answered by the simulated agents: {}",
+            self.counters.commands.load(Ordering::Relaxed)
+        );
+        self.stop().await;
+    }
+
     async fn stop(self) {
         self.stop.cancel();
         for task in self.tasks {
@@ -828,11 +869,7 @@ async fn fleet_ban(args: &Args) -> anyhow::Result<()> {
         ms(percentile(&samples, 1.0)),
         samples.len()
     );
-    println!(
-        "commands answered by the simulated agents: {}",
-        fleet.counters.commands.load(Ordering::Relaxed)
-    );
-    fleet.stop().await;
+    fleet.stop_reporting_commands().await;
     Ok(())
 }
 
@@ -1317,11 +1354,7 @@ async fn drift(args: &Args) -> anyhow::Result<()> {
         ("in_sync", n),
     )
     .await?;
-    println!(
-        "commands answered by the simulated agents: {}",
-        fleet.counters.commands.load(Ordering::Relaxed)
-    );
-    fleet.stop().await;
+    fleet.stop_reporting_commands().await;
     Ok(())
 }
 
@@ -1347,10 +1380,20 @@ async fn simulate(args: &Args) -> anyhow::Result<()> {
     let grpc: SocketAddr = std::env::var("FLEET_SIM_GRPC")
         .context("set FLEET_SIM_GRPC to the hub's gRPC address")?
         .parse()?;
-    println!("simulating {} agents against {api} ({view})", args.agents);
-    let creds = enroll_many(&http, &api, grpc, &pem, "sim", args.agents).await?;
+    let creds = if args.enroll_existing.is_empty() {
+        println!("simulating {} agents against {api} ({view})", args.agents);
+        enroll_many(&http, &api, grpc, &pem, "sim", args.agents).await?
+    } else {
+        println!(
+            "simulating the agents of {} registered servers against {api} ({view})",
+            args.enroll_existing.len()
+        );
+        let names = args.enroll_existing.clone();
+        enroll(&http, &api, grpc, &pem, names, Servers::Existing).await?
+    };
+    let agents = creds.len();
     let load = if args.rate > 0.0 {
-        Load::Every(Duration::from_secs_f64(args.agents as f64 / args.rate))
+        Load::Every(Duration::from_secs_f64(agents as f64 / args.rate))
     } else {
         Load::Idle
     };

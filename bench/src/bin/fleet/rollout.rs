@@ -288,13 +288,6 @@ pub async fn rollout(args: &Args) -> anyhow::Result<()> {
         ),
         n,
     );
-    println!(
-        "commands answered by the simulated agents: {}",
-        fleet
-            .counters
-            .commands
-            .load(std::sync::atomic::Ordering::Relaxed)
-    );
-    fleet.stop().await;
+    fleet.stop_reporting_commands().await;
     Ok(())
 }
