@@ -111,8 +111,10 @@ async fn recidive_scenario(fleet: &TestFleet) {
     let ip = "203.0.113.60";
     let (a, b, c) = (&fleet.hosts[0], &fleet.hosts[1], &fleet.hosts[2]);
 
-    // Banned on one host: below the rule's two servers.
+    // Banned on one host: below the rule's two servers. The hub stores that ban before the second
+    // host's, so that the second is the one that fires the rule.
     attack(fleet, a, ip);
+    wait_stored_ban(fleet, a, ip, 1).await;
     // Banned on a second host within the window: the rule fires, on every host.
     attack(fleet, b, ip);
     let first = wait_rule_bans(fleet, ip, 1, 3).await;
@@ -138,6 +140,7 @@ async fn recidive_scenario(fleet: &TestFleet) {
             .expect("unban in testauth");
     }
     attack(fleet, a, ip);
+    wait_stored_ban(fleet, a, ip, 2).await;
     attack(fleet, b, ip);
     let second = wait_rule_bans(fleet, ip, 2, 3).await;
     for ban in &second {
@@ -228,6 +231,23 @@ async fn report_bans(host: &TestHost, ips: &[String]) {
             .expect("the relay answers");
         assert_eq!(response.status(), StatusCode::OK, "{ip}");
     }
+}
+
+/// Waits until the hub has stored `n` bans of `ip` by `host`'s testauth jail.
+async fn wait_stored_ban(fleet: &TestFleet, host: &TestHost, ip: &str, n: usize) {
+    wait_for_async(DEADLINE, "the host's ban stored by the hub", || async {
+        let (status, page) = fleet
+            .api()
+            .get(&format!(
+                "/api/events/bans?serverId={}&kind=ban&jail=testauth&ip={ip}",
+                host.id
+            ))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        (page["events"].as_array().map_or(0, Vec::len) >= n).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", fleet.logs()));
 }
 
 async fn stored_bans(fleet: &TestFleet, host: &TestHost) -> usize {
