@@ -519,9 +519,7 @@ pub(super) async fn lift(
     if scope.policies.is_some_and(<[String]>::is_empty) {
         return Ok(Vec::new());
     }
-    let mut filter = sea_orm::Condition::all()
-        .add(shared_ban::Column::Ip.eq(scope.ip))
-        .add(shared_ban::Column::Status.is_in(["pending", "delivered"]));
+    let mut filter = sea_orm::Condition::all().add(shared_ban::Column::Ip.eq(scope.ip));
     if let Some((server, jail)) = scope.origin {
         filter = filter
             .add(shared_ban::Column::OriginServer.eq(server.to_string()))
@@ -535,20 +533,31 @@ pub(super) async fn lift(
     if let Some(before) = scope.before {
         filter = filter.add(shared_ban::Column::OriginEvent.lt(before.0));
     }
-    let targets: Vec<String> = shared_ban::Entity::find()
-        .select_only()
-        .column(shared_ban::Column::TargetServer)
-        .distinct()
-        .filter(filter.clone())
-        .into_tuple()
-        .all(conn)
-        .await?;
+    // Write first, then read what was written: on SQLite a transaction that reads before its
+    // first write is refused at once when another connection wrote meanwhile.
     shared_ban::Entity::update_many()
         .col_expr(shared_ban::Column::Status, Expr::value("lifted"))
         .col_expr(shared_ban::Column::LiftedAt, Expr::value(now_ms))
         .col_expr(shared_ban::Column::LiftPending, Expr::value(true))
-        .filter(filter)
+        .filter(
+            filter
+                .clone()
+                .add(shared_ban::Column::Status.is_in(["pending", "delivered"])),
+        )
         .exec(conn)
+        .await?;
+    let targets: Vec<String> = shared_ban::Entity::find()
+        .select_only()
+        .column(shared_ban::Column::TargetServer)
+        .distinct()
+        .filter(
+            filter
+                .add(shared_ban::Column::Status.eq("lifted"))
+                .add(shared_ban::Column::LiftedAt.eq(now_ms))
+                .add(shared_ban::Column::LiftPending.eq(true)),
+        )
+        .into_tuple()
+        .all(conn)
         .await?;
     targets
         .iter()
