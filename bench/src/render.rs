@@ -138,14 +138,7 @@ async fn simulate_online(hub: &HubProcess, args: &RenderArgs) -> anyhow::Result<
     if args.online == 0 {
         return Ok(None);
     }
-    let servers: Vec<Value> = hub
-        .client()
-        .get(hub.url("/api/servers"))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    let servers = list_servers(hub).await?;
     // The seeder leaves the servers numbered 8 and 9 of every ten never connected (its
     // `server_states`); those numbered 8 get the agents, on every run the same ones.
     let names: Vec<String> = servers
@@ -219,16 +212,21 @@ async fn wait_connected(hub: &HubProcess, n: usize) -> anyhow::Result<()> {
     }
 }
 
-/// "N online, N offline, …" as the hub lists its servers.
-async fn status_counts(hub: &HubProcess) -> anyhow::Result<String> {
-    let servers: Vec<Value> = hub
+/// The hub's `GET /api/servers`.
+async fn list_servers(hub: &HubProcess) -> anyhow::Result<Vec<Value>> {
+    Ok(hub
         .client()
         .get(hub.url("/api/servers"))
         .send()
         .await?
         .error_for_status()?
         .json()
-        .await?;
+        .await?)
+}
+
+/// "N online, N offline, …" as the hub lists its servers.
+async fn status_counts(hub: &HubProcess) -> anyhow::Result<String> {
+    let servers = list_servers(hub).await?;
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
     for s in &servers {
         *counts
